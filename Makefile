@@ -1,0 +1,50 @@
+# Makefile for jobq (PGXS)
+#
+#   make                 build
+#   make install         install into the PostgreSQL found by pg_config
+#   make installcheck    pg_regress + isolation suites (each starts its own
+#                        preloaded server) and the TAP tests
+#   make format          pgindent-like formatting with clang-format
+#
+# The whole test suite, with packages, a server and a non-root user set up,
+# is scripts/test; the demo is scripts/demo.
+
+EXTENSION = jobq
+MODULE_big = jobq
+OBJS = \
+	src/jobq.o \
+	src/queue_ops.o \
+	src/queue_state.o \
+	src/backoff.o \
+	src/priority.o
+
+DATA = $(wildcard extension/jobq--*.sql)
+
+PG_CPPFLAGS = -I$(srcdir)/src
+# CI (scripts/test) builds with WERROR=1: warnings are errors there.
+ifdef WERROR
+PG_CFLAGS = -Werror
+endif
+
+TEMP_CONF = $(srcdir)/test/jobq_test.conf
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --temp-config=$(TEMP_CONF) --temp-instance=tmp_check_regress
+
+ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --outputdir=output_iso \
+	--temp-config=$(TEMP_CONF) --temp-instance=tmp_check_iso
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results regression.diffs \
+	regression.out log
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+.PHONY: format
+format:
+	clang-format -i --style=file src/*.c src/*.h
