@@ -16,7 +16,8 @@ OBJS = \
 	src/queue_ops.o \
 	src/queue_state.o \
 	src/backoff.o \
-	src/priority.o
+	src/priority.o \
+	src/spi_plan.o
 
 DATA = $(wildcard extension/jobq--*.sql)
 

@@ -1,0 +1,314 @@
+/* extension/jobq--0.1.0.sql -- the base install script of jobq */
+
+\echo Use "CREATE EXTENSION jobq" to load this file. \quit
+
+/*
+ * Storage layout (see README, "How it works").
+ *
+ * jobq.job holds one row per job for its whole life.  Its only indexes are
+ * the primary key and a partial index over running leases, so the row is
+ * updated in place when it is completed or checkpointed.
+ *
+ * A pending job is also in exactly one of two small "set" tables:
+ *   jobq.ready      due jobs, in claim order (queue, -priority, run_at, job_id)
+ *   jobq.scheduled  jobs whose run_at is still in the future
+ * A claim deletes its rows from jobq.ready; a retry or a delayed job
+ * re-enters as a new row there while its job_id stays.  Finished jobs are
+ * never in the index a claim walks, and the claim starts its index scan at a
+ * per-queue position kept in shared memory, so it never walks the dead
+ * entries earlier claims left behind (src/queue_state.c).
+ */
+
+CREATE SEQUENCE jobq.job_id_seq AS bigint;
+COMMENT ON SEQUENCE jobq.job_id_seq IS 'job ids, in enqueue order';
+
+CREATE TABLE jobq.queue (
+    name                text COLLATE "C" PRIMARY KEY,
+    paused              boolean NOT NULL DEFAULT false,
+    max_retries         integer NOT NULL DEFAULT 3,
+    lease               interval NOT NULL DEFAULT '5 minutes',
+    backoff_base        interval NOT NULL DEFAULT '1 second',
+    backoff_cap         interval NOT NULL DEFAULT '1 hour',
+    backoff_jitter      double precision NOT NULL DEFAULT 0.1,
+    retention_completed interval NOT NULL DEFAULT '1 day',
+    retention_failed    interval NOT NULL DEFAULT '30 days',
+    created_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT queue_name_check CHECK (pg_catalog.octet_length(name) OPERATOR(pg_catalog.>) 0),
+    CONSTRAINT queue_max_retries_check CHECK (max_retries OPERATOR(pg_catalog.>=) 0),
+    CONSTRAINT queue_lease_check CHECK (lease OPERATOR(pg_catalog.>) '0'::interval),
+    CONSTRAINT queue_backoff_check CHECK (backoff_base OPERATOR(pg_catalog.>=) '0'::interval
+        AND backoff_cap OPERATOR(pg_catalog.>=) backoff_base),
+    CONSTRAINT queue_jitter_check CHECK (backoff_jitter OPERATOR(pg_catalog.>=) 0
+        AND backoff_jitter OPERATOR(pg_catalog.<=) 1),
+    CONSTRAINT queue_retention_check CHECK (retention_completed OPERATOR(pg_catalog.>=) '0'::interval
+        AND retention_failed OPERATOR(pg_catalog.>=) '0'::interval)
+);
+COMMENT ON TABLE jobq.queue IS 'one row per queue: its settings; created on first use';
+
+CREATE TABLE jobq.job (
+    job_id           bigint PRIMARY KEY,
+    queue            text COLLATE "C" NOT NULL,
+    kind             text NOT NULL,
+    payload          jsonb NOT NULL,
+    priority         integer NOT NULL,
+    status           text NOT NULL,
+    retry_count      integer NOT NULL DEFAULT 0,
+    max_retries      integer NOT NULL,
+    attempts         integer NOT NULL DEFAULT 0,
+    idempotency_key  text,
+    run_at           timestamptz NOT NULL,
+    claimed_at       timestamptz,
+    worker_id        text,
+    lease_token      bigint,
+    lease_expires_at timestamptz,
+    last_error       text,
+    result           jsonb,
+    checkpoint       jsonb,
+    created_at       timestamptz NOT NULL,
+    updated_at       timestamptz NOT NULL,
+    finished_at      timestamptz,
+    CONSTRAINT job_status_check CHECK (status OPERATOR(pg_catalog.=) ANY
+        (ARRAY['pending', 'running', 'completed', 'failed', 'cancelled']::text[]))
+) WITH (fillfactor = 80);
+COMMENT ON TABLE jobq.job IS 'one row per job, for its whole life';
+
+CREATE INDEX job_running_lease_idx ON jobq.job (lease_expires_at)
+    WHERE status OPERATOR(pg_catalog.=) 'running';
+COMMENT ON INDEX jobq.job_running_lease_idx IS 'running jobs by lease expiry, for the reaper';
+
+CREATE TABLE jobq.ready (
+    queue        text COLLATE "C" NOT NULL,
+    neg_priority integer NOT NULL,
+    run_at       timestamptz NOT NULL,
+    job_id       bigint NOT NULL,
+    kind         text NOT NULL
+) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01);
+COMMENT ON TABLE jobq.ready IS 'due pending jobs, one row each; claims delete from here';
+
+CREATE INDEX ready_claim_idx ON jobq.ready (queue, neg_priority, run_at, job_id);
+COMMENT ON INDEX jobq.ready_claim_idx IS 'claim order: priority DESC, run_at, job_id';
+
+CREATE TABLE jobq.scheduled (
+    queue    text COLLATE "C" NOT NULL,
+    run_at   timestamptz NOT NULL,
+    job_id   bigint NOT NULL,
+    priority integer NOT NULL,
+    kind     text NOT NULL
+) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01);
+COMMENT ON TABLE jobq.scheduled IS 'pending jobs whose run_at is in the future (delays, retry backoff)';
+
+CREATE INDEX scheduled_due_idx ON jobq.scheduled (queue, run_at, job_id);
+COMMENT ON INDEX jobq.scheduled_due_idx IS 'scheduled jobs in due order';
+
+CREATE TABLE jobq.idempotency_key (
+    kind       text NOT NULL,
+    key        text NOT NULL,
+    job_id     bigint NOT NULL,
+    expires_at timestamptz,
+    PRIMARY KEY (kind, key)
+);
+COMMENT ON TABLE jobq.idempotency_key IS
+    'reserved (kind, idempotency key) pairs; kept while the job exists and for jobq.idempotency_retention after it is pruned';
+COMMENT ON COLUMN jobq.idempotency_key.expires_at IS 'NULL while the job row exists';
+
+CREATE TABLE jobq.attempt (
+    job_id      bigint NOT NULL,
+    attempt     integer NOT NULL,
+    worker_id   text,
+    started_at  timestamptz,
+    finished_at timestamptz NOT NULL,
+    outcome     text NOT NULL,
+    error       text,
+    PRIMARY KEY (job_id, attempt)
+);
+COMMENT ON TABLE jobq.attempt IS
+    'history of attempts that did not finish the job (failed, lease expired, cancelled); the final attempt is on the job row';
+
+SELECT pg_catalog.pg_extension_config_dump('jobq.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.job', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.ready', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.scheduled', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.idempotency_key', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.attempt', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.job_id_seq', '');
+
+/* ---------------------------------------------------------------------
+ * Priorities
+ * ------------------------------------------------------------------- */
+
+CREATE FUNCTION jobq.priority(label text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'jobq_priority'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION jobq.priority(text) IS
+    'priority value of a label: low 0, medium 10, high 20, critical 30';
+
+CREATE FUNCTION jobq.priority_label(priority integer)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobq_priority_label'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION jobq.priority_label(integer) IS
+    'label of the highest priority level at or below a value (below 0: low)';
+
+/* ---------------------------------------------------------------------
+ * Producer
+ * ------------------------------------------------------------------- */
+
+CREATE FUNCTION jobq.enqueue(kind text,
+                             payload jsonb DEFAULT '{}',
+                             queue text DEFAULT 'default',
+                             priority integer DEFAULT 0,
+                             run_at timestamptz DEFAULT pg_catalog.now(),
+                             max_retries integer DEFAULT NULL,
+                             idempotency_key text DEFAULT NULL)
+RETURNS TABLE (job_id bigint, created boolean)
+AS 'MODULE_PATHNAME', 'jobq_enqueue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text) IS
+    'enqueue one job; with an idempotency key, a duplicate returns the existing job with created = false';
+
+CREATE FUNCTION jobq.enqueue_many(kind text,
+                                  payloads jsonb[],
+                                  queue text DEFAULT 'default',
+                                  priority integer DEFAULT 0,
+                                  run_at timestamptz DEFAULT pg_catalog.now(),
+                                  max_retries integer DEFAULT NULL,
+                                  idempotency_keys text[] DEFAULT NULL)
+RETURNS TABLE (job_id bigint, created boolean)
+AS 'MODULE_PATHNAME', 'jobq_enqueue_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[]) IS
+    'enqueue one job per payload; one result row per input, in input order';
+
+/* ---------------------------------------------------------------------
+ * Worker
+ * ------------------------------------------------------------------- */
+
+CREATE FUNCTION jobq.claim(queue text DEFAULT 'default',
+                           worker_id text DEFAULT NULL,
+                           batch integer DEFAULT 1,
+                           lease interval DEFAULT NULL,
+                           kinds text[] DEFAULT NULL,
+                           wait interval DEFAULT '0')
+RETURNS TABLE (job_id bigint, lease_token bigint, kind text, payload jsonb,
+               priority integer, retry_count integer, max_retries integer,
+               checkpoint jsonb, enqueued_at timestamptz, lease_expires_at timestamptz)
+AS 'MODULE_PATHNAME', 'jobq_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.claim(text, text, integer, interval, text[], interval) IS
+    'claim up to batch ready jobs of a queue under a lease; never returns a job twice, never blocks on other claims';
+
+CREATE FUNCTION jobq.complete(job_id bigint, lease_token bigint, result jsonb DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_complete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.complete(bigint, bigint, jsonb) IS
+    'mark a running job completed; false when the lease token is stale or wrong';
+
+CREATE FUNCTION jobq.complete_many(job_ids bigint[], lease_tokens bigint[], results jsonb[] DEFAULT NULL)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'jobq_complete_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.complete_many(bigint[], bigint[], jsonb[]) IS
+    'complete many running jobs; returns how many were completed';
+
+CREATE FUNCTION jobq.fail(job_id bigint, lease_token bigint, error text,
+                          retryable boolean DEFAULT true, retry_in interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobq_fail'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.fail(bigint, bigint, text, boolean, interval) IS
+    'fail the current attempt: back to pending with backoff while retries are left, else failed; NULL for a stale token';
+
+CREATE FUNCTION jobq.extend(job_id bigint, lease_token bigint, lease interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'jobq_extend'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.extend(bigint, bigint, interval) IS
+    'extend a running job''s lease to now() + lease; NULL for a stale token';
+
+CREATE FUNCTION jobq.checkpoint(job_id bigint, lease_token bigint, data jsonb)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_checkpoint'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.checkpoint(bigint, bigint, jsonb) IS
+    'store progress that the next attempt receives; false for a stale token';
+
+/* ---------------------------------------------------------------------
+ * Configuration and maintenance
+ * ------------------------------------------------------------------- */
+
+CREATE FUNCTION jobq.configure(queue text,
+                               max_retries integer DEFAULT NULL,
+                               lease interval DEFAULT NULL,
+                               backoff_base interval DEFAULT NULL,
+                               backoff_cap interval DEFAULT NULL,
+                               backoff_jitter double precision DEFAULT NULL,
+                               retention_completed interval DEFAULT NULL,
+                               retention_failed interval DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'jobq_configure'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.configure(text, integer, interval, interval, interval, double precision, interval, interval) IS
+    'create a queue or change its settings; NULL leaves a setting as it is';
+
+CREATE FUNCTION jobq.prune(batch integer DEFAULT 1000)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobq_prune'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.prune(integer) IS
+    'delete up to batch finished jobs past their queue''s retention and expired idempotency keys; returns rows deleted';
+
+/* ---------------------------------------------------------------------
+ * Views
+ * ------------------------------------------------------------------- */
+
+CREATE VIEW jobq.jobs AS
+SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
+       j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
+       j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
+       j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
+       j.attempts
+  FROM jobq.job j;
+COMMENT ON VIEW jobq.jobs IS 'one row per job';
+
+CREATE VIEW jobq.dead_letter AS
+SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
+       j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
+       j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
+       j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
+       j.attempts
+  FROM jobq.job j
+ WHERE j.status OPERATOR(pg_catalog.=) 'failed';
+COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, or lease expired too often';
+
+CREATE VIEW jobq.queue_stats AS
+SELECT q.name AS queue,
+       COALESCE(s.pending, 0) AS pending,
+       COALESCE(s.running, 0) AS running,
+       COALESCE(s.completed, 0) AS completed,
+       COALESCE(s.failed, 0) AS failed,
+       COALESCE(s.cancelled, 0) AS cancelled,
+       pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_due AS oldest_pending_age,
+       q.paused,
+       COALESCE(s.ready, 0) AS ready,
+       COALESCE(s.pending, 0) OPERATOR(pg_catalog.-) COALESCE(s.ready, 0) AS delayed
+  FROM jobq.queue q
+  LEFT JOIN (SELECT j.queue,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'pending') AS pending,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'running') AS running,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'pending'
+                                                  AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS ready,
+                    pg_catalog.min(j.run_at) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'pending'
+                                                  AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
+               FROM jobq.job j
+              GROUP BY j.queue) s ON s.queue OPERATOR(pg_catalog.=) q.name;
+COMMENT ON VIEW jobq.queue_stats IS
+    'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending';
+
+/* Nothing of jobq is granted to PUBLIC. */
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobq FROM PUBLIC;

@@ -1,0 +1,65 @@
+/*-------------------------------------------------------------------------
+ *
+ * jobq.c
+ *	  Module load: GUCs, shared memory, transaction callbacks.
+ *
+ * jobq must be in shared_preload_libraries: it keeps per-queue claim
+ * positions in shared memory (queue_state.c).  Loaded any other way the
+ * queue operations still work, scanning each queue from its head.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "jobq.h"
+
+PG_MODULE_MAGIC;
+
+/* jobq.max_payload_size: largest payload, result or checkpoint (bytes) */
+int			jobq_max_payload_size = 1024 * 1024;
+
+/* jobq.max_batch: most jobs one claim or complete_many may handle */
+int			jobq_max_batch = 1000;
+
+/* jobq.idempotency_retention: how long a key outlives its pruned job (s) */
+int			jobq_idempotency_retention = 7 * 24 * 3600;
+
+void		_PG_init(void);
+
+/* Define GUCs; with shared_preload_libraries, set up shared memory too. */
+void
+_PG_init(void)
+{
+	DefineCustomIntVariable("jobq.max_payload_size",
+							"Largest payload, result or checkpoint a job may carry.",
+							NULL,
+							&jobq_max_payload_size,
+							1024 * 1024, 2, MaxAllocSize / 2,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_batch",
+							"Most jobs that one jobq.claim or jobq.complete_many call may handle.",
+							NULL,
+							&jobq_max_batch,
+							1000, 1, 100000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.idempotency_retention",
+							"How long an idempotency key stays reserved after its finished job is pruned.",
+							NULL,
+							&jobq_idempotency_retention,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	if (process_shared_preload_libraries_in_progress)
+		jobq_state_shmem_request();
+	MarkGUCPrefixReserved("jobq");
+
+	jobq_state_register_callbacks();
+}

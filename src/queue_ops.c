@@ -1,0 +1,1279 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue_ops.c
+ *	  The SQL-callable queue operations: enqueue, claim, complete, fail,
+ *	  extend, checkpoint, configure, prune.
+ *
+ * Every operation validates all of its arguments before it writes anything,
+ * then runs a few saved SPI plans (spi_plan.c).  A job's row in jobq.job is
+ * the truth about it; a pending job also has one row in jobq.ready (due) or
+ * jobq.scheduled (run_at in the future).  See the install script for the
+ * layout and queue_state.c for the claim positions.
+ *
+ * Times come from the database clock: one GetCurrentTimestamp() per call,
+ * so all rows a call touches agree.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+
+#include "jobq.h"
+
+PG_FUNCTION_INFO_V1(jobq_enqueue);
+PG_FUNCTION_INFO_V1(jobq_enqueue_many);
+PG_FUNCTION_INFO_V1(jobq_claim);
+PG_FUNCTION_INFO_V1(jobq_complete);
+PG_FUNCTION_INFO_V1(jobq_complete_many);
+PG_FUNCTION_INFO_V1(jobq_fail);
+PG_FUNCTION_INFO_V1(jobq_extend);
+PG_FUNCTION_INFO_V1(jobq_checkpoint);
+PG_FUNCTION_INFO_V1(jobq_configure);
+PG_FUNCTION_INFO_V1(jobq_prune);
+
+/* Most due scheduled jobs one claim moves into jobq.ready. */
+#define JOBQ_PROMOTE_BATCH	1000
+
+/* Settings of one queue, as jobq.queue has them. */
+typedef struct JobqQueue
+{
+	int32		max_retries;
+	Interval	lease;
+	bool		paused;
+} JobqQueue;
+
+/* One job to enqueue, validated. */
+typedef struct JobqNewJob
+{
+	const char *kind;
+	Jsonb	   *payload;
+	const char *queue;
+	int32		priority;
+	TimestampTz run_at;
+	bool		has_max_retries;
+	int32		max_retries;
+	const char *key;			/* NULL: no idempotency key */
+} JobqNewJob;
+
+/* Saved plans, one per statement. */
+static SPIPlanPtr plan_queue_get;
+static SPIPlanPtr plan_queue_create;
+static SPIPlanPtr plan_key_reserve;
+static SPIPlanPtr plan_key_lookup;
+static SPIPlanPtr plan_insert_ready;
+static SPIPlanPtr plan_insert_scheduled;
+static SPIPlanPtr plan_requeue_ready;
+static SPIPlanPtr plan_requeue_scheduled;
+static SPIPlanPtr plan_promote;
+static SPIPlanPtr plan_next_due;
+static SPIPlanPtr plan_claim;
+static SPIPlanPtr plan_complete;
+static SPIPlanPtr plan_complete_many;
+static SPIPlanPtr plan_fail_lock;
+static SPIPlanPtr plan_fail_update;
+static SPIPlanPtr plan_extend;
+static SPIPlanPtr plan_checkpoint;
+static SPIPlanPtr plan_configure;
+static SPIPlanPtr plan_prune_jobs;
+static SPIPlanPtr plan_prune_keys;
+
+/* ----------------------------------------------------------------
+ * Argument checks
+ * ---------------------------------------------------------------- */
+
+/* Error out when argument argno is NULL. */
+static void
+RequireArg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", argname)));
+}
+
+/*
+ * A name argument (kind, queue, key, worker id) as a C string: not NULL
+ * unless nullable, not empty, at most maxlen bytes.
+ */
+static const char *
+NameArg(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen,
+		bool nullable)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+	{
+		if (nullable)
+			return NULL;
+		RequireArg(fcinfo, argno, argname);
+	}
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", argname)));
+	if (len > maxlen)
+		ereport(ERROR,
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("%s is too long", argname),
+				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen)));
+	return text_to_cstring(t);
+}
+
+/* Check a JSON document's size against jobq.max_payload_size. */
+static void
+CheckJsonSize(Jsonb *doc, const char *argname)
+{
+	Size		size = VARSIZE(doc) - VARHDRSZ;
+
+	if (size > (Size) jobq_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s is too large", argname),
+				 errdetail("It takes %zu bytes; jobq.max_payload_size is %d bytes.",
+						   size, jobq_max_payload_size),
+				 errhint("Store large data elsewhere and put a reference to it in the job.")));
+}
+
+/* A payload: a JSON object no larger than jobq.max_payload_size. */
+static Jsonb *
+PayloadDatum(Datum d, const char *argname)
+{
+	Jsonb	   *payload = DatumGetJsonbP(d);
+
+	if (!JB_ROOT_IS_OBJECT(payload) || JB_ROOT_IS_SCALAR(payload))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a JSON object", argname),
+				 errhint("Wrap the value in an object, for example '{\"value\": 42}'.")));
+	CheckJsonSize(payload, argname);
+	return payload;
+}
+
+/* Total length of an interval in microseconds (a month counts 30 days). */
+static int64
+IntervalUsecs(const Interval *iv)
+{
+	return iv->time + (int64) iv->day * USECS_PER_DAY +
+		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+}
+
+/* An interval argument that must be strictly positive. */
+static Interval *
+PositiveIntervalArg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	Interval   *iv = PG_GETARG_INTERVAL_P(argno);
+
+	if (IntervalUsecs(iv) <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a positive interval", argname)));
+	return iv;
+}
+
+/* A priority: any integer but INT_MIN, whose negation would overflow. */
+static int32
+PriorityArg(FunctionCallInfo fcinfo, int argno)
+{
+	int32		priority;
+
+	RequireArg(fcinfo, argno, "priority");
+	priority = PG_GETARG_INT32(argno);
+	if (priority == PG_INT32_MIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("priority is out of range"),
+				 errhint("Use a value between %d and %d; jobq.priority(label) gives the usual levels.",
+						 -PG_INT32_MAX, PG_INT32_MAX)));
+	return priority;
+}
+
+/* max_retries: NULL (queue default) or a non-negative integer. */
+static void
+MaxRetriesArg(FunctionCallInfo fcinfo, int argno, bool *has, int32 *value)
+{
+	*has = !PG_ARGISNULL(argno);
+	if (!*has)
+		return;
+	*value = PG_GETARG_INT32(argno);
+	if (*value < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_retries must not be negative"),
+				 errhint("Use 0 for a job that must not be retried.")));
+}
+
+/* A one-dimensional array argument's elements. */
+static void
+ArrayArg(ArrayType *arr, Oid elemtype, const char *argname,
+		 Datum **elems, bool **nulls, int *n)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", argname)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, elems, nulls, n);
+}
+
+/* Two arrays that must have one element per job. */
+static void
+CheckSameLength(int n1, const char *name1, int n2, const char *name2)
+{
+	if (n1 != n2)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s and %s must have the same length", name1, name2),
+				 errdetail("%s has %d elements and %s has %d.", name1, n1, name2, n2)));
+}
+
+/* ----------------------------------------------------------------
+ * Queues
+ * ---------------------------------------------------------------- */
+
+/* Read a queue's settings; false when the queue does not exist. */
+static bool
+QueueGet(const char *queue, JobqQueue *q)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	HeapTuple	tup;
+	TupleDesc	desc;
+
+	values[0] = CStringGetTextDatum(queue);
+	jobq_spi_exec(jobq_plan(&plan_queue_get,
+							"SELECT max_retries, lease, paused FROM jobq.queue WHERE name = $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	q->max_retries = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+	q->lease = *DatumGetIntervalP(SPI_getbinval(tup, desc, 2, &isnull));
+	q->paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	return true;
+}
+
+/* Read a queue's settings, creating the queue on first use. */
+static void
+QueueGetOrCreate(const char *queue, JobqQueue *q)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+
+	if (QueueGet(queue, q))
+		return;
+	values[0] = CStringGetTextDatum(queue);
+	jobq_spi_exec(jobq_plan(&plan_queue_create,
+							"INSERT INTO jobq.queue (name) VALUES ($1) ON CONFLICT DO NOTHING",
+							1, types),
+				  values, NULL, SPI_OK_INSERT);
+	if (!QueueGet(queue, q))
+		elog(ERROR, "jobq: queue \"%s\" vanished while it was created", queue);
+}
+
+/* OID of jobq.ready: tells claim positions of this install from older ones. */
+static Oid
+ReadyRelid(void)
+{
+	return get_relname_relid("ready", get_namespace_oid("jobq", false));
+}
+
+/* ----------------------------------------------------------------
+ * Entering the pending sets
+ * ---------------------------------------------------------------- */
+
+/*
+ * Put a pending job into jobq.ready (run_at due) or jobq.scheduled, and
+ * note it for the claim positions.
+ */
+static void
+Requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
+		TimestampTz run_at, TimestampTz now)
+{
+	Oid			types[5] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID, TEXTOID};
+	Datum		values[5];
+
+	values[0] = CStringGetTextDatum(queue);
+	values[2] = TimestampTzGetDatum(run_at);
+	values[3] = Int64GetDatum(job_id);
+	values[4] = CStringGetTextDatum(kind);
+	if (run_at <= now)
+	{
+		JobqClaimPos pos = {-priority, run_at, job_id};
+
+		values[1] = Int32GetDatum(-priority);
+		jobq_spi_exec(jobq_plan(&plan_requeue_ready,
+								"INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind)"
+								" VALUES ($1, $2, $3, $4, $5)",
+								5, types),
+					  values, NULL, SPI_OK_INSERT);
+		jobq_state_note_ready(queue, &pos);
+	}
+	else
+	{
+		values[1] = Int32GetDatum(priority);
+		jobq_spi_exec(jobq_plan(&plan_requeue_scheduled,
+								"INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind)"
+								" VALUES ($1, $2, $3, $4, $5)",
+								5, types),
+					  values, NULL, SPI_OK_INSERT);
+		jobq_state_note_scheduled(queue, run_at);
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Enqueue
+ * ---------------------------------------------------------------- */
+
+/*
+ * Enqueue one validated job.  With an idempotency key the key is reserved
+ * first through the unique index (INSERT ... ON CONFLICT DO NOTHING); when
+ * it is taken, the existing job is returned and nothing else is written.
+ */
+static void
+EnqueueOne(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *created)
+{
+	JobqQueue	q;
+	bool		has_id = false;
+	bool		isnull;
+	int32		max_retries;
+	bool		ready = job->run_at <= now;
+	Oid			types[9] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, INT4OID,
+	INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[9];
+	char		nulls[9];
+
+	if (job->key != NULL)
+	{
+		Oid			ktypes[2] = {TEXTOID, TEXTOID};
+		Datum		kvalues[2];
+
+		kvalues[0] = CStringGetTextDatum(job->kind);
+		kvalues[1] = CStringGetTextDatum(job->key);
+		jobq_spi_exec(jobq_plan(&plan_key_reserve,
+								"INSERT INTO jobq.idempotency_key (kind, key, job_id)"
+								" VALUES ($1, $2, nextval('jobq.job_id_seq'))"
+								" ON CONFLICT DO NOTHING RETURNING job_id",
+								2, ktypes),
+					  kvalues, NULL, SPI_OK_INSERT_RETURNING);
+		if (SPI_processed == 0)
+		{
+			jobq_spi_exec(jobq_plan(&plan_key_lookup,
+									"SELECT job_id FROM jobq.idempotency_key"
+									" WHERE kind = $1 AND key = $2",
+									2, ktypes),
+						  kvalues, NULL, SPI_OK_SELECT);
+			if (SPI_processed == 0)
+				elog(ERROR, "jobq: idempotency key conflict without a row");
+			*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+			*created = false;
+			return;
+		}
+		*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 1, &isnull));
+		has_id = true;
+	}
+
+	QueueGetOrCreate(job->queue, &q);
+	max_retries = job->has_max_retries ? job->max_retries : q.max_retries;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(has_id ? *job_id : 0);
+	nulls[0] = has_id ? ' ' : 'n';
+	values[1] = CStringGetTextDatum(job->queue);
+	values[2] = CStringGetTextDatum(job->kind);
+	values[3] = JsonbPGetDatum(job->payload);
+	values[4] = Int32GetDatum(job->priority);
+	values[5] = Int32GetDatum(max_retries);
+	values[6] = job->key ? CStringGetTextDatum(job->key) : (Datum) 0;
+	nulls[6] = job->key ? ' ' : 'n';
+	values[7] = TimestampTzGetDatum(job->run_at);
+	values[8] = TimestampTzGetDatum(now);
+
+	if (ready)
+		jobq_spi_exec(jobq_plan(&plan_insert_ready,
+								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+								" status, max_retries, idempotency_key, run_at, created_at, updated_at)"
+								" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
+								" 'pending', $6, $7, $8, $9, $9) RETURNING job_id)"
+								" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind)"
+								" SELECT $2, -$5, $8, j.job_id, $3 FROM j RETURNING job_id",
+								9, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
+	else
+		jobq_spi_exec(jobq_plan(&plan_insert_scheduled,
+								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+								" status, max_retries, idempotency_key, run_at, created_at, updated_at)"
+								" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
+								" 'pending', $6, $7, $8, $9, $9) RETURNING job_id)"
+								" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind)"
+								" SELECT $2, $5, $8, j.job_id, $3 FROM j RETURNING job_id",
+								9, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
+
+	*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1, &isnull));
+	*created = true;
+
+	if (ready)
+	{
+		JobqClaimPos pos = {-job->priority, job->run_at, *job_id};
+
+		jobq_state_note_ready(job->queue, &pos);
+	}
+	else
+		jobq_state_note_scheduled(job->queue, job->run_at);
+}
+
+/* Emit one (job_id, created) row. */
+static void
+PutJobRow(ReturnSetInfo *rsinfo, int64 job_id, bool created)
+{
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = BoolGetDatum(created);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* Validate the arguments enqueue and enqueue_many share (all but 1 and 6). */
+static void
+NewJobCommonArgs(FunctionCallInfo fcinfo, JobqNewJob *job)
+{
+	job->kind = NameArg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false);
+	job->queue = NameArg(fcinfo, 2, "queue", JOBQ_MAX_NAME_LEN, false);
+	job->priority = PriorityArg(fcinfo, 3);
+	RequireArg(fcinfo, 4, "run_at");
+	job->run_at = PG_GETARG_TIMESTAMPTZ(4);
+	if (TIMESTAMP_NOT_FINITE(job->run_at))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("run_at must be a finite timestamp")));
+	MaxRetriesArg(fcinfo, 5, &job->has_max_retries, &job->max_retries);
+}
+
+/*
+ * jobq.enqueue(kind, payload, queue, priority, run_at, max_retries,
+ *				idempotency_key) -> (job_id, created)
+ */
+Datum
+jobq_enqueue(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	JobqNewJob	job;
+	int64		job_id;
+	bool		created;
+
+	NewJobCommonArgs(fcinfo, &job);
+	RequireArg(fcinfo, 1, "payload");
+	job.payload = PayloadDatum(PG_GETARG_DATUM(1), "payload");
+	job.key = NameArg(fcinfo, 6, "idempotency_key", JOBQ_MAX_KEY_LEN, true);
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	EnqueueOne(&job, GetCurrentTimestamp(), &job_id, &created);
+	PutJobRow(rsinfo, job_id, created);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * jobq.enqueue_many(kind, payloads[], queue, priority, run_at, max_retries,
+ *					 idempotency_keys[]) -> one (job_id, created) per payload
+ */
+Datum
+jobq_enqueue_many(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	JobqNewJob	job;
+	Datum	   *payloads;
+	bool	   *payload_nulls;
+	int			n;
+	Datum	   *keys = NULL;
+	bool	   *key_nulls = NULL;
+	int			nkeys;
+	Jsonb	  **docs;
+	TimestampTz now;
+
+	NewJobCommonArgs(fcinfo, &job);
+	RequireArg(fcinfo, 1, "payloads");
+	ArrayArg(PG_GETARG_ARRAYTYPE_P(1), JSONBOID, "payloads", &payloads, &payload_nulls, &n);
+	if (!PG_ARGISNULL(6))
+	{
+		ArrayArg(PG_GETARG_ARRAYTYPE_P(6), TEXTOID, "idempotency_keys", &keys, &key_nulls, &nkeys);
+		CheckSameLength(n, "payloads", nkeys, "idempotency_keys");
+	}
+
+	/* validate every element before writing anything */
+	docs = palloc(sizeof(Jsonb *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		char		argname[64];
+
+		snprintf(argname, sizeof(argname), "payloads[%d]", i + 1);
+		if (payload_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", argname)));
+		docs[i] = PayloadDatum(payloads[i], argname);
+		if (keys != NULL && !key_nulls[i])
+		{
+			int			len = VARSIZE_ANY_EXHDR(DatumGetTextPP(keys[i]));
+
+			snprintf(argname, sizeof(argname), "idempotency_keys[%d]", i + 1);
+			if (len == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("%s must not be empty", argname),
+						 errhint("Use NULL for a job without an idempotency key.")));
+			if (len > JOBQ_MAX_KEY_LEN)
+				ereport(ERROR,
+						(errcode(ERRCODE_NAME_TOO_LONG),
+						 errmsg("%s is too long", argname),
+						 errdetail("It is %d bytes long; the limit is %d bytes.",
+								   len, JOBQ_MAX_KEY_LEN)));
+		}
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	now = GetCurrentTimestamp();
+	for (int i = 0; i < n; i++)
+	{
+		int64		job_id;
+		bool		created;
+
+		job.payload = docs[i];
+		job.key = (keys != NULL && !key_nulls[i]) ? TextDatumGetCString(keys[i]) : NULL;
+		EnqueueOne(&job, now, &job_id, &created);
+		PutJobRow(rsinfo, job_id, created);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * Claim
+ * ---------------------------------------------------------------- */
+
+/*
+ * Move up to JOBQ_PROMOTE_BATCH due rows of a queue from jobq.scheduled to
+ * jobq.ready, when the queue's next due time says one may be due.  Lowers
+ * *start to the least position promoted.
+ */
+static void
+PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
+{
+	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
+	Datum		values[3];
+	uint64		due_epoch;
+	bool		isnull;
+
+	if (!jobq_state_due_probe_needed(relid, queue, now, &due_epoch))
+		return;
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(JOBQ_PROMOTE_BATCH);
+	jobq_spi_exec(jobq_plan(&plan_promote,
+							"WITH due AS (DELETE FROM jobq.scheduled s"
+							" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
+							" WHERE d.queue = $1 AND d.run_at <= $2"
+							" ORDER BY d.run_at, d.job_id LIMIT $3 FOR UPDATE SKIP LOCKED))"
+							" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind)"
+							" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind)"
+							" SELECT queue, -priority, run_at, job_id, kind FROM due"
+							" RETURNING neg_priority, run_at, job_id",
+							3, types),
+				  values, NULL, SPI_OK_INSERT_RETURNING);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		JobqClaimPos pos;
+
+		pos.neg_priority = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		pos.run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 2, &isnull));
+		pos.job_id = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+		jobq_state_note_ready(queue, &pos);
+		/* a promoted row is ours until commit; let this claim see it */
+		if (pos.neg_priority < start->neg_priority ||
+			(pos.neg_priority == start->neg_priority &&
+			 (pos.run_at < start->run_at ||
+			  (pos.run_at == start->run_at && pos.job_id < start->job_id))))
+			*start = pos;
+	}
+
+	/* remember when the next scheduled row is due */
+	jobq_spi_exec(jobq_plan(&plan_next_due,
+							"SELECT run_at FROM jobq.scheduled WHERE queue = $1"
+							" ORDER BY run_at LIMIT 1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		jobq_state_set_next_due(relid, queue, due_epoch, DT_NOEND);
+	else
+	{
+		TimestampTz next = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc, 1,
+															 &isnull));
+
+		if (next > now)
+			jobq_state_set_next_due(relid, queue, due_epoch, next);
+	}
+}
+
+/* One claimed row, kept until the batch is sorted into claim order. */
+typedef struct JobqClaimed
+{
+	JobqClaimPos pos;
+	HeapTuple	tuple;
+} JobqClaimed;
+
+/* qsort comparator: claim order. */
+static int
+ClaimedCompare(const void *a, const void *b)
+{
+	const JobqClaimPos *pa = &((const JobqClaimed *) a)->pos;
+	const JobqClaimPos *pb = &((const JobqClaimed *) b)->pos;
+
+	if (pa->neg_priority != pb->neg_priority)
+		return pa->neg_priority < pb->neg_priority ? -1 : 1;
+	if (pa->run_at != pb->run_at)
+		return pa->run_at < pb->run_at ? -1 : 1;
+	if (pa->job_id != pb->job_id)
+		return pa->job_id < pb->job_id ? -1 : 1;
+	return 0;
+}
+
+/*
+ * jobq.claim(queue, worker_id, batch, lease, kinds, wait) -> claimed jobs
+ *
+ * Due delayed jobs are promoted first; then up to batch rows are deleted
+ * from the head of the queue's part of jobq.ready (FOR UPDATE SKIP LOCKED,
+ * starting at the queue's claim position) and their jobs marked running
+ * with a fresh lease token.
+ */
+Datum
+jobq_claim(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	const char *queue;
+	const char *worker_id;
+	int32		batch;
+	Interval   *lease = NULL;
+	ArrayType  *kinds = NULL;
+	JobqQueue	q;
+	TimestampTz now;
+	Oid			relid;
+	JobqClaimPos start;
+	uint64		epoch;
+	Oid			types[10] = {TEXTOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID,
+	INT4OID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID};
+	Datum		values[10];
+	char		nulls[10];
+	JobqClaimed *rows;
+	uint64		nrows;
+	bool		isnull;
+
+	queue = NameArg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	worker_id = NameArg(fcinfo, 1, "worker_id", JOBQ_MAX_NAME_LEN, true);
+	RequireArg(fcinfo, 2, "batch");
+	batch = PG_GETARG_INT32(2);
+	if (batch < 1 || batch > jobq_max_batch)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d", jobq_max_batch),
+				 errdetail("batch was %d.", batch),
+				 errhint("jobq.max_batch sets the upper limit.")));
+	if (!PG_ARGISNULL(3))
+		lease = PositiveIntervalArg(fcinfo, 3, "lease");
+	if (!PG_ARGISNULL(4))
+	{
+		kinds = PG_GETARG_ARRAYTYPE_P(4);
+		if (ARR_NDIM(kinds) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("kinds must be a one-dimensional array")));
+	}
+	if (!PG_ARGISNULL(5))
+	{
+		int64		wait_us = IntervalUsecs(PG_GETARG_INTERVAL_P(5));
+
+		if (wait_us < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("wait must not be negative")));
+		if (wait_us > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("wait is not supported in this version of jobq"),
+					 errhint("Call jobq.claim with wait => '0' and poll.")));
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+
+	if (!QueueGet(queue, &q) || q.paused)
+	{
+		SPI_finish();
+		return (Datum) 0;
+	}
+
+	now = GetCurrentTimestamp();
+	relid = ReadyRelid();
+	epoch = jobq_state_begin_claim(relid, queue, &start);
+	PromoteDue(relid, queue, now, &start);
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = Int32GetDatum(batch);
+	values[2] = kinds ? PointerGetDatum(kinds) : (Datum) 0;
+	nulls[2] = kinds ? ' ' : 'n';
+	values[3] = IntervalPGetDatum(lease ? lease : &q.lease);
+	values[4] = worker_id ? CStringGetTextDatum(worker_id) : (Datum) 0;
+	nulls[4] = worker_id ? ' ' : 'n';
+	values[5] = Int32GetDatum(start.neg_priority);
+	values[6] = TimestampTzGetDatum(start.run_at);
+	values[7] = Int64GetDatum(start.job_id);
+	values[8] = TimestampTzGetDatum(now);
+	/* the lease token: claim number in the high half, random low half */
+	values[9] = Int64GetDatum((int64) (pg_prng_uint32(&pg_global_prng_state) & 0x7fffffff));
+
+	jobq_spi_exec(jobq_plan(&plan_claim,
+							"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
+							" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+							" AND ($3 IS NULL OR r.kind = ANY ($3))"
+							" ORDER BY r.neg_priority, r.run_at, r.job_id"
+							" LIMIT $2 FOR UPDATE SKIP LOCKED),"
+							" gone AS (DELETE FROM jobq.ready r"
+							" WHERE r.ctid = ANY (ARRAY(SELECT ctid FROM picked))"
+							" RETURNING r.job_id, r.neg_priority, r.run_at)"
+							" UPDATE jobq.job j SET status = 'running', attempts = j.attempts + 1,"
+							" lease_token = ((j.attempts + 1)::int8 << 32) | (($10 + j.job_id * 40503) & 2147483647),"
+							" claimed_at = $9, lease_expires_at = $9 + $4, worker_id = $5,"
+							" updated_at = $9"
+							" FROM gone g WHERE j.job_id = g.job_id AND j.status = 'pending'"
+							" RETURNING j.job_id, j.lease_token, j.kind, j.payload, j.priority,"
+							" j.retry_count, j.max_retries, j.checkpoint, j.created_at,"
+							" j.lease_expires_at, g.neg_priority, g.run_at",
+							10, types),
+				  values, nulls, SPI_OK_UPDATE_RETURNING);
+
+	nrows = SPI_processed;
+	rows = palloc(sizeof(JobqClaimed) * Max(nrows, 1));
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		rows[i].tuple = tup;
+		rows[i].pos.neg_priority = DatumGetInt32(SPI_getbinval(tup, desc, 11, &isnull));
+		rows[i].pos.run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 12, &isnull));
+		rows[i].pos.job_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		jobq_state_note_unready(queue, &rows[i].pos);
+	}
+	qsort(rows, nrows, sizeof(JobqClaimed), ClaimedCompare);
+
+	/*
+	 * Move the queue's position past what this claim consumed.  Not with a
+	 * kinds filter (rows of other kinds were passed over, not consumed), and
+	 * not under a transaction snapshot, which may predate rows that were
+	 * committed before this claim began.
+	 */
+	if (nrows > 0 && kinds == NULL && !IsolationUsesXactSnapshot())
+		jobq_state_end_claim(relid, queue, epoch, &rows[nrows - 1].pos);
+
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		Datum		out[12];
+		bool		outnulls[12];
+
+		heap_deform_tuple(rows[i].tuple, SPI_tuptable->tupdesc, out, outnulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * Complete, fail, extend, checkpoint
+ * ---------------------------------------------------------------- */
+
+/* jobq.complete(job_id, lease_token, result) -> boolean */
+Datum
+jobq_complete(PG_FUNCTION_ARGS)
+{
+	Oid			types[4] = {INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	bool		done;
+
+	RequireArg(fcinfo, 0, "job_id");
+	RequireArg(fcinfo, 1, "lease_token");
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	if (PG_ARGISNULL(2))
+		nulls[2] = 'n';
+	else
+	{
+		CheckJsonSize(PG_GETARG_JSONB_P(2), "result");
+		values[2] = PG_GETARG_DATUM(2);
+	}
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_complete,
+							"UPDATE jobq.job SET status = 'completed', result = $3,"
+							" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
+							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'",
+							4, types),
+				  values, nulls, SPI_OK_UPDATE);
+	done = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/* jobq.complete_many(job_ids[], lease_tokens[], results[]) -> integer */
+Datum
+jobq_complete_many(PG_FUNCTION_ARGS)
+{
+	Oid			types[4] = {INT8ARRAYOID, INT8ARRAYOID, JSONBARRAYOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			n,
+				ntokens;
+	int32		done;
+
+	RequireArg(fcinfo, 0, "job_ids");
+	RequireArg(fcinfo, 1, "lease_tokens");
+	ArrayArg(PG_GETARG_ARRAYTYPE_P(0), INT8OID, "job_ids", &elems, &elem_nulls, &n);
+	ArrayArg(PG_GETARG_ARRAYTYPE_P(1), INT8OID, "lease_tokens", &elems, &elem_nulls, &ntokens);
+	CheckSameLength(n, "job_ids", ntokens, "lease_tokens");
+	if (n > jobq_max_batch)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("job_ids has more than %d elements", jobq_max_batch),
+				 errhint("jobq.max_batch sets the upper limit.")));
+	if (!PG_ARGISNULL(2))
+	{
+		int			nresults;
+
+		ArrayArg(PG_GETARG_ARRAYTYPE_P(2), JSONBOID, "results", &elems, &elem_nulls, &nresults);
+		CheckSameLength(n, "job_ids", nresults, "results");
+		for (int i = 0; i < nresults; i++)
+			if (!elem_nulls[i])
+				CheckJsonSize(DatumGetJsonbP(elems[i]), "results");
+		values[2] = PG_GETARG_DATUM(2);
+	}
+	else
+		nulls[2] = 'n';
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_complete_many,
+							"UPDATE jobq.job j SET status = 'completed', result = u.result,"
+							" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
+							" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
+							" ARRAY[cardinality($1)]))) AS u(job_id, lease_token, result)"
+							" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
+							" AND j.status = 'running'",
+							4, types),
+				  values, nulls, SPI_OK_UPDATE);
+	done = (int32) SPI_processed;
+	SPI_finish();
+	PG_RETURN_INT32(done);
+}
+
+/* Clip an error message to JOBQ_MAX_ERROR_LEN bytes on a character boundary. */
+static text *
+ClipError(text *error)
+{
+	int			len = VARSIZE_ANY_EXHDR(error);
+
+	if (len <= JOBQ_MAX_ERROR_LEN)
+		return error;
+	len = pg_mbcliplen(VARDATA_ANY(error), len, JOBQ_MAX_ERROR_LEN);
+	return cstring_to_text_with_len(VARDATA_ANY(error), len);
+}
+
+/*
+ * jobq.fail(job_id, lease_token, error, retryable, retry_in) -> new status
+ *
+ * With retries left and retryable, the job goes back to pending with
+ * retry_count + 1, due after retry_in or the queue's backoff; otherwise it
+ * is failed for good.  The attempt and its error go to jobq.attempt.
+ */
+Datum
+jobq_fail(PG_FUNCTION_ARGS)
+{
+	Oid			ltypes[2] = {INT8OID, INT8OID};
+	Oid			utypes[10] = {INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[10];
+	char		nulls[10];
+	text	   *error;
+	bool		retryable;
+	Interval   *retry_in = NULL;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	int32		retry_count,
+				max_retries,
+				priority,
+				attempts;
+	char	   *queue,
+			   *kind;
+	Datum		worker_id,
+				claimed_at;
+	bool		worker_null,
+				claimed_null;
+	bool		retry;
+	TimestampTz now,
+				run_at;
+	const char *status;
+
+	RequireArg(fcinfo, 0, "job_id");
+	RequireArg(fcinfo, 1, "lease_token");
+	RequireArg(fcinfo, 2, "error");
+	RequireArg(fcinfo, 3, "retryable");
+	error = ClipError(PG_GETARG_TEXT_PP(2));
+	retryable = PG_GETARG_BOOL(3);
+	if (!PG_ARGISNULL(4))
+	{
+		retry_in = PG_GETARG_INTERVAL_P(4);
+		if (IntervalUsecs(retry_in) < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("retry_in must not be negative")));
+	}
+
+	SPI_connect();
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	jobq_spi_exec(jobq_plan(&plan_fail_lock,
+							"SELECT j.retry_count, j.max_retries, j.queue, j.kind, j.priority,"
+							" j.attempts, j.worker_id, j.claimed_at,"
+							" (extract(epoch FROM q.backoff_base) * 1000000)::float8,"
+							" (extract(epoch FROM q.backoff_cap) * 1000000)::float8, q.backoff_jitter"
+							" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+							" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
+							" FOR UPDATE OF j",
+							2, ltypes),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		SPI_finish();
+		PG_RETURN_NULL();
+	}
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	retry_count = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+	max_retries = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+	queue = SPI_getvalue(tup, desc, 3);
+	kind = SPI_getvalue(tup, desc, 4);
+	priority = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+	attempts = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	worker_id = SPI_getbinval(tup, desc, 7, &worker_null);
+	if (!worker_null)
+		worker_id = PointerGetDatum(SPI_getvalue(tup, desc, 7));
+	claimed_at = SPI_getbinval(tup, desc, 8, &claimed_null);
+
+	now = GetCurrentTimestamp();
+	retry = retryable && retry_count < max_retries;
+	run_at = now;
+	if (retry)
+	{
+		if (retry_in != NULL)
+			run_at = now + IntervalUsecs(retry_in);
+		else
+		{
+			double		base = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
+			double		cap = DatumGetFloat8(SPI_getbinval(tup, desc, 10, &isnull));
+			double		jitter = DatumGetFloat8(SPI_getbinval(tup, desc, 11, &isnull));
+
+			run_at = now + jobq_backoff_usecs((int64) base, (int64) cap, jitter,
+											  retry_count,
+											  pg_prng_double(&pg_global_prng_state));
+		}
+	}
+	status = retry ? "pending" : "failed";
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[1] = Int32GetDatum(attempts);
+	values[2] = worker_null ? (Datum) 0 : CStringGetTextDatum(DatumGetCString(worker_id));
+	nulls[2] = worker_null ? 'n' : ' ';
+	values[3] = claimed_at;
+	nulls[3] = claimed_null ? 'n' : ' ';
+	values[4] = TimestampTzGetDatum(now);
+	values[5] = PointerGetDatum(error);
+	values[6] = CStringGetTextDatum(status);
+	values[7] = Int32GetDatum(retry ? retry_count + 1 : retry_count);
+	values[8] = TimestampTzGetDatum(run_at);
+	nulls[8] = retry ? ' ' : 'n';
+	values[9] = TimestampTzGetDatum(now);
+	nulls[9] = retry ? 'n' : ' ';
+	jobq_spi_exec(jobq_plan(&plan_fail_update,
+							"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
+							" started_at, finished_at, outcome, error)"
+							" VALUES ($1, $2, $3, $4, $5, 'failed', $6))"
+							" UPDATE jobq.job SET status = $7, retry_count = $8, run_at = COALESCE($9, run_at),"
+							" last_error = $6, finished_at = $10, updated_at = $5,"
+							" lease_expires_at = NULL"
+							" WHERE job_id = $1",
+							10, utypes),
+				  values, nulls, SPI_OK_UPDATE);
+	if (retry)
+		Requeue(DatumGetInt64(values[0]), queue, kind, priority, run_at, now);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(status));
+}
+
+/* jobq.extend(job_id, lease_token, lease) -> new lease expiry */
+Datum
+jobq_extend(PG_FUNCTION_ARGS)
+{
+	Oid			types[4] = {INT8OID, INT8OID, TIMESTAMPTZOID, INTERVALOID};
+	Datum		values[4];
+	Datum		result = (Datum) 0;
+	bool		isnull = true;
+
+	RequireArg(fcinfo, 0, "job_id");
+	RequireArg(fcinfo, 1, "lease_token");
+	RequireArg(fcinfo, 2, "lease");
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[3] = IntervalPGetDatum(PositiveIntervalArg(fcinfo, 2, "lease"));
+
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_extend,
+							"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
+							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+							" RETURNING lease_expires_at",
+							4, types),
+				  values, NULL, SPI_OK_UPDATE_RETURNING);
+	if (SPI_processed > 0)
+		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	SPI_finish();
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
+}
+
+/* jobq.checkpoint(job_id, lease_token, data) -> boolean */
+Datum
+jobq_checkpoint(PG_FUNCTION_ARGS)
+{
+	Oid			types[4] = {INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	bool		done;
+
+	RequireArg(fcinfo, 0, "job_id");
+	RequireArg(fcinfo, 1, "lease_token");
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	if (PG_ARGISNULL(2))
+		nulls[2] = 'n';
+	else
+	{
+		CheckJsonSize(PG_GETARG_JSONB_P(2), "data");
+		values[2] = PG_GETARG_DATUM(2);
+	}
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_checkpoint,
+							"UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
+							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'",
+							4, types),
+				  values, nulls, SPI_OK_UPDATE);
+	done = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/* ----------------------------------------------------------------
+ * Configuration and pruning
+ * ---------------------------------------------------------------- */
+
+/* An optional interval setting that must be at least min_us long. */
+static void
+SettingInterval(FunctionCallInfo fcinfo, int argno, const char *argname,
+				int64 min_us, Datum *value, char *null)
+{
+	if (PG_ARGISNULL(argno))
+	{
+		*null = 'n';
+		return;
+	}
+	if (IntervalUsecs(PG_GETARG_INTERVAL_P(argno)) < min_us)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be %s", argname,
+						min_us > 0 ? "a positive interval" : "zero or a positive interval")));
+	*value = PG_GETARG_DATUM(argno);
+	*null = ' ';
+}
+
+/*
+ * jobq.configure(queue, max_retries, lease, backoff_base, backoff_cap,
+ *				  backoff_jitter, retention_completed, retention_failed)
+ *
+ * Creates the queue if needed; NULL leaves a setting unchanged.
+ */
+Datum
+jobq_configure(PG_FUNCTION_ARGS)
+{
+	Oid			types[8] = {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+	FLOAT8OID, INTERVALOID, INTERVALOID};
+	Datum		values[8];
+	char		nulls[8];
+	const char *queue;
+	JobqQueue	q;
+	bool		isnull;
+
+	memset(nulls, ' ', sizeof(nulls));
+	queue = NameArg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	values[0] = CStringGetTextDatum(queue);
+	if (PG_ARGISNULL(1))
+		nulls[1] = 'n';
+	else
+	{
+		values[1] = PG_GETARG_DATUM(1);
+		if (PG_GETARG_INT32(1) < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_retries must not be negative")));
+	}
+	SettingInterval(fcinfo, 2, "lease", 1, &values[2], &nulls[2]);
+	SettingInterval(fcinfo, 3, "backoff_base", 0, &values[3], &nulls[3]);
+	SettingInterval(fcinfo, 4, "backoff_cap", 0, &values[4], &nulls[4]);
+	if (PG_ARGISNULL(5))
+		nulls[5] = 'n';
+	else
+	{
+		float8		jitter = PG_GETARG_FLOAT8(5);
+
+		if (!(jitter >= 0.0 && jitter <= 1.0))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("backoff_jitter must be between 0 and 1"),
+					 errhint("0.1 spreads each delay over plus or minus 10%%.")));
+		values[5] = PG_GETARG_DATUM(5);
+	}
+	SettingInterval(fcinfo, 6, "retention_completed", 0, &values[6], &nulls[6]);
+	SettingInterval(fcinfo, 7, "retention_failed", 0, &values[7], &nulls[7]);
+
+	SPI_connect();
+	QueueGetOrCreate(queue, &q);
+	jobq_spi_exec(jobq_plan(&plan_configure,
+							"UPDATE jobq.queue SET"
+							" max_retries = COALESCE($2, max_retries),"
+							" lease = COALESCE($3, lease),"
+							" backoff_base = COALESCE($4, backoff_base),"
+							" backoff_cap = COALESCE($5, backoff_cap),"
+							" backoff_jitter = COALESCE($6, backoff_jitter),"
+							" retention_completed = COALESCE($7, retention_completed),"
+							" retention_failed = COALESCE($8, retention_failed),"
+							" updated_at = now()"
+							" WHERE name = $1"
+							" RETURNING backoff_cap >= backoff_base",
+							8, types),
+				  values, nulls, SPI_OK_UPDATE_RETURNING);
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("backoff_cap must not be shorter than backoff_base"),
+				 errhint("Set both in one call, for example backoff_base => '1 s', backoff_cap => '10 min'.")));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * jobq.prune(batch) -> rows deleted
+ *
+ * Deletes up to batch finished jobs whose queue's retention has passed
+ * (with their attempt history), starts the retention clock of their
+ * idempotency keys, and deletes up to batch keys whose retention has passed.
+ */
+Datum
+jobq_prune(PG_FUNCTION_ARGS)
+{
+	Oid			types[3] = {TIMESTAMPTZOID, INT4OID, INTERVALOID};
+	Datum		values[3];
+	Interval	key_retention;
+	int32		batch;
+	int64		deleted;
+	bool		isnull;
+
+	RequireArg(fcinfo, 0, "batch");
+	batch = PG_GETARG_INT32(0);
+	if (batch < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be positive")));
+	memset(&key_retention, 0, sizeof(key_retention));
+	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
+	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[1] = Int32GetDatum(batch);
+	values[2] = IntervalPGetDatum(&key_retention);
+
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_prune_jobs,
+							"WITH victims AS (SELECT j.job_id FROM jobq.job j"
+							" JOIN jobq.queue q ON q.name = j.queue"
+							" WHERE (j.status IN ('completed', 'cancelled')"
+							" AND j.finished_at < $1 - q.retention_completed)"
+							" OR (j.status = 'failed' AND j.finished_at < $1 - q.retention_failed)"
+							" LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"
+							" dj AS (DELETE FROM jobq.job j USING victims v"
+							" WHERE j.job_id = v.job_id"
+							" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at),"
+							" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id),"
+							" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $3"
+							" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key"
+							" AND k.job_id = dj.job_id)"
+							" SELECT count(*) FROM dj",
+							3, types),
+				  values, NULL, SPI_OK_SELECT);
+	deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	jobq_spi_exec(jobq_plan(&plan_prune_keys,
+							"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
+							" SELECT k.ctid FROM jobq.idempotency_key k"
+							" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
+							2, types),
+				  values, NULL, SPI_OK_DELETE);
+	deleted += SPI_processed;
+	SPI_finish();
+	PG_RETURN_INT64(deleted);
+}

@@ -1,0 +1,494 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue_state.c
+ *	  Per-queue claim positions and due times kept in shared memory.
+ *
+ * A claim deletes rows from the head of jobq.ready's claim index.  While any
+ * snapshot older than those deletions is held (a long REPEATABLE READ
+ * transaction, a pg_dump), vacuum cannot remove the dead entries, and a
+ * claim that starts its index scan at the head of the queue walks all of
+ * them: a plain SKIP LOCKED queue falls to a few percent of its clean rate.
+ *
+ * So every queue has a claim position: a key (-priority, run_at, job_id) such
+ * that every committed, unclaimed row of the queue in jobq.ready sorts at or
+ * after it.  A claim scans from the position and, when it is done, moves the
+ * position up to the last row it claimed.  The position only ever moves
+ * backwards through three events, each of which also bumps the queue's
+ * epoch:
+ *
+ *	- a transaction that inserted ready rows commits (lowered to the least
+ *	  key it inserted);
+ *	- a transaction that deleted ready rows aborts (lowered to the least key
+ *	  it deleted: those rows are claimable again);
+ *	- the entry is new, or jobq.ready was re-created (no position: scan from
+ *	  the head once).
+ *
+ * A claim remembers the epoch it started under and moves the position only
+ * if the epoch is unchanged when it is done.  The callbacks run after the
+ * transaction's commit or abort is visible to other backends (after
+ * ProcArrayEndTransaction), so a claim either started its snapshot after a
+ * row became visible (and so saw it), or its epoch no longer matches.  Rows
+ * that a claim skipped because another transaction held them are that
+ * transaction's business: it either consumes them or, aborting, lowers the
+ * position.  A crash of any backend re-initialises shared memory, which
+ * forgets every position.  PREPARE TRANSACTION is refused for a transaction
+ * that changed a queue, since its outcome would arrive without a callback.
+ *
+ * The same scheme keeps a lower bound of the earliest run_at in
+ * jobq.scheduled per queue, so a claim looks for due delayed jobs only when
+ * one can be due.
+ *
+ * Locking: JobqStateLock (an LWLock) guards the hash table's membership;
+ * each entry's fields are guarded by its own spinlock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "jobq.h"
+
+/* Hash key: one queue of one database. */
+typedef struct JobqStateKey
+{
+	Oid			dbid;
+	char		queue[JOBQ_MAX_NAME_LEN + 1];
+} JobqStateKey;
+
+/* Shared state of one queue. */
+typedef struct JobqQueueState
+{
+	JobqStateKey key;			/* hash key; must be first */
+	slock_t		mutex;			/* guards every field below */
+	Oid			relid;			/* jobq.ready's OID when pos was set */
+	uint64		epoch;			/* bumped when pos may move backwards */
+	bool		pos_valid;		/* false: scan from the head */
+	JobqClaimPos pos;			/* no claimable row sorts before this */
+	Oid			due_relid;		/* jobq.ready's OID when next_due was set */
+	uint64		due_epoch;		/* bumped when next_due may move earlier */
+	bool		due_valid;		/* false: probe jobq.scheduled */
+	TimestampTz next_due;		/* no scheduled row is due before this */
+} JobqQueueState;
+
+/* What this backend's transaction did to one queue's sets. */
+typedef struct JobqQueueNote
+{
+	char		queue[JOBQ_MAX_NAME_LEN + 1];
+	bool		has_inserted;	/* rows entered jobq.ready */
+	JobqClaimPos min_inserted;
+	bool		has_deleted;	/* rows left jobq.ready */
+	JobqClaimPos min_deleted;
+	bool		has_scheduled;	/* rows entered jobq.scheduled */
+	TimestampTz min_scheduled;
+} JobqQueueNote;
+
+static int	jobq_max_tracked_queues = 1024;
+static HTAB *JobqStateHash = NULL;
+static LWLock *JobqStateLock = NULL;
+
+/* Notes of the current top-level transaction (TopMemoryContext). */
+static List *jobq_notes = NIL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void jobq_state_xact_callback(XactEvent event, void *arg);
+static void jobq_state_subxact_callback(SubXactEvent event,
+										SubTransactionId mySubid,
+										SubTransactionId parentSubid,
+										void *arg);
+
+/* Three-way comparison of two claim positions, in claim order. */
+static int
+ClaimPosCompare(const JobqClaimPos *a, const JobqClaimPos *b)
+{
+	if (a->neg_priority != b->neg_priority)
+		return a->neg_priority < b->neg_priority ? -1 : 1;
+	if (a->run_at != b->run_at)
+		return a->run_at < b->run_at ? -1 : 1;
+	if (a->job_id != b->job_id)
+		return a->job_id < b->job_id ? -1 : 1;
+	return 0;
+}
+
+/* Size of the shared hash table. */
+static Size
+StateShmemSize(void)
+{
+	return hash_estimate_size(jobq_max_tracked_queues, sizeof(JobqQueueState));
+}
+
+/* shmem_request_hook: reserve our shared memory and lock. */
+static void
+StateShmemRequest(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(StateShmemSize());
+	RequestNamedLWLockTranche("jobq", 1);
+}
+
+/* shmem_startup_hook: create or attach to the shared hash table. */
+static void
+StateShmemStartup(void)
+{
+	HASHCTL		info;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	JobqStateLock = &(GetNamedLWLockTranche("jobq"))->lock;
+	info.keysize = sizeof(JobqStateKey);
+	info.entrysize = sizeof(JobqQueueState);
+	JobqStateHash = ShmemInitHash("jobq queue state",
+								  jobq_max_tracked_queues,
+								  jobq_max_tracked_queues,
+								  &info, HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Define our GUC and install the shared memory hooks (from _PG_init). */
+void
+jobq_state_shmem_request(void)
+{
+	DefineCustomIntVariable("jobq.max_tracked_queues",
+							"Number of queues whose claim positions are kept in shared memory.",
+							"Queues beyond this number still work; their claims scan from the head of the queue.",
+							&jobq_max_tracked_queues,
+							1024, 16, 1000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = StateShmemRequest;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = StateShmemStartup;
+}
+
+/* Register the transaction callbacks that maintain the positions. */
+void
+jobq_state_register_callbacks(void)
+{
+	RegisterXactCallback(jobq_state_xact_callback, NULL);
+	RegisterSubXactCallback(jobq_state_subxact_callback, NULL);
+}
+
+/*
+ * Find (or create) the shared entry of a queue of this database.  Returns
+ * NULL when jobq is not preloaded or the table is full.
+ */
+static JobqQueueState *
+StateLookup(const char *queue, bool create)
+{
+	JobqStateKey key;
+	JobqQueueState *entry;
+	bool		found;
+
+	if (JobqStateHash == NULL || strlen(queue) > JOBQ_MAX_NAME_LEN)
+		return NULL;
+
+	memset(&key, 0, sizeof(key));
+	key.dbid = MyDatabaseId;
+	strlcpy(key.queue, queue, sizeof(key.queue));
+
+	LWLockAcquire(JobqStateLock, LW_SHARED);
+	entry = hash_search(JobqStateHash, &key, HASH_FIND, NULL);
+	LWLockRelease(JobqStateLock);
+	if (entry != NULL || !create)
+		return entry;
+
+	LWLockAcquire(JobqStateLock, LW_EXCLUSIVE);
+	entry = hash_search(JobqStateHash, &key, HASH_ENTER_NULL, &found);
+	if (entry != NULL && !found)
+	{
+		SpinLockInit(&entry->mutex);
+		entry->relid = InvalidOid;
+		entry->epoch = 0;
+		entry->pos_valid = false;
+		entry->due_relid = InvalidOid;
+		entry->due_epoch = 0;
+		entry->due_valid = false;
+		entry->next_due = DT_NOBEGIN;
+	}
+	LWLockRelease(JobqStateLock);
+	return entry;
+}
+
+/*
+ * Where a claim on a queue should start scanning.  Fills *start and returns
+ * the epoch to hand back to jobq_state_end_claim.
+ */
+uint64
+jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+	uint64		epoch = 0;
+	bool		valid = false;
+
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		epoch = entry->epoch;
+		if (entry->pos_valid && entry->relid == relid)
+		{
+			*start = entry->pos;
+			valid = true;
+		}
+		SpinLockRelease(&entry->mutex);
+	}
+	if (!valid)
+	{
+		start->neg_priority = PG_INT32_MIN;
+		start->run_at = DT_NOBEGIN;
+		start->job_id = PG_INT64_MIN;
+	}
+	return epoch;
+}
+
+/*
+ * A claim that started under epoch has claimed every claimable row up to
+ * *last (or skipped rows other transactions hold): move the position there
+ * unless something moved it backwards meanwhile.
+ */
+void
+jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
+					 const JobqClaimPos *last)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->epoch == epoch)
+	{
+		if (!entry->pos_valid || entry->relid != relid ||
+			ClaimPosCompare(&entry->pos, last) < 0)
+		{
+			entry->pos = *last;
+			entry->relid = relid;
+			entry->pos_valid = true;
+		}
+	}
+	SpinLockRelease(&entry->mutex);
+}
+
+/*
+ * Should a claim look for due rows in jobq.scheduled?  Returns the due epoch
+ * in *epoch for jobq_state_set_next_due.
+ */
+bool
+jobq_state_due_probe_needed(Oid relid, const char *queue, TimestampTz now,
+							uint64 *epoch)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+	bool		needed = true;
+
+	*epoch = 0;
+	if (entry == NULL)
+		return true;
+	SpinLockAcquire(&entry->mutex);
+	*epoch = entry->due_epoch;
+	if (entry->due_valid && entry->due_relid == relid && entry->next_due > now)
+		needed = false;
+	SpinLockRelease(&entry->mutex);
+	return needed;
+}
+
+/* After a probe found the earliest scheduled run_at, remember it. */
+void
+jobq_state_set_next_due(Oid relid, const char *queue, uint64 epoch,
+						TimestampTz next_due)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_epoch == epoch)
+	{
+		entry->next_due = next_due;
+		entry->due_relid = relid;
+		entry->due_valid = true;
+	}
+	SpinLockRelease(&entry->mutex);
+}
+
+/* This transaction's note for a queue, created on first use. */
+static JobqQueueNote *
+NoteFor(const char *queue)
+{
+	ListCell   *lc;
+	JobqQueueNote *note;
+	MemoryContext old;
+
+	foreach(lc, jobq_notes)
+	{
+		note = (JobqQueueNote *) lfirst(lc);
+		if (strcmp(note->queue, queue) == 0)
+			return note;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	note = palloc0(sizeof(JobqQueueNote));
+	strlcpy(note->queue, queue, sizeof(note->queue));
+	jobq_notes = lappend(jobq_notes, note);
+	MemoryContextSwitchTo(old);
+	return note;
+}
+
+/* Lower *acc to *pos (or set it when unset). */
+static void
+NoteMin(bool *has, JobqClaimPos *acc, const JobqClaimPos *pos)
+{
+	if (!*has || ClaimPosCompare(pos, acc) < 0)
+		*acc = *pos;
+	*has = true;
+}
+
+/* This transaction inserted a row into jobq.ready at *pos. */
+void
+jobq_state_note_ready(const char *queue, const JobqClaimPos *pos)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	NoteMin(&note->has_inserted, &note->min_inserted, pos);
+}
+
+/* This transaction deleted (claimed, cancelled) the row of jobq.ready at *pos. */
+void
+jobq_state_note_unready(const char *queue, const JobqClaimPos *pos)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	NoteMin(&note->has_deleted, &note->min_deleted, pos);
+}
+
+/* This transaction inserted a row into jobq.scheduled due at run_at. */
+void
+jobq_state_note_scheduled(const char *queue, TimestampTz run_at)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	if (!note->has_scheduled || run_at < note->min_scheduled)
+		note->min_scheduled = run_at;
+	note->has_scheduled = true;
+}
+
+/* Move a queue's position back to *pos and bump its epoch. */
+static void
+StateLower(const char *queue, const JobqClaimPos *pos)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->pos_valid && ClaimPosCompare(pos, &entry->pos) < 0)
+		entry->pos = *pos;
+	entry->epoch++;
+	SpinLockRelease(&entry->mutex);
+}
+
+/* Move a queue's next due time back to run_at and bump its due epoch. */
+static void
+StateLowerDue(const char *queue, TimestampTz run_at)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_valid && run_at < entry->next_due)
+		entry->next_due = run_at;
+	entry->due_epoch++;
+	SpinLockRelease(&entry->mutex);
+}
+
+/*
+ * End of a top-level transaction: publish what it did.  Runs after the
+ * outcome is visible to other backends.
+ */
+static void
+jobq_state_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (jobq_notes == NIL)
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that enqueued, claimed or re-queued jobq jobs"),
+					 errhint("Run jobq operations outside of two-phase transactions.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			foreach(lc, jobq_notes)
+			{
+				JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+				if (note->has_inserted)
+					StateLower(note->queue, &note->min_inserted);
+				if (note->has_scheduled)
+					StateLowerDue(note->queue, note->min_scheduled);
+			}
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			foreach(lc, jobq_notes)
+			{
+				JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+				/*
+				 * Deleted scheduled rows come back too; we keep no bound for
+				 * them, so make the next claim probe.
+				 */
+				if (note->has_deleted)
+					StateLower(note->queue, &note->min_deleted);
+				StateLowerDue(note->queue, DT_NOBEGIN);
+			}
+			break;
+		default:
+			return;
+	}
+	list_free_deep(jobq_notes);
+	jobq_notes = NIL;
+}
+
+/*
+ * A subtransaction aborted: rows it deleted are back and will stay back if
+ * the top-level transaction commits, so treat them as inserted as well.
+ */
+static void
+jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	foreach(lc, jobq_notes)
+	{
+		JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+		if (note->has_deleted)
+			NoteMin(&note->has_inserted, &note->min_inserted, &note->min_deleted);
+		/* deleted scheduled rows may be back: probe after commit */
+		if (!note->has_scheduled || note->min_scheduled > DT_NOBEGIN)
+			note->min_scheduled = DT_NOBEGIN;
+		note->has_scheduled = true;
+	}
+}
