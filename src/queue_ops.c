@@ -871,6 +871,9 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 				ntokens;
 	int32		done;
 
+	/* array_agg over an empty claim gives NULLs: nothing to complete */
+	if (PG_ARGISNULL(0) && PG_ARGISNULL(1))
+		PG_RETURN_INT32(0);
 	RequireArg(fcinfo, 0, "job_ids");
 	RequireArg(fcinfo, 1, "lease_tokens");
 	ArrayArg(PG_GETARG_ARRAYTYPE_P(0), INT8OID, "job_ids", &elems, &elem_nulls, &n);
