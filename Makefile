@@ -11,15 +11,17 @@
 
 EXTENSION = jobq
 MODULE_big = jobq
-OBJS = \
-	src/jobq.o \
-	src/queue_ops.o \
-	src/queue_state.o \
-	src/backoff.o \
-	src/priority.o \
-	src/spi_plan.o
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 
-DATA = $(wildcard extension/jobq--*.sql)
+# The base install script is assembled from one part per concern
+# (extension/parts/NN_*.sql, in name order); upgrade scripts
+# extension/jobq--A--B.sql are written by hand and only ever appended.
+EXTVERSION = $(shell sed -n "s/^default_version = '\\(.*\\)'/\\1/p" jobq.control)
+DATA_built = jobq--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(wildcard extension/jobq--*--*.sql))
+
+jobq--$(EXTVERSION).sql: $(sort $(wildcard extension/parts/*.sql)) jobq.control
+	cat $(sort $(wildcard extension/parts/*.sql)) > $@
 
 PG_CPPFLAGS = -I$(srcdir)/src
 # CI (scripts/test) builds with WERROR=1: warnings are errors there.

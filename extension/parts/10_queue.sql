@@ -1,6 +1,4 @@
-/* extension/jobq--0.1.0.sql -- the base install script of jobq */
-
-\echo Use "CREATE EXTENSION jobq" to load this file. \quit
+/* extension/parts/10_queue.sql -- queues, jobs and the queue operations */
 
 /*
  * Storage layout (see README, "How it works").
@@ -310,5 +308,3 @@ SELECT q.name AS queue,
 COMMENT ON VIEW jobq.queue_stats IS
     'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending';
 
-/* Nothing of jobq is granted to PUBLIC. */
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobq FROM PUBLIC;
