@@ -1,0 +1,51 @@
+--
+-- delays: a job whose run_at is in the future is pending but not claimable
+--
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS jobq CASCADE;
+CREATE EXTENSION jobq;
+RESET client_min_messages;
+
+-- a job delayed by an hour
+SELECT job_id AS later FROM jobq.enqueue('report', run_at => now() + interval '1 hour') \gset
+
+-- it is pending, with run_at where it was asked to be
+SELECT status, run_at - now() BETWEEN interval '59 min' AND interval '1 hour' AS in_an_hour
+  FROM jobq.jobs WHERE job_id = :later;
+
+-- ... but claim does not see it
+SELECT count(*) AS claimed FROM jobq.claim();
+
+-- not even when it has the highest priority
+SELECT created FROM jobq.enqueue('urgent-later', priority => 30,
+                                 run_at => now() + interval '1 minute');
+SELECT count(*) AS claimed FROM jobq.claim(batch => 10);
+
+-- a job with run_at in the past is claimable at once, and ordered before a
+-- job of the same priority enqueued earlier with run_at = now()
+SELECT created FROM jobq.enqueue('now');
+SELECT created FROM jobq.enqueue('overdue', run_at => now() - interval '1 hour');
+SELECT kind FROM jobq.claim();
+SELECT kind FROM jobq.claim();
+SELECT count(*) AS claimed FROM jobq.claim();
+
+-- a job delayed by half a second becomes claimable once that time has passed,
+-- and then goes before lower-priority jobs that were ready all along
+SELECT count(*) AS enqueued
+  FROM jobq.enqueue_many('ready-low', array_fill('{}'::jsonb, ARRAY[3]));
+SELECT job_id AS soon
+  FROM jobq.enqueue('soon', priority => 20, run_at => clock_timestamp() + interval '0.5 s') \gset
+SELECT kind FROM jobq.claim();
+SELECT pg_sleep(1);
+SELECT kind, job_id = :soon AS is_soon FROM jobq.claim();
+
+-- a job enqueued with run_at in the past after claims have moved on still
+-- takes its place in the order: before the remaining ready-low jobs
+SELECT created FROM jobq.enqueue('late-overdue', run_at => now() - interval '2 hours');
+SELECT kind FROM jobq.claim();
+SELECT kind FROM jobq.claim();
+SELECT kind FROM jobq.claim();
+SELECT count(*) AS claimed FROM jobq.claim();
+
+-- the delayed jobs are still waiting
+SELECT kind, status FROM jobq.jobs WHERE run_at > now() ORDER BY job_id;
