@@ -1,0 +1,233 @@
+--
+-- bad_input: every bad argument is an ERROR with a SQLSTATE and a message
+-- naming the argument, and leaves no trace (no job, no queue)
+--
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS jobq CASCADE;
+CREATE EXTENSION jobq;
+RESET client_min_messages;
+
+-- after each error: its SQLSTATE, then the number of jobs and queues
+\set VERBOSITY default
+\set SHOW_CONTEXT never
+\set trace 'SELECT (SELECT count(*) FROM jobq.jobs) AS jobs, (SELECT count(*) FROM jobq.queue) AS queues;'
+
+-- one good job in queue 'default' to start from
+SELECT job_id AS job FROM jobq.enqueue('good') \gset
+:trace
+
+--
+-- enqueue
+--
+
+-- kind must not be NULL or empty
+SELECT * FROM jobq.enqueue(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue('', queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+-- queue must not be NULL or empty
+SELECT * FROM jobq.enqueue('k', queue => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue('k', queue => '');
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+-- payload must be a JSON object
+SELECT * FROM jobq.enqueue('k', '[1, 2]', queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue('k', '"text"', queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue('k', 'null', queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue('k', NULL, queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+-- payload must not be over jobq.max_payload_size
+SET jobq.max_payload_size = 64;
+SELECT * FROM jobq.enqueue('k', jsonb_build_object('blob', repeat('x', 100)), queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+:trace
+-- a payload under the limit is fine
+SELECT created FROM jobq.enqueue('small', '{"a": 1}', queue => 'small');
+RESET jobq.max_payload_size;
+:trace
+
+-- kind, queue and idempotency_key have a length limit
+SELECT * FROM jobq.enqueue(repeat('k', 200), queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue('k', queue => repeat('q', 200));
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue('k', queue => 'new-queue', idempotency_key => repeat('x', 600));
+\echo :LAST_ERROR_SQLSTATE
+-- an empty idempotency_key is not a key
+SELECT * FROM jobq.enqueue('k', queue => 'new-queue', idempotency_key => '');
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+-- max_retries must not be negative
+SELECT * FROM jobq.enqueue('k', queue => 'new-queue', max_retries => -1);
+\echo :LAST_ERROR_SQLSTATE
+-- run_at must not be NULL
+SELECT * FROM jobq.enqueue('k', queue => 'new-queue', run_at => NULL);
+\echo :LAST_ERROR_SQLSTATE
+-- priority must not be NULL
+SELECT * FROM jobq.enqueue('k', queue => 'new-queue', priority => NULL);
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+-- an unknown priority label
+SELECT jobq.priority('urgent');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue('k', queue => 'new-queue', priority => jobq.priority('urgent'));
+\echo :LAST_ERROR_SQLSTATE
+-- (a NULL label is not an error: jobq.priority is strict and returns NULL)
+SELECT jobq.priority(NULL) IS NULL AS null_label_gives_null;
+:trace
+
+--
+-- enqueue_many
+--
+
+-- payloads and idempotency_keys must have the same length
+SELECT * FROM jobq.enqueue_many('k', ARRAY['{}', '{}', '{}']::jsonb[], queue => 'new-queue',
+                                idempotency_keys => ARRAY['a', 'b']);
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+-- one bad payload fails the whole batch, the good ones before it too
+SELECT * FROM jobq.enqueue_many('k', ARRAY['{}', '{}', '[3]']::jsonb[], queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue_many('k', ARRAY['{}', NULL]::jsonb[], queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+-- kind and payloads must not be NULL
+SELECT * FROM jobq.enqueue_many(NULL, ARRAY['{}']::jsonb[], queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.enqueue_many('k', NULL, queue => 'new-queue');
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+--
+-- claim
+--
+
+-- batch must be positive and at most jobq.max_batch (1000)
+SELECT * FROM jobq.claim(batch => 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.claim(batch => -1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.claim(batch => 1001);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.claim(batch => NULL);
+\echo :LAST_ERROR_SQLSTATE
+
+-- queue must not be NULL or empty
+SELECT * FROM jobq.claim(queue => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.claim(queue => '');
+\echo :LAST_ERROR_SQLSTATE
+
+-- lease must be positive
+SELECT * FROM jobq.claim(lease => '-1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.claim(lease => '0 s');
+\echo :LAST_ERROR_SQLSTATE
+
+-- waiting is not supported in this version
+SELECT * FROM jobq.claim(wait => '1 second');
+\echo :LAST_ERROR_SQLSTATE
+
+-- none of these claimed the good job
+SELECT status FROM jobq.jobs WHERE job_id = :job;
+:trace
+
+-- claiming from a queue that does not exist returns nothing and creates nothing
+SELECT count(*) AS claimed FROM jobq.claim(queue => 'no-such-queue');
+:trace
+
+--
+-- complete, complete_many, fail, extend, checkpoint
+--
+SELECT lease_token AS token FROM jobq.claim() \gset
+
+-- NULL job_id or lease_token
+SELECT jobq.complete(NULL, :token);
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.complete(:job, NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.fail(NULL, :token, 'e');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.fail(:job, NULL, 'e');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.extend(NULL, :token, '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.extend(:job, NULL, '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.checkpoint(NULL, :token, '{}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.checkpoint(:job, NULL, '{}');
+\echo :LAST_ERROR_SQLSTATE
+
+-- extend needs a positive lease
+SELECT jobq.extend(:job, :token, '-1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.extend(:job, :token, NULL);
+\echo :LAST_ERROR_SQLSTATE
+
+-- fail needs a non-negative retry_in and an error
+SELECT jobq.fail(:job, :token, 'e', retry_in => '-1 minute');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.fail(:job, :token, NULL);
+\echo :LAST_ERROR_SQLSTATE
+
+-- result and checkpoint must not be over jobq.max_payload_size either
+SET jobq.max_payload_size = 64;
+SELECT jobq.complete(:job, :token, jsonb_build_object('blob', repeat('x', 100)));
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.checkpoint(:job, :token, jsonb_build_object('blob', repeat('x', 100)));
+\echo :LAST_ERROR_SQLSTATE
+RESET jobq.max_payload_size;
+
+-- complete_many: the arrays must have the same length
+SELECT jobq.complete_many(ARRAY[:job, :job + 1], ARRAY[:token]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.complete_many(ARRAY[:job], ARRAY[:token], ARRAY['{}', '{}']::jsonb[]);
+\echo :LAST_ERROR_SQLSTATE
+
+-- after all these errors the job is still running, with its lease and token
+SELECT status, retry_count, last_error, result, checkpoint FROM jobq.jobs WHERE job_id = :job;
+SELECT jobq.complete(:job, :token) AS completed;
+:trace
+
+--
+-- configure
+--
+SELECT jobq.configure(NULL, max_retries => 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.configure('new-queue', max_retries => -1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.configure('new-queue', lease => '-5 minutes');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.configure('new-queue', backoff_base => '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.configure('new-queue', backoff_jitter => 1.5);
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.configure('new-queue', backoff_jitter => -0.1);
+\echo :LAST_ERROR_SQLSTATE
+-- backoff_cap must not be shorter than backoff_base, set together ...
+SELECT jobq.configure('new-queue', backoff_base => '1 hour', backoff_cap => '1 minute');
+\echo :LAST_ERROR_SQLSTATE
+-- ... or one at a time (the default cap is 1 hour)
+SELECT jobq.configure('new-queue', backoff_base => '2 hours');
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.configure('', max_retries => 1);
+\echo :LAST_ERROR_SQLSTATE
+:trace
+
+-- enqueue still works after all these errors
+SELECT created FROM jobq.enqueue('after-errors');
+:trace
