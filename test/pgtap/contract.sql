@@ -1,0 +1,185 @@
+--
+-- contract.sql: the public SQL API of jobq, as fixed by CONTRACT.md
+--
+-- Run by pg_prove in a database where pgtap and jobq are installed.
+-- Extra optional arguments, functions and view columns are allowed by the
+-- contract, so views are checked column by column (has_column), not with
+-- columns_are.
+--
+BEGIN;
+SELECT plan(98);
+
+SELECT has_schema('jobq', 'schema jobq exists');
+
+--
+-- functions: argument types, return type, argument names and defaults
+--
+
+-- jobq.enqueue
+SELECT has_function('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text']);
+SELECT function_returns('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text'], 'setof record');
+SELECT is(pg_get_function_arguments('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text)'::regprocedure),
+          $$kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_key text DEFAULT NULL::text$$,
+          'enqueue: argument names, order and defaults');
+SELECT is(pg_get_function_result('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text)'::regprocedure),
+          'TABLE(job_id bigint, created boolean)',
+          'enqueue: result columns');
+
+-- jobq.enqueue_many
+SELECT has_function('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]']);
+SELECT function_returns('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]'], 'setof record');
+SELECT is(pg_get_function_arguments('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[])'::regprocedure),
+          $$kind text, payloads jsonb[], queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_keys text[] DEFAULT NULL::text[]$$,
+          'enqueue_many: argument names, order and defaults');
+SELECT is(pg_get_function_result('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[])'::regprocedure),
+          'TABLE(job_id bigint, created boolean)',
+          'enqueue_many: result columns');
+
+-- jobq.claim
+SELECT has_function('jobq', 'claim', ARRAY['text', 'text', 'integer', 'interval', 'text[]', 'interval']);
+SELECT function_returns('jobq', 'claim', ARRAY['text', 'text', 'integer', 'interval', 'text[]', 'interval'], 'setof record');
+SELECT is(pg_get_function_arguments('jobq.claim(text,text,integer,interval,text[],interval)'::regprocedure),
+          $$queue text DEFAULT 'default'::text, worker_id text DEFAULT NULL::text, batch integer DEFAULT 1, lease interval DEFAULT NULL::interval, kinds text[] DEFAULT NULL::text[], wait interval DEFAULT '00:00:00'::interval$$,
+          'claim: argument names, order and defaults');
+SELECT is(pg_get_function_result('jobq.claim(text,text,integer,interval,text[],interval)'::regprocedure),
+          'TABLE(job_id bigint, lease_token bigint, kind text, payload jsonb, priority integer, retry_count integer, max_retries integer, checkpoint jsonb, enqueued_at timestamp with time zone, lease_expires_at timestamp with time zone)',
+          'claim: result columns');
+
+-- jobq.complete
+SELECT has_function('jobq', 'complete', ARRAY['bigint', 'bigint', 'jsonb']);
+SELECT function_returns('jobq', 'complete', ARRAY['bigint', 'bigint', 'jsonb'], 'boolean');
+SELECT is(pg_get_function_arguments('jobq.complete(bigint,bigint,jsonb)'::regprocedure),
+          $$job_id bigint, lease_token bigint, result jsonb DEFAULT NULL::jsonb$$,
+          'complete: argument names, order and defaults');
+
+-- jobq.complete_many
+SELECT has_function('jobq', 'complete_many', ARRAY['bigint[]', 'bigint[]', 'jsonb[]']);
+SELECT function_returns('jobq', 'complete_many', ARRAY['bigint[]', 'bigint[]', 'jsonb[]'], 'integer');
+SELECT is(pg_get_function_arguments('jobq.complete_many(bigint[],bigint[],jsonb[])'::regprocedure),
+          $$job_ids bigint[], lease_tokens bigint[], results jsonb[] DEFAULT NULL::jsonb[]$$,
+          'complete_many: argument names, order and defaults');
+
+-- jobq.fail
+SELECT has_function('jobq', 'fail', ARRAY['bigint', 'bigint', 'text', 'boolean', 'interval']);
+SELECT function_returns('jobq', 'fail', ARRAY['bigint', 'bigint', 'text', 'boolean', 'interval'], 'text');
+SELECT is(pg_get_function_arguments('jobq.fail(bigint,bigint,text,boolean,interval)'::regprocedure),
+          $$job_id bigint, lease_token bigint, error text, retryable boolean DEFAULT true, retry_in interval DEFAULT NULL::interval$$,
+          'fail: argument names, order and defaults');
+
+-- jobq.extend
+SELECT has_function('jobq', 'extend', ARRAY['bigint', 'bigint', 'interval']);
+SELECT function_returns('jobq', 'extend', ARRAY['bigint', 'bigint', 'interval'], 'timestamp with time zone');
+SELECT is(pg_get_function_arguments('jobq.extend(bigint,bigint,interval)'::regprocedure),
+          $$job_id bigint, lease_token bigint, lease interval$$,
+          'extend: argument names, order and defaults');
+
+-- jobq.checkpoint
+SELECT has_function('jobq', 'checkpoint', ARRAY['bigint', 'bigint', 'jsonb']);
+SELECT function_returns('jobq', 'checkpoint', ARRAY['bigint', 'bigint', 'jsonb'], 'boolean');
+SELECT is(pg_get_function_arguments('jobq.checkpoint(bigint,bigint,jsonb)'::regprocedure),
+          $$job_id bigint, lease_token bigint, data jsonb$$,
+          'checkpoint: argument names, order and defaults');
+
+-- jobq.priority
+SELECT has_function('jobq', 'priority', ARRAY['text']);
+SELECT function_returns('jobq', 'priority', ARRAY['text'], 'integer');
+
+-- jobq.priority_label
+SELECT has_function('jobq', 'priority_label', ARRAY['integer']);
+SELECT function_returns('jobq', 'priority_label', ARRAY['integer'], 'text');
+
+-- jobq.configure
+SELECT has_function('jobq', 'configure', ARRAY['text', 'integer', 'interval', 'interval', 'interval', 'double precision', 'interval', 'interval']);
+SELECT function_returns('jobq', 'configure', ARRAY['text', 'integer', 'interval', 'interval', 'interval', 'double precision', 'interval', 'interval'], 'void');
+-- the settings the contract names come first, in this order; more may follow
+SELECT is((string_to_array(pg_get_function_identity_arguments(
+             'jobq.configure(text,integer,interval,interval,interval,double precision,interval,interval)'::regprocedure),
+             ', '))[1:6],
+          ARRAY['queue text', 'max_retries integer', 'lease interval', 'backoff_base interval',
+                'backoff_cap interval', 'backoff_jitter double precision'],
+          'configure: queue and the backoff settings by name');
+
+--
+-- views
+--
+
+-- jobq.jobs
+SELECT has_view('jobq', 'jobs', 'view jobq.jobs exists');
+SELECT has_column('jobq', 'jobs', 'job_id', 'jobq.jobs has column job_id');
+SELECT col_type_is('jobq', 'jobs', 'job_id', 'bigint', 'jobq.jobs.job_id is bigint');
+SELECT has_column('jobq', 'jobs', 'queue', 'jobq.jobs has column queue');
+SELECT col_type_is('jobq', 'jobs', 'queue', 'text', 'jobq.jobs.queue is text');
+SELECT has_column('jobq', 'jobs', 'kind', 'jobq.jobs has column kind');
+SELECT col_type_is('jobq', 'jobs', 'kind', 'text', 'jobq.jobs.kind is text');
+SELECT has_column('jobq', 'jobs', 'payload', 'jobq.jobs has column payload');
+SELECT col_type_is('jobq', 'jobs', 'payload', 'jsonb', 'jobq.jobs.payload is jsonb');
+SELECT has_column('jobq', 'jobs', 'priority', 'jobq.jobs has column priority');
+SELECT col_type_is('jobq', 'jobs', 'priority', 'integer', 'jobq.jobs.priority is integer');
+SELECT has_column('jobq', 'jobs', 'status', 'jobq.jobs has column status');
+SELECT col_type_is('jobq', 'jobs', 'status', 'text', 'jobq.jobs.status is text');
+SELECT has_column('jobq', 'jobs', 'retry_count', 'jobq.jobs has column retry_count');
+SELECT col_type_is('jobq', 'jobs', 'retry_count', 'integer', 'jobq.jobs.retry_count is integer');
+SELECT has_column('jobq', 'jobs', 'max_retries', 'jobq.jobs has column max_retries');
+SELECT col_type_is('jobq', 'jobs', 'max_retries', 'integer', 'jobq.jobs.max_retries is integer');
+SELECT has_column('jobq', 'jobs', 'idempotency_key', 'jobq.jobs has column idempotency_key');
+SELECT col_type_is('jobq', 'jobs', 'idempotency_key', 'text', 'jobq.jobs.idempotency_key is text');
+SELECT has_column('jobq', 'jobs', 'run_at', 'jobq.jobs has column run_at');
+SELECT col_type_is('jobq', 'jobs', 'run_at', 'timestamp with time zone', 'jobq.jobs.run_at is timestamp with time zone');
+SELECT has_column('jobq', 'jobs', 'claimed_at', 'jobq.jobs has column claimed_at');
+SELECT col_type_is('jobq', 'jobs', 'claimed_at', 'timestamp with time zone', 'jobq.jobs.claimed_at is timestamp with time zone');
+SELECT has_column('jobq', 'jobs', 'worker_id', 'jobq.jobs has column worker_id');
+SELECT col_type_is('jobq', 'jobs', 'worker_id', 'text', 'jobq.jobs.worker_id is text');
+SELECT has_column('jobq', 'jobs', 'lease_expires_at', 'jobq.jobs has column lease_expires_at');
+SELECT col_type_is('jobq', 'jobs', 'lease_expires_at', 'timestamp with time zone', 'jobq.jobs.lease_expires_at is timestamp with time zone');
+SELECT has_column('jobq', 'jobs', 'last_error', 'jobq.jobs has column last_error');
+SELECT col_type_is('jobq', 'jobs', 'last_error', 'text', 'jobq.jobs.last_error is text');
+SELECT has_column('jobq', 'jobs', 'result', 'jobq.jobs has column result');
+SELECT col_type_is('jobq', 'jobs', 'result', 'jsonb', 'jobq.jobs.result is jsonb');
+SELECT has_column('jobq', 'jobs', 'checkpoint', 'jobq.jobs has column checkpoint');
+SELECT col_type_is('jobq', 'jobs', 'checkpoint', 'jsonb', 'jobq.jobs.checkpoint is jsonb');
+SELECT has_column('jobq', 'jobs', 'created_at', 'jobq.jobs has column created_at');
+SELECT col_type_is('jobq', 'jobs', 'created_at', 'timestamp with time zone', 'jobq.jobs.created_at is timestamp with time zone');
+SELECT has_column('jobq', 'jobs', 'updated_at', 'jobq.jobs has column updated_at');
+SELECT col_type_is('jobq', 'jobs', 'updated_at', 'timestamp with time zone', 'jobq.jobs.updated_at is timestamp with time zone');
+SELECT has_column('jobq', 'jobs', 'finished_at', 'jobq.jobs has column finished_at');
+SELECT col_type_is('jobq', 'jobs', 'finished_at', 'timestamp with time zone', 'jobq.jobs.finished_at is timestamp with time zone');
+
+-- jobq.dead_letter
+SELECT has_view('jobq', 'dead_letter', 'view jobq.dead_letter exists');
+SELECT has_column('jobq', 'dead_letter', 'job_id', 'jobq.dead_letter has column job_id');
+SELECT has_column('jobq', 'dead_letter', 'queue', 'jobq.dead_letter has column queue');
+SELECT has_column('jobq', 'dead_letter', 'kind', 'jobq.dead_letter has column kind');
+SELECT has_column('jobq', 'dead_letter', 'payload', 'jobq.dead_letter has column payload');
+SELECT has_column('jobq', 'dead_letter', 'status', 'jobq.dead_letter has column status');
+SELECT has_column('jobq', 'dead_letter', 'retry_count', 'jobq.dead_letter has column retry_count');
+SELECT has_column('jobq', 'dead_letter', 'max_retries', 'jobq.dead_letter has column max_retries');
+SELECT has_column('jobq', 'dead_letter', 'last_error', 'jobq.dead_letter has column last_error');
+SELECT has_column('jobq', 'dead_letter', 'finished_at', 'jobq.dead_letter has column finished_at');
+
+-- jobq.queue_stats
+SELECT has_view('jobq', 'queue_stats', 'view jobq.queue_stats exists');
+SELECT has_column('jobq', 'queue_stats', 'queue', 'jobq.queue_stats has column queue');
+SELECT col_type_is('jobq', 'queue_stats', 'queue', 'text', 'jobq.queue_stats.queue is text');
+SELECT has_column('jobq', 'queue_stats', 'pending', 'jobq.queue_stats has column pending');
+SELECT has_column('jobq', 'queue_stats', 'running', 'jobq.queue_stats has column running');
+SELECT has_column('jobq', 'queue_stats', 'completed', 'jobq.queue_stats has column completed');
+SELECT has_column('jobq', 'queue_stats', 'failed', 'jobq.queue_stats has column failed');
+SELECT has_column('jobq', 'queue_stats', 'cancelled', 'jobq.queue_stats has column cancelled');
+SELECT has_column('jobq', 'queue_stats', 'oldest_pending_age', 'jobq.queue_stats has column oldest_pending_age');
+SELECT col_type_is('jobq', 'queue_stats', 'oldest_pending_age', 'interval', 'jobq.queue_stats.oldest_pending_age is interval');
+SELECT has_column('jobq', 'queue_stats', 'paused', 'jobq.queue_stats has column paused');
+SELECT col_type_is('jobq', 'queue_stats', 'paused', 'boolean', 'jobq.queue_stats.paused is boolean');
+
+-- queue_stats counts are bigint (count(*)) or at least integers
+SELECT ok((SELECT bool_and(format_type(a.atttypid, a.atttypmod) IN ('bigint', 'integer'))
+             FROM pg_attribute a
+            WHERE a.attrelid = 'jobq.queue_stats'::regclass
+              AND a.attname IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+          'jobq.queue_stats counts are integers');
+
+-- jobq.dead_letter holds only failed jobs: its definition filters on status
+SELECT ok(pg_get_viewdef('jobq.dead_letter'::regclass) LIKE '%failed%',
+          'jobq.dead_letter selects failed jobs');
+
+SELECT * FROM finish();
+ROLLBACK;
