@@ -29,14 +29,14 @@ ifdef WERROR
 PG_CFLAGS = -Werror
 endif
 
-TEMP_CONF = $(srcdir)/test/jobq_test.conf
+JOBQ_TEST_CONF = $(srcdir)/test/jobq_test.conf
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
-REGRESS_OPTS = --temp-config=$(TEMP_CONF) --temp-instance=tmp_check_regress
+REGRESS_OPTS = --temp-config=$(JOBQ_TEST_CONF) --temp-instance=tmp_check_regress
 
 ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=$(srcdir)/test/isolation --outputdir=output_iso \
-	--temp-config=$(TEMP_CONF) --temp-instance=tmp_check_iso
+	--temp-config=$(JOBQ_TEST_CONF) --temp-instance=tmp_check_iso
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl

@@ -6,7 +6,9 @@
  *
  * Each .c file owns one concern: jobq.c (module load, GUCs), queue_ops.c
  * (the SQL-callable queue operations), queue_state.c (per-queue claim
- * positions in shared memory), backoff.c (retry delays), priority.c
+ * positions in shared memory), reaper.c (expired leases), retention.c
+ * (pruning finished jobs and keys), worker.c (the launcher and the
+ * per-database background workers), backoff.c (retry delays), priority.c
  * (priority labels), spi_plan.c (saved SPI plans with a safe search_path).
  *
  *-------------------------------------------------------------------------
@@ -16,8 +18,11 @@
 
 #include "postgres.h"
 
+#include "access/htup.h"
+#include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
+#include "utils/timestamp.h"
 
 /* Version shims: keep PostgreSQL version differences here. */
 #if PG_VERSION_NUM < 150000
@@ -41,6 +46,49 @@ typedef struct JobqClaimPos
 	TimestampTz run_at;
 	int64		job_id;
 } JobqClaimPos;
+
+/*
+ * A running job whose attempt ends without success (fail, lease expiry):
+ * what jobq_end_attempt needs, read by a query selecting
+ * JOBQ_ATTEMPT_COLUMNS from jobq.job j joined with jobq.queue q.
+ */
+typedef struct JobqAttempt
+{
+	int64		job_id;
+	int32		retry_count;
+	int32		max_retries;
+	char	   *queue;
+	char	   *kind;
+	int32		priority;
+	int32		attempts;
+	char	   *worker_id;		/* NULL when the claim named no worker */
+	TimestampTz claimed_at;
+	bool		claimed_null;
+	double		backoff_base_us;
+	double		backoff_cap_us;
+	double		backoff_jitter;
+} JobqAttempt;
+
+#define JOBQ_ATTEMPT_COLUMNS \
+	"j.job_id, j.retry_count, j.max_retries, j.queue, j.kind, j.priority," \
+	" j.attempts, j.worker_id, j.claimed_at," \
+	" (extract(epoch FROM q.backoff_base) * 1000000)::float8," \
+	" (extract(epoch FROM q.backoff_cap) * 1000000)::float8, q.backoff_jitter"
+
+/* queue_ops.c */
+extern int64 jobq_interval_usecs(const Interval *iv);
+extern text *jobq_clip_error(text *error);
+extern void jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc,
+									JobqAttempt *a);
+extern const char *jobq_end_attempt(const JobqAttempt *a, text *error,
+									bool retryable, const Interval *retry_in,
+									const char *outcome, TimestampTz now);
+
+/* reaper.c (SPI must be connected) */
+extern int64 jobq_reap_expired(int batch);
+
+/* retention.c (SPI must be connected) */
+extern int64 jobq_prune_finished(int batch);
 
 /* queue_state.c */
 extern void jobq_state_shmem_request(void);

@@ -2,7 +2,7 @@
  *
  * queue_ops.c
  *	  The SQL-callable queue operations: enqueue, claim, complete, fail,
- *	  extend, checkpoint, configure, prune.
+ *	  extend, checkpoint, configure.
  *
  * Every operation validates all of its arguments before it writes anything,
  * then runs a few saved SPI plans (spi_plan.c).  A job's row in jobq.job is
@@ -42,7 +42,6 @@ PG_FUNCTION_INFO_V1(jobq_fail);
 PG_FUNCTION_INFO_V1(jobq_extend);
 PG_FUNCTION_INFO_V1(jobq_checkpoint);
 PG_FUNCTION_INFO_V1(jobq_configure);
-PG_FUNCTION_INFO_V1(jobq_prune);
 
 /* Most due scheduled jobs one claim moves into jobq.ready. */
 #define JOBQ_PROMOTE_BATCH	1000
@@ -83,12 +82,11 @@ static SPIPlanPtr plan_claim;
 static SPIPlanPtr plan_complete;
 static SPIPlanPtr plan_complete_many;
 static SPIPlanPtr plan_fail_lock;
-static SPIPlanPtr plan_fail_update;
+static SPIPlanPtr plan_end_attempt;
 static SPIPlanPtr plan_extend;
 static SPIPlanPtr plan_checkpoint;
+static SPIPlanPtr plan_configure_check;
 static SPIPlanPtr plan_configure;
-static SPIPlanPtr plan_prune_jobs;
-static SPIPlanPtr plan_prune_keys;
 
 /* ----------------------------------------------------------------
  * Argument checks
@@ -166,8 +164,8 @@ PayloadDatum(Datum d, const char *argname)
 }
 
 /* Total length of an interval in microseconds (a month counts 30 days). */
-static int64
-IntervalUsecs(const Interval *iv)
+int64
+jobq_interval_usecs(const Interval *iv)
 {
 	return iv->time + (int64) iv->day * USECS_PER_DAY +
 		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
@@ -179,7 +177,7 @@ PositiveIntervalArg(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	Interval   *iv = PG_GETARG_INTERVAL_P(argno);
 
-	if (IntervalUsecs(iv) <= 0)
+	if (jobq_interval_usecs(iv) <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be a positive interval", argname)));
@@ -243,7 +241,9 @@ CheckSameLength(int n1, const char *name1, int n2, const char *name2)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 				 errmsg("%s and %s must have the same length", name1, name2),
-				 errdetail("%s has %d elements and %s has %d.", name1, n1, name2, n2)));
+				 errdetail_plural("%s has %d element and %s has %d.",
+								  "%s has %d elements and %s has %d.",
+								  n1, name1, n1, name2, n2)));
 }
 
 /* ----------------------------------------------------------------
@@ -722,7 +722,7 @@ jobq_claim(PG_FUNCTION_ARGS)
 	}
 	if (!PG_ARGISNULL(5))
 	{
-		int64		wait_us = IntervalUsecs(PG_GETARG_INTERVAL_P(5));
+		int64		wait_us = jobq_interval_usecs(PG_GETARG_INTERVAL_P(5));
 
 		if (wait_us < 0)
 			ereport(ERROR,
@@ -917,8 +917,8 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 }
 
 /* Clip an error message to JOBQ_MAX_ERROR_LEN bytes on a character boundary. */
-static text *
-ClipError(text *error)
+text *
+jobq_clip_error(text *error)
 {
 	int			len = VARSIZE_ANY_EXHDR(error);
 
@@ -926,6 +926,83 @@ ClipError(text *error)
 		return error;
 	len = pg_mbcliplen(VARDATA_ANY(error), len, JOBQ_MAX_ERROR_LEN);
 	return cstring_to_text_with_len(VARDATA_ANY(error), len);
+}
+
+/* Read the JOBQ_ATTEMPT_COLUMNS of a locked running job from an SPI tuple. */
+void
+jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc, JobqAttempt *a)
+{
+	bool		isnull;
+
+	a->job_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	a->retry_count = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+	a->max_retries = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+	a->queue = SPI_getvalue(tup, desc, 4);
+	a->kind = SPI_getvalue(tup, desc, 5);
+	a->priority = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	a->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+	a->worker_id = SPI_getvalue(tup, desc, 8);
+	a->claimed_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 9, &a->claimed_null));
+	a->backoff_base_us = DatumGetFloat8(SPI_getbinval(tup, desc, 10, &isnull));
+	a->backoff_cap_us = DatumGetFloat8(SPI_getbinval(tup, desc, 11, &isnull));
+	a->backoff_jitter = DatumGetFloat8(SPI_getbinval(tup, desc, 12, &isnull));
+}
+
+/*
+ * End an attempt that did not succeed: record it in jobq.attempt, then
+ * re-queue the job with retry_count + 1 (after retry_in, or the queue's
+ * backoff) while it is retryable and has retries left, else fail it for
+ * good.  The job row must be locked by the caller.  Returns the new status.
+ */
+const char *
+jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
+				 const Interval *retry_in, const char *outcome, TimestampTz now)
+{
+	Oid			types[11] = {INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[11];
+	char		nulls[11];
+	bool		retry = retryable && a->retry_count < a->max_retries;
+	TimestampTz run_at = now;
+	const char *status = retry ? "pending" : "failed";
+
+	if (retry && retry_in != NULL)
+		run_at = now + jobq_interval_usecs(retry_in);
+	else if (retry)
+		run_at = now + jobq_backoff_usecs((int64) a->backoff_base_us,
+										  (int64) a->backoff_cap_us,
+										  a->backoff_jitter, a->retry_count,
+										  pg_prng_double(&pg_global_prng_state));
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = Int64GetDatum(a->job_id);
+	values[1] = Int32GetDatum(a->attempts);
+	values[2] = a->worker_id ? CStringGetTextDatum(a->worker_id) : (Datum) 0;
+	nulls[2] = a->worker_id ? ' ' : 'n';
+	values[3] = TimestampTzGetDatum(a->claimed_at);
+	nulls[3] = a->claimed_null ? 'n' : ' ';
+	values[4] = TimestampTzGetDatum(now);
+	values[5] = PointerGetDatum(error);
+	values[6] = CStringGetTextDatum(status);
+	values[7] = Int32GetDatum(retry ? a->retry_count + 1 : a->retry_count);
+	values[8] = TimestampTzGetDatum(run_at);
+	nulls[8] = retry ? ' ' : 'n';
+	values[9] = TimestampTzGetDatum(now);
+	nulls[9] = retry ? 'n' : ' ';
+	values[10] = CStringGetTextDatum(outcome);
+	jobq_spi_exec(jobq_plan(&plan_end_attempt,
+							"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
+							" started_at, finished_at, outcome, error)"
+							" VALUES ($1, $2, $3, $4, $5, $11, $6))"
+							" UPDATE jobq.job SET status = $7, retry_count = $8,"
+							" run_at = COALESCE($9, run_at), last_error = $6,"
+							" finished_at = $10, updated_at = $5, lease_expires_at = NULL"
+							" WHERE job_id = $1",
+							11, types),
+				  values, nulls, SPI_OK_UPDATE);
+	if (retry)
+		Requeue(a->job_id, a->queue, a->kind, a->priority, run_at, now);
+	return status;
 }
 
 /*
@@ -938,42 +1015,24 @@ ClipError(text *error)
 Datum
 jobq_fail(PG_FUNCTION_ARGS)
 {
-	Oid			ltypes[2] = {INT8OID, INT8OID};
-	Oid			utypes[10] = {INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[10];
-	char		nulls[10];
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2];
 	text	   *error;
 	bool		retryable;
 	Interval   *retry_in = NULL;
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
-	int32		retry_count,
-				max_retries,
-				priority,
-				attempts;
-	char	   *queue,
-			   *kind;
-	Datum		worker_id,
-				claimed_at;
-	bool		worker_null,
-				claimed_null;
-	bool		retry;
-	TimestampTz now,
-				run_at;
+	JobqAttempt attempt;
 	const char *status;
 
 	RequireArg(fcinfo, 0, "job_id");
 	RequireArg(fcinfo, 1, "lease_token");
 	RequireArg(fcinfo, 2, "error");
 	RequireArg(fcinfo, 3, "retryable");
-	error = ClipError(PG_GETARG_TEXT_PP(2));
+	error = jobq_clip_error(PG_GETARG_TEXT_PP(2));
 	retryable = PG_GETARG_BOOL(3);
 	if (!PG_ARGISNULL(4))
 	{
 		retry_in = PG_GETARG_INTERVAL_P(4);
-		if (IntervalUsecs(retry_in) < 0)
+		if (jobq_interval_usecs(retry_in) < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("retry_in must not be negative")));
@@ -983,79 +1042,20 @@ jobq_fail(PG_FUNCTION_ARGS)
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
 	jobq_spi_exec(jobq_plan(&plan_fail_lock,
-							"SELECT j.retry_count, j.max_retries, j.queue, j.kind, j.priority,"
-							" j.attempts, j.worker_id, j.claimed_at,"
-							" (extract(epoch FROM q.backoff_base) * 1000000)::float8,"
-							" (extract(epoch FROM q.backoff_cap) * 1000000)::float8, q.backoff_jitter"
+							"SELECT " JOBQ_ATTEMPT_COLUMNS
 							" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
 							" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
 							" FOR UPDATE OF j",
-							2, ltypes),
+							2, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
 		SPI_finish();
 		PG_RETURN_NULL();
 	}
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	retry_count = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
-	max_retries = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-	queue = SPI_getvalue(tup, desc, 3);
-	kind = SPI_getvalue(tup, desc, 4);
-	priority = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
-	attempts = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
-	worker_id = SPI_getbinval(tup, desc, 7, &worker_null);
-	if (!worker_null)
-		worker_id = PointerGetDatum(SPI_getvalue(tup, desc, 7));
-	claimed_at = SPI_getbinval(tup, desc, 8, &claimed_null);
-
-	now = GetCurrentTimestamp();
-	retry = retryable && retry_count < max_retries;
-	run_at = now;
-	if (retry)
-	{
-		if (retry_in != NULL)
-			run_at = now + IntervalUsecs(retry_in);
-		else
-		{
-			double		base = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
-			double		cap = DatumGetFloat8(SPI_getbinval(tup, desc, 10, &isnull));
-			double		jitter = DatumGetFloat8(SPI_getbinval(tup, desc, 11, &isnull));
-
-			run_at = now + jobq_backoff_usecs((int64) base, (int64) cap, jitter,
-											  retry_count,
-											  pg_prng_double(&pg_global_prng_state));
-		}
-	}
-	status = retry ? "pending" : "failed";
-
-	memset(nulls, ' ', sizeof(nulls));
-	values[1] = Int32GetDatum(attempts);
-	values[2] = worker_null ? (Datum) 0 : CStringGetTextDatum(DatumGetCString(worker_id));
-	nulls[2] = worker_null ? 'n' : ' ';
-	values[3] = claimed_at;
-	nulls[3] = claimed_null ? 'n' : ' ';
-	values[4] = TimestampTzGetDatum(now);
-	values[5] = PointerGetDatum(error);
-	values[6] = CStringGetTextDatum(status);
-	values[7] = Int32GetDatum(retry ? retry_count + 1 : retry_count);
-	values[8] = TimestampTzGetDatum(run_at);
-	nulls[8] = retry ? ' ' : 'n';
-	values[9] = TimestampTzGetDatum(now);
-	nulls[9] = retry ? 'n' : ' ';
-	jobq_spi_exec(jobq_plan(&plan_fail_update,
-							"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
-							" started_at, finished_at, outcome, error)"
-							" VALUES ($1, $2, $3, $4, $5, 'failed', $6))"
-							" UPDATE jobq.job SET status = $7, retry_count = $8, run_at = COALESCE($9, run_at),"
-							" last_error = $6, finished_at = $10, updated_at = $5,"
-							" lease_expires_at = NULL"
-							" WHERE job_id = $1",
-							10, utypes),
-				  values, nulls, SPI_OK_UPDATE);
-	if (retry)
-		Requeue(DatumGetInt64(values[0]), queue, kind, priority, run_at, now);
+	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &attempt);
+	status = jobq_end_attempt(&attempt, error, retryable, retry_in, "failed",
+							  GetCurrentTimestamp());
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(status));
 }
@@ -1126,7 +1126,7 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 }
 
 /* ----------------------------------------------------------------
- * Configuration and pruning
+ * Configuration
  * ---------------------------------------------------------------- */
 
 /* An optional interval setting that must be at least min_us long. */
@@ -1139,7 +1139,7 @@ SettingInterval(FunctionCallInfo fcinfo, int argno, const char *argname,
 		*null = 'n';
 		return;
 	}
-	if (IntervalUsecs(PG_GETARG_INTERVAL_P(argno)) < min_us)
+	if (jobq_interval_usecs(PG_GETARG_INTERVAL_P(argno)) < min_us)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be %s", argname,
@@ -1199,6 +1199,17 @@ jobq_configure(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	QueueGetOrCreate(queue, &q);
+	jobq_spi_exec(jobq_plan(&plan_configure_check,
+							"SELECT COALESCE($5, backoff_cap) >= COALESCE($4, backoff_base)"
+							" FROM jobq.queue WHERE name = $1",
+							5, types),
+				  values, nulls, SPI_OK_SELECT);
+	if (SPI_processed != 1 ||
+		!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("backoff_cap must not be shorter than backoff_base"),
+				 errhint("Set both in one call, for example backoff_base => '1 s', backoff_cap => '10 min'.")));
 	jobq_spi_exec(jobq_plan(&plan_configure,
 							"UPDATE jobq.queue SET"
 							" max_retries = COALESCE($2, max_retries),"
@@ -1209,74 +1220,9 @@ jobq_configure(PG_FUNCTION_ARGS)
 							" retention_completed = COALESCE($7, retention_completed),"
 							" retention_failed = COALESCE($8, retention_failed),"
 							" updated_at = now()"
-							" WHERE name = $1"
-							" RETURNING backoff_cap >= backoff_base",
+							" WHERE name = $1",
 							8, types),
-				  values, nulls, SPI_OK_UPDATE_RETURNING);
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("backoff_cap must not be shorter than backoff_base"),
-				 errhint("Set both in one call, for example backoff_base => '1 s', backoff_cap => '10 min'.")));
+				  values, nulls, SPI_OK_UPDATE);
 	SPI_finish();
 	PG_RETURN_VOID();
-}
-
-/*
- * jobq.prune(batch) -> rows deleted
- *
- * Deletes up to batch finished jobs whose queue's retention has passed
- * (with their attempt history), starts the retention clock of their
- * idempotency keys, and deletes up to batch keys whose retention has passed.
- */
-Datum
-jobq_prune(PG_FUNCTION_ARGS)
-{
-	Oid			types[3] = {TIMESTAMPTZOID, INT4OID, INTERVALOID};
-	Datum		values[3];
-	Interval	key_retention;
-	int32		batch;
-	int64		deleted;
-	bool		isnull;
-
-	RequireArg(fcinfo, 0, "batch");
-	batch = PG_GETARG_INT32(0);
-	if (batch < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch must be positive")));
-	memset(&key_retention, 0, sizeof(key_retention));
-	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
-	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
-	values[1] = Int32GetDatum(batch);
-	values[2] = IntervalPGetDatum(&key_retention);
-
-	SPI_connect();
-	jobq_spi_exec(jobq_plan(&plan_prune_jobs,
-							"WITH victims AS (SELECT j.job_id FROM jobq.job j"
-							" JOIN jobq.queue q ON q.name = j.queue"
-							" WHERE (j.status IN ('completed', 'cancelled')"
-							" AND j.finished_at < $1 - q.retention_completed)"
-							" OR (j.status = 'failed' AND j.finished_at < $1 - q.retention_failed)"
-							" LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"
-							" dj AS (DELETE FROM jobq.job j USING victims v"
-							" WHERE j.job_id = v.job_id"
-							" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at),"
-							" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id),"
-							" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $3"
-							" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key"
-							" AND k.job_id = dj.job_id)"
-							" SELECT count(*) FROM dj",
-							3, types),
-				  values, NULL, SPI_OK_SELECT);
-	deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	jobq_spi_exec(jobq_plan(&plan_prune_keys,
-							"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
-							" SELECT k.ctid FROM jobq.idempotency_key k"
-							" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
-							2, types),
-				  values, NULL, SPI_OK_DELETE);
-	deleted += SPI_processed;
-	SPI_finish();
-	PG_RETURN_INT64(deleted);
 }

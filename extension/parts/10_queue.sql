@@ -75,6 +75,10 @@ CREATE INDEX job_running_lease_idx ON jobq.job (lease_expires_at)
     WHERE status OPERATOR(pg_catalog.=) 'running';
 COMMENT ON INDEX jobq.job_running_lease_idx IS 'running jobs by lease expiry, for the reaper';
 
+CREATE INDEX job_finished_idx ON jobq.job (finished_at)
+    WHERE finished_at IS NOT NULL;
+COMMENT ON INDEX jobq.job_finished_idx IS 'finished jobs by finish time, for pruning';
+
 CREATE TABLE jobq.ready (
     queue        text COLLATE "C" NOT NULL,
     neg_priority integer NOT NULL,
@@ -121,7 +125,7 @@ CREATE TABLE jobq.attempt (
     PRIMARY KEY (job_id, attempt)
 );
 COMMENT ON TABLE jobq.attempt IS
-    'history of attempts that did not finish the job (failed, lease expired, cancelled); the final attempt is on the job row';
+    'history of attempts that failed (failed, lease expired, cancelled); a successful attempt is on the job row';
 
 SELECT pg_catalog.pg_extension_config_dump('jobq.queue', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.job', '');
@@ -250,6 +254,13 @@ AS 'MODULE_PATHNAME', 'jobq_configure'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobq.configure(text, integer, interval, interval, interval, double precision, interval, interval) IS
     'create a queue or change its settings; NULL leaves a setting as it is';
+
+CREATE FUNCTION jobq.reap(batch integer DEFAULT 1000)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobq_reap'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.reap(integer) IS
+    'reap up to batch expired leases now (the background worker does this every second); returns how many';
 
 CREATE FUNCTION jobq.prune(batch integer DEFAULT 1000)
 RETURNS bigint
