@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # scripts/lib.sh: shell helpers shared by scripts/test and scripts/demo.
 #
 # Source it from bash (set -euo pipefail is the caller's business).  It knows
@@ -91,10 +92,12 @@ ensure_packages() {
 }
 
 # The packages a build needs.
-BUILD_PACKAGES=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR make gcc)
+# shellcheck disable=SC2034
+BUILD_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" make gcc)
 
 # The packages the test suites need on top of the build ones.
-TEST_PACKAGES=(postgresql-$PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl)
+# shellcheck disable=SC2034
+TEST_PACKAGES=("postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl libipc-run-perl)
 
 # Copy the source tree $1 into the existing directory $2: the files git knows
 # about (tracked, plus untracked ones that are not ignored), or, outside a git

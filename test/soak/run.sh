@@ -15,7 +15,7 @@
 # scripts/test runs it against its throwaway server.
 #
 # Environment: SOAK_SECONDS (20), SOAK_PRODUCERS (3), SOAK_WORKERS (4),
-# SOAK_FAIL_PCT (15), SOAK_DRAIN_SECONDS (60), PG_BIN, SOAK_LOGDIR.
+# SOAK_FAIL_PCT (15), SOAK_RATE (producer calls/s in all: 1500), SOAK_DRAIN_SECONDS (60), PG_BIN, SOAK_LOGDIR.
 
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -25,6 +25,7 @@ SECS=${SOAK_SECONDS:-20}
 PRODUCERS=${SOAK_PRODUCERS:-3}
 WORKERS=${SOAK_WORKERS:-4}
 FAIL_PCT=${SOAK_FAIL_PCT:-15}
+RATE=${SOAK_RATE:-1500}
 DRAIN_LIMIT=${SOAK_DRAIN_SECONDS:-60}
 LOGDIR=${SOAK_LOGDIR:-$(mktemp -d "${TMPDIR:-/tmp}/jobq-soak.XXXXXX")}
 PSQL=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1)
@@ -35,7 +36,7 @@ since() { awk -v s="$1" -v e="$(now)" 'BEGIN { printf "%.1f", e - s }'; }
 
 # Print pgbench's result lines from log $1 (or all of it when it failed).
 pgbench_summary() {
-	grep -E 'processed|failed transactions|^tps|aborted|error' "$1" | sed 's/^/      /' || true
+	grep -E '^(number of transactions|number of failed|tps|.*aborted|.*error)' "$1" | sed 's/^/      /' || true
 }
 
 # Jobs of the soak queue still pending or running.
@@ -43,12 +44,12 @@ remaining() {
 	"${PSQL[@]}" -At -c "SELECT count(*) FROM jobq.jobs WHERE queue = 'soak' AND status IN ('pending', 'running')"
 }
 
-echo "soak: $PRODUCERS producers for ${SECS}s, $WORKERS workers (fail ${FAIL_PCT}%), logs in $LOGDIR"
+echo "soak: $PRODUCERS producers for ${SECS}s at ${RATE} calls/s, $WORKERS workers (fail ${FAIL_PCT}%), logs in $LOGDIR"
 "${PSQL[@]}" -f setup.sql
 
 status=0
 t0=$(now)
-"${PGBENCH[@]}" -c "$PRODUCERS" -j "$PRODUCERS" -T "$SECS" \
+"${PGBENCH[@]}" -c "$PRODUCERS" -j "$PRODUCERS" -T "$SECS" -R "$RATE" \
 	-f producer.sql@4 -f producer_many.sql@1 >"$LOGDIR/producers.log" 2>&1 &
 producers=$!
 "${PGBENCH[@]}" -c "$WORKERS" -j 2 -T "$((SECS + 3))" -D fail_pct="$FAIL_PCT" \

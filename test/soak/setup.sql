@@ -39,7 +39,9 @@ CREATE TABLE soak.stale (
 );
 
 -- Retries must come back within the test: tiny exponential backoff.
+\o /dev/null
 SELECT jobq.configure('soak', backoff_base => '10 ms', backoff_cap => '50 ms');
+\o
 
 -- One worker round: claim up to p_batch jobs (committed at once, as a real
 -- worker's claim is), then handle each job in its own transaction: fail
