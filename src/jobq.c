@@ -3,9 +3,11 @@
  * jobq.c
  *	  Module load: GUCs, shared memory, transaction callbacks.
  *
- * jobq must be in shared_preload_libraries: it keeps per-queue claim
- * positions in shared memory (queue_state.c).  Loaded any other way the
- * queue operations still work, scanning each queue from its head.
+ * jobq belongs in shared_preload_libraries: it keeps per-queue claim
+ * positions in shared memory (queue_state.c) and runs its background
+ * workers (worker.c).  Loaded any other way the queue operations still
+ * work, scanning each queue from its head, and nothing reaps or prunes
+ * unless jobq.reap() and jobq.prune() are called.
  *
  *-------------------------------------------------------------------------
  */
@@ -59,6 +61,7 @@ _PG_init(void)
 
 	if (process_shared_preload_libraries_in_progress)
 		jobq_state_shmem_request();
+	jobq_worker_init();
 	MarkGUCPrefixReserved("jobq");
 
 	jobq_state_register_callbacks();

@@ -90,6 +90,9 @@ extern int64 jobq_reap_expired(int batch);
 /* retention.c (SPI must be connected) */
 extern int64 jobq_prune_finished(int batch);
 
+/* worker.c */
+extern void jobq_worker_init(void);
+
 /* queue_state.c */
 extern void jobq_state_shmem_request(void);
 extern void jobq_state_register_callbacks(void);
