@@ -48,10 +48,18 @@ SELECT * FROM (VALUES
 		(SELECT count(*) FROM (SELECT 1 FROM soak.enqueued WHERE idempotency_key IS NOT NULL
 								GROUP BY kind, idempotency_key
 								HAVING count(*) FILTER (WHERE created) <> 1) AS d), 0),
-	(15, 'retries used (expected: fail calls that re-queued)',
-		(SELECT retries FROM n), (SELECT count(*) FROM soak.fail_log WHERE new_status = 'pending')),
-	(16, 'failed jobs (expected: fail calls that ended a job)',
-		(SELECT failed FROM n), (SELECT count(*) FROM soak.fail_log WHERE new_status = 'failed'))
+	-- every attempt that did not complete either re-queued its job (a
+	-- retry used) or ended it (failed), whether it ended through fail()
+	-- or through the reaper taking back an abandoned lease
+	(15, 'retries used + failed jobs (expected: fail calls + abandoned leases)',
+		(SELECT retries + failed FROM n),
+		(SELECT count(*) FROM soak.fail_log) + (SELECT count(*) FROM soak.abandoned)),
+	(16, 'failed jobs (expected: at least the fail calls that ended a job)',
+		(SELECT failed FROM n),
+		greatest((SELECT failed FROM n), (SELECT count(*) FROM soak.fail_log WHERE new_status = 'failed'))),
+	(17, 'abandoned jobs whose lease was never taken back',
+		(SELECT count(*) FROM soak.abandoned a
+		  WHERE EXISTS (SELECT 1 FROM j WHERE j.job_id = a.job_id AND j.status = 'running')), 0)
 ) AS c(no, check_name, observed, expected);
 
 \echo

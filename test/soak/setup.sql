@@ -5,6 +5,8 @@
 --                 job completed twice into an error that aborts pgbench
 -- soak.fail_log   one row per jobq.fail call and the status it returned
 -- soak.stale      complete calls that returned false (a lost lease)
+-- soak.abandoned  one row per job claimed with a short lease and left alone,
+--                 as by a worker that died: the lease reaper must take it back
 -- soak.work()     the worker: claim a batch, then complete or fail each job,
 --                 one transaction per job
 
@@ -33,6 +35,11 @@ CREATE TABLE soak.fail_log (
 	new_status text
 );
 
+CREATE TABLE soak.abandoned (
+	job_id bigint NOT NULL,
+	at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
 CREATE TABLE soak.stale (
 	job_id bigint NOT NULL,
 	at     timestamptz NOT NULL DEFAULT clock_timestamp()
@@ -47,8 +54,10 @@ SELECT jobq.configure('soak', backoff_base => '10 ms', backoff_cap => '50 ms');
 -- worker's claim is), then handle each job in its own transaction: fail
 -- p_fail_pct percent of them (one in fifteen of those not retryable),
 -- complete the rest and record the completion in the ledger in the same
--- transaction, only when complete says it took effect.
-CREATE PROCEDURE soak.work(p_fail_pct int, p_batch int)
+-- transaction, only when complete says it took effect.  In p_abandon_pct
+-- percent of the rounds the worker first claims one job with a 200 ms lease
+-- and walks away from it, as a crashed worker would.
+CREATE PROCEDURE soak.work(p_fail_pct int, p_batch int, p_abandon_pct int DEFAULT 0)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -58,6 +67,13 @@ DECLARE
 	roll   float8;
 	st     text;
 BEGIN
+	IF random() * 100 < p_abandon_pct THEN
+		INSERT INTO soak.abandoned (job_id)
+		SELECT c.job_id
+		  FROM jobq.claim(queue => 'soak', worker_id => me || '-dies', lease => '200 ms') AS c;
+		COMMIT;
+	END IF;
+
 	SELECT array_agg(c.job_id ORDER BY c.job_id),
 		   array_agg(c.lease_token ORDER BY c.job_id)
 	  INTO ids, tokens
