@@ -7,7 +7,8 @@
  * Each .c file owns one concern: jobq.c (module load, GUCs), queue_ops.c
  * (the SQL-callable queue operations), queue_state.c (per-queue claim
  * positions in shared memory), reaper.c (expired leases), retention.c
- * (pruning finished jobs and keys), worker.c (the launcher and the
+ * (pruning finished jobs and keys), admin.c (retry, cancel, pause,
+ * purge), worker.c (the launcher and the
  * per-database background workers), backoff.c (retry delays), priority.c
  * (priority labels), spi_plan.c (saved SPI plans with a safe search_path).
  *
@@ -22,6 +23,7 @@
 #include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "utils/timestamp.h"
 
 /* Version shims: keep PostgreSQL version differences here. */
@@ -78,6 +80,10 @@ typedef struct JobqAttempt
 /* queue_ops.c */
 extern int64 jobq_interval_usecs(const Interval *iv);
 extern text *jobq_clip_error(text *error);
+extern const char *jobq_name_arg(FunctionCallInfo fcinfo, int argno,
+								 const char *argname, int maxlen, bool nullable);
+extern void jobq_requeue(int64 job_id, const char *queue, const char *kind,
+						 int32 priority, TimestampTz run_at, TimestampTz now);
 extern void jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc,
 									JobqAttempt *a);
 extern const char *jobq_end_attempt(const JobqAttempt *a, text *error,

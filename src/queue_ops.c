@@ -106,8 +106,8 @@ RequireArg(FunctionCallInfo fcinfo, int argno, const char *argname)
  * A name argument (kind, queue, key, worker id) as a C string: not NULL
  * unless nullable, not empty, at most maxlen bytes.
  */
-static const char *
-NameArg(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen,
+const char *
+jobq_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen,
 		bool nullable)
 {
 	text	   *t;
@@ -308,8 +308,8 @@ ReadyRelid(void)
  * Put a pending job into jobq.ready (run_at due) or jobq.scheduled, and
  * note it for the claim positions.
  */
-static void
-Requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
+void
+jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
 		TimestampTz run_at, TimestampTz now)
 {
 	Oid			types[5] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID, TEXTOID};
@@ -464,8 +464,8 @@ PutJobRow(ReturnSetInfo *rsinfo, int64 job_id, bool created)
 static void
 NewJobCommonArgs(FunctionCallInfo fcinfo, JobqNewJob *job)
 {
-	job->kind = NameArg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false);
-	job->queue = NameArg(fcinfo, 2, "queue", JOBQ_MAX_NAME_LEN, false);
+	job->kind = jobq_name_arg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false);
+	job->queue = jobq_name_arg(fcinfo, 2, "queue", JOBQ_MAX_NAME_LEN, false);
 	job->priority = PriorityArg(fcinfo, 3);
 	RequireArg(fcinfo, 4, "run_at");
 	job->run_at = PG_GETARG_TIMESTAMPTZ(4);
@@ -491,7 +491,7 @@ jobq_enqueue(PG_FUNCTION_ARGS)
 	NewJobCommonArgs(fcinfo, &job);
 	RequireArg(fcinfo, 1, "payload");
 	job.payload = PayloadDatum(PG_GETARG_DATUM(1), "payload");
-	job.key = NameArg(fcinfo, 6, "idempotency_key", JOBQ_MAX_KEY_LEN, true);
+	job.key = jobq_name_arg(fcinfo, 6, "idempotency_key", JOBQ_MAX_KEY_LEN, true);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
@@ -700,8 +700,8 @@ jobq_claim(PG_FUNCTION_ARGS)
 	uint64		nrows;
 	bool		isnull;
 
-	queue = NameArg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
-	worker_id = NameArg(fcinfo, 1, "worker_id", JOBQ_MAX_NAME_LEN, true);
+	queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	worker_id = jobq_name_arg(fcinfo, 1, "worker_id", JOBQ_MAX_NAME_LEN, true);
 	RequireArg(fcinfo, 2, "batch");
 	batch = PG_GETARG_INT32(2);
 	if (batch < 1 || batch > jobq_max_batch)
@@ -1001,7 +1001,7 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 							11, types),
 				  values, nulls, SPI_OK_UPDATE);
 	if (retry)
-		Requeue(a->job_id, a->queue, a->kind, a->priority, run_at, now);
+		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, run_at, now);
 	return status;
 }
 
@@ -1166,7 +1166,7 @@ jobq_configure(PG_FUNCTION_ARGS)
 	bool		isnull;
 
 	memset(nulls, ' ', sizeof(nulls));
-	queue = NameArg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
 	values[0] = CStringGetTextDatum(queue);
 	if (PG_ARGISNULL(1))
 		nulls[1] = 'n';

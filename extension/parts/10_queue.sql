@@ -71,9 +71,9 @@ CREATE TABLE jobq.job (
 ) WITH (fillfactor = 80);
 COMMENT ON TABLE jobq.job IS 'one row per job, for its whole life';
 
-CREATE INDEX job_running_lease_idx ON jobq.job (lease_expires_at)
+CREATE INDEX job_running_lease_idx ON jobq.job (queue, lease_expires_at)
     WHERE status OPERATOR(pg_catalog.=) 'running';
-COMMENT ON INDEX jobq.job_running_lease_idx IS 'running jobs by lease expiry, for the reaper';
+COMMENT ON INDEX jobq.job_running_lease_idx IS 'running jobs per queue by lease expiry, for the reaper and concurrency limits';
 
 CREATE INDEX job_finished_idx ON jobq.job (finished_at)
     WHERE finished_at IS NOT NULL;

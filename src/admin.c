@@ -1,0 +1,372 @@
+/*-------------------------------------------------------------------------
+ *
+ * admin.c
+ *	  Operations from psql: retry, retry_failed, cancel, pause, resume,
+ *	  purge.
+ *
+ * Lock order: a claim locks a job's row in jobq.ready (or a promotion its
+ * row in jobq.scheduled) before the job's row in jobq.job.  Cancelling a
+ * pending job does the same, removing the set row first, so a cancel and
+ * a claim racing for one job never deadlock: whichever removes the set
+ * row owns the job's pending state, and a cancel that loses finds the job
+ * running and cancels it as such.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+#include "jobq.h"
+
+PG_FUNCTION_INFO_V1(jobq_retry);
+PG_FUNCTION_INFO_V1(jobq_retry_failed);
+PG_FUNCTION_INFO_V1(jobq_cancel);
+PG_FUNCTION_INFO_V1(jobq_pause);
+PG_FUNCTION_INFO_V1(jobq_resume);
+PG_FUNCTION_INFO_V1(jobq_purge);
+
+/* How often cancel re-reads a job that changed state under it. */
+#define JOBQ_CANCEL_TRIES	10
+
+static SPIPlanPtr plan_retry_lock;
+static SPIPlanPtr plan_retry_update;
+static SPIPlanPtr plan_retry_failed_ids;
+static SPIPlanPtr plan_job_state;
+static SPIPlanPtr plan_unready;
+static SPIPlanPtr plan_unschedule;
+static SPIPlanPtr plan_cancel_pending;
+static SPIPlanPtr plan_cancel_running;
+static SPIPlanPtr plan_pause;
+static SPIPlanPtr plan_purge;
+
+/*
+ * Put a failed or cancelled job back to pending with a fresh retry budget;
+ * false when it is in another state (or does not exist).
+ */
+static bool
+RetryJob(int64 job_id, TimestampTz now)
+{
+	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
+	Datum		values[2];
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	char	   *queue,
+			   *kind;
+	int32		priority;
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = TimestampTzGetDatum(now);
+	jobq_spi_exec(jobq_plan(&plan_retry_lock,
+							"SELECT queue, kind, priority FROM jobq.job"
+							" WHERE job_id = $1 AND status IN ('failed', 'cancelled')"
+							" FOR UPDATE",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	queue = SPI_getvalue(tup, desc, 1);
+	kind = SPI_getvalue(tup, desc, 2);
+	priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+
+	jobq_spi_exec(jobq_plan(&plan_retry_update,
+							"UPDATE jobq.job SET status = 'pending', retry_count = 0,"
+							" run_at = $2, finished_at = NULL, lease_expires_at = NULL,"
+							" updated_at = $2"
+							" WHERE job_id = $1",
+							2, types),
+				  values, NULL, SPI_OK_UPDATE);
+	jobq_requeue(job_id, queue, kind, priority, now, now);
+	return true;
+}
+
+/* jobq.retry(job_id) -> boolean: failed/cancelled -> pending */
+Datum
+jobq_retry(PG_FUNCTION_ARGS)
+{
+	bool		done;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("job_id must not be null")));
+	SPI_connect();
+	done = RetryJob(PG_GETARG_INT64(0), GetCurrentTimestamp());
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/* jobq.retry_failed(kind, queue) -> how many failed jobs went back to pending */
+Datum
+jobq_retry_failed(PG_FUNCTION_ARGS)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	TimestampTz now = GetCurrentTimestamp();
+	SPITupleTable *ids;
+	uint64		n;
+	int64		retried = 0;
+	bool		isnull;
+
+	values[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
+	nulls[0] = PG_ARGISNULL(0) ? 'n' : ' ';
+	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
+
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_retry_failed_ids,
+							"SELECT job_id FROM jobq.job WHERE status = 'failed'"
+							" AND ($1 IS NULL OR kind = $1) AND ($2 IS NULL OR queue = $2)"
+							" ORDER BY job_id",
+							2, types),
+				  values, nulls, SPI_OK_SELECT);
+	ids = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		int64		job_id = DatumGetInt64(SPI_getbinval(ids->vals[i], ids->tupdesc, 1, &isnull));
+
+		if (RetryJob(job_id, now))
+			retried++;
+	}
+	SPI_finish();
+	PG_RETURN_INT64(retried);
+}
+
+/*
+ * Cancel a pending job: remove its row from jobq.ready or jobq.scheduled
+ * (waiting for a claim or promotion that holds it), then mark the job.
+ * Returns false if the row was gone, meaning the job changed state.
+ */
+static bool
+CancelPending(int64 job_id, const char *queue, int32 priority,
+			  TimestampTz run_at, TimestampTz now)
+{
+	Oid			types[5] = {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum		values[5];
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = CStringGetTextDatum(queue);
+	values[2] = Int32GetDatum(-priority);
+	values[3] = TimestampTzGetDatum(run_at);
+	values[4] = TimestampTzGetDatum(now);
+
+	jobq_spi_exec(jobq_plan(&plan_unready,
+							"DELETE FROM jobq.ready WHERE queue = $2 AND neg_priority = $3"
+							" AND run_at = $4 AND job_id = $1",
+							5, types),
+				  values, NULL, SPI_OK_DELETE);
+	if (SPI_processed > 0)
+	{
+		JobqClaimPos pos = {-priority, run_at, job_id};
+
+		jobq_state_note_unready(queue, &pos);
+	}
+	else
+	{
+		jobq_spi_exec(jobq_plan(&plan_unschedule,
+								"DELETE FROM jobq.scheduled WHERE queue = $2"
+								" AND run_at = $4 AND job_id = $1",
+								5, types),
+					  values, NULL, SPI_OK_DELETE);
+		if (SPI_processed == 0)
+			return false;
+	}
+
+	jobq_spi_exec(jobq_plan(&plan_cancel_pending,
+							"UPDATE jobq.job SET status = 'cancelled', finished_at = $5,"
+							" updated_at = $5"
+							" WHERE job_id = $1 AND status = 'pending'",
+							5, types),
+				  values, NULL, SPI_OK_UPDATE);
+	if (SPI_processed == 0)
+		elog(ERROR, "jobq: pending job %lld had a set row but was not pending",
+			 (long long) job_id);
+	return true;
+}
+
+/*
+ * Cancel a running job: its worker's lease token stops working at once.
+ * The attempt goes to the history.  False if it is no longer running.
+ */
+static bool
+CancelRunning(int64 job_id, TimestampTz now)
+{
+	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = TimestampTzGetDatum(now);
+	jobq_spi_exec(jobq_plan(&plan_cancel_running,
+							"WITH j AS (UPDATE jobq.job SET status = 'cancelled',"
+							" finished_at = $2, updated_at = $2, lease_expires_at = NULL"
+							" WHERE job_id = $1 AND status = 'running'"
+							" RETURNING job_id, attempts, worker_id, claimed_at)"
+							" INSERT INTO jobq.attempt (job_id, attempt, worker_id, started_at,"
+							" finished_at, outcome, error)"
+							" SELECT job_id, attempts, worker_id, claimed_at, $2, 'cancelled',"
+							" 'cancelled by an operator' FROM j",
+							2, types),
+				  values, NULL, SPI_OK_INSERT);
+	return SPI_processed > 0;
+}
+
+/* jobq.cancel(job_id) -> boolean: pending/running -> cancelled */
+Datum
+jobq_cancel(PG_FUNCTION_ARGS)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	int64		job_id;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		done = false;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("job_id must not be null")));
+	job_id = PG_GETARG_INT64(0);
+	values[0] = Int64GetDatum(job_id);
+
+	SPI_connect();
+	for (int i = 0; i < JOBQ_CANCEL_TRIES; i++)
+	{
+		HeapTuple	tup;
+		TupleDesc	desc;
+		bool		isnull;
+		char	   *status;
+
+		jobq_spi_exec(jobq_plan(&plan_job_state,
+								"SELECT status, queue, priority, run_at FROM jobq.job"
+								" WHERE job_id = $1",
+								1, types),
+					  values, NULL, SPI_OK_SELECT);
+		if (SPI_processed == 0)
+			break;
+		tup = SPI_tuptable->vals[0];
+		desc = SPI_tuptable->tupdesc;
+		status = SPI_getvalue(tup, desc, 1);
+		if (strcmp(status, "pending") == 0)
+		{
+			if (CancelPending(job_id, SPI_getvalue(tup, desc, 2),
+							  DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull)),
+							  DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull)),
+							  now))
+			{
+				done = true;
+				break;
+			}
+		}
+		else if (strcmp(status, "running") == 0)
+		{
+			if (CancelRunning(job_id, now))
+			{
+				done = true;
+				break;
+			}
+		}
+		else
+			break;				/* finished: nothing to cancel */
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/* Set a queue's paused flag, creating the queue if needed. */
+static void
+SetPaused(FunctionCallInfo fcinfo, bool paused)
+{
+	Oid			types[2] = {TEXTOID, BOOLOID};
+	Datum		values[2];
+
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false));
+	values[1] = BoolGetDatum(paused);
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_pause,
+							"INSERT INTO jobq.queue AS q (name, paused) VALUES ($1, $2)"
+							" ON CONFLICT (name) DO UPDATE SET paused = $2, updated_at = now()",
+							2, types),
+				  values, NULL, SPI_OK_INSERT);
+	SPI_finish();
+}
+
+/* jobq.pause(queue): the queue hands out no jobs until resumed */
+Datum
+jobq_pause(PG_FUNCTION_ARGS)
+{
+	SetPaused(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+/* jobq.resume(queue) */
+Datum
+jobq_resume(PG_FUNCTION_ARGS)
+{
+	SetPaused(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+/*
+ * jobq.purge(queue, status, older_than) -> jobs deleted
+ *
+ * Deletes finished jobs (completed, failed or cancelled) of a queue that
+ * finished more than older_than ago, with their attempt history.  Their
+ * idempotency keys start their retention as when pruned.
+ */
+Datum
+jobq_purge(PG_FUNCTION_ARGS)
+{
+	Oid			types[4] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INTERVALOID};
+	Datum		values[4];
+	const char *status;
+	Interval	key_retention;
+	int64		n;
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false));
+	status = jobq_name_arg(fcinfo, 1, "status", JOBQ_MAX_NAME_LEN, false);
+	if (strcmp(status, "completed") != 0 && strcmp(status, "failed") != 0 &&
+		strcmp(status, "cancelled") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("status must be completed, failed or cancelled"),
+				 errhint("Cancel pending or running jobs first with jobq.cancel(job_id).")));
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("older_than must not be null"),
+				 errhint("Use '0' to purge every such job.")));
+	if (jobq_interval_usecs(PG_GETARG_INTERVAL_P(2)) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("older_than must not be negative")));
+	memset(&key_retention, 0, sizeof(key_retention));
+	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
+
+	values[1] = CStringGetTextDatum(status);
+	values[2] = TimestampTzGetDatum(GetCurrentTimestamp() -
+									jobq_interval_usecs(PG_GETARG_INTERVAL_P(2)));
+	values[3] = IntervalPGetDatum(&key_retention);
+
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_purge,
+							"WITH dj AS (DELETE FROM jobq.job j WHERE j.queue = $1"
+							" AND j.status = $2 AND j.finished_at <= $3"
+							" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at),"
+							" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id),"
+							" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $4"
+							" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key"
+							" AND k.job_id = dj.job_id)"
+							" SELECT count(*) FROM dj",
+							4, types),
+				  values, NULL, SPI_OK_SELECT);
+	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	PG_RETURN_INT64(n);
+}
