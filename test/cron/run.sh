@@ -1,0 +1,92 @@
+#!/bin/sh
+#
+# test/cron/run.sh -- tests of the cron code outside pg_regress
+#
+#   1. unit tests of src/cron_parse.c alone (test/cron/unit.c, plain cc,
+#      with AddressSanitizer/UBSan when the compiler has them);
+#   2. the libFuzzer harness (test/cron/fuzz_cron.c) for FUZZ_SECONDS
+#      seconds (default 10; e.g. FUZZ_SECONDS=600 for a longer run);
+#   3. the differential test (test/cron/reference.py): CRON_CASES random
+#      cases (default 3000) against the server named by the PG* variables
+#      (PGHOST, PGPORT, PGUSER, PGDATABASE), where CREATE EXTENSION jobq
+#      has been run.
+#
+# Exits non-zero on any failure; the last line is "N passed, N failed".
+
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+CRON_CASES=${CRON_CASES:-3000}
+CC=${CC:-cc}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT INT TERM
+passed=0
+failed=0
+
+# add the "N passed, N failed" line of a step's output, or one failure
+count() {
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -n 1)
+	if [ -n "$line" ]; then
+		passed=$((passed + $(echo "$line" | cut -d' ' -f1)))
+		failed=$((failed + $(echo "$line" | cut -d' ' -f3)))
+	fi
+	if [ "$2" -ne 0 ] && { [ -z "$line" ] || [ "$(echo "$line" | cut -d' ' -f3)" -eq 0 ]; }; then
+		failed=$((failed + 1))
+	fi
+}
+
+echo "== unit tests (test/cron/unit.c)"
+san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+if ! echo 'int main(void){return 0;}' | $CC $san -x c -o "$work/probe" - 2>/dev/null; then
+	san=""
+fi
+if $CC -std=c99 -O1 -g -Wall -Wextra -Werror $san -Isrc -o "$work/unit" \
+	test/cron/unit.c src/cron_parse.c > "$work/unit.log" 2>&1; then
+	"$work/unit" > "$work/unit.log" 2>&1
+	rc=$?
+else
+	rc=1
+fi
+cat "$work/unit.log"
+count "$work/unit.log" $rc
+
+echo "== fuzzing (test/cron/fuzz_cron.c) for $FUZZ_SECONDS s"
+if clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	-Isrc test/cron/fuzz_cron.c src/cron_parse.c -o "$work/fuzz_cron" \
+	> "$work/fuzz_build.log" 2>&1; then
+	mkdir "$work/corpus"
+	i=0
+	while IFS= read -r line; do
+		i=$((i + 1))
+		{ printf '\020\062\124\166\020\062\004\000'; printf '%s' "$line"; } \
+			> "$work/corpus/seed$i"
+	done < test/cron/seeds.txt
+	"$work/fuzz_cron" -max_total_time="$FUZZ_SECONDS" -timeout=10 \
+		-rss_limit_mb=2048 -dict=test/cron/cron.dict -artifact_prefix="$work/" \
+		"$work/corpus" > "$work/fuzz.log" 2>&1
+	rc=$?
+	if [ $rc -eq 0 ]; then
+		grep -E '^Done [0-9]+ runs' "$work/fuzz.log" | sed 's/^/fuzz: /'
+		echo "1 passed, 0 failed"
+		passed=$((passed + 1))
+	else
+		tail -n 40 "$work/fuzz.log"
+		for f in "$work"/crash-* "$work"/timeout-* "$work"/leak-* "$work"/oom-*; do
+			[ -e "$f" ] && cp "$f" test/cron/ && echo "fuzz: input saved as test/cron/$(basename "$f")"
+		done
+		echo "0 passed, 1 failed"
+		failed=$((failed + 1))
+	fi
+else
+	echo "SKIPPED fuzzing: clang with libFuzzer (-fsanitize=fuzzer) is not available:"
+	tail -n 3 "$work/fuzz_build.log"
+fi
+
+echo "== differential test (test/cron/reference.py), $CRON_CASES cases"
+python3 test/cron/reference.py --cases "$CRON_CASES" > "$work/diff.log" 2>&1
+rc=$?
+cat "$work/diff.log"
+count "$work/diff.log" $rc
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
