@@ -205,9 +205,8 @@ cron_parse_value(const CronFieldDef *def, const char *field,
 				 cron_word_equals(alpha, p - alpha, "W") ||
 				 cron_word_equals(alpha, p - alpha, "LW")))
 				return cron_error(errbuf, errlen,
-								  "%s field \"%s\": \"%s\" is not supported (no L or W)",
-								  def->name, field,
-								  cron_copy(word, sizeof(word), start, p - start));
+								  "%s field \"%s\": \"L\" and \"W\" are not supported",
+								  def->name, field);
 			return cron_error(errbuf, errlen,
 							  "%s field \"%s\": \"%s\" is not a number",
 							  def->name, field,
@@ -247,8 +246,8 @@ cron_parse_value(const CronFieldDef *def, const char *field,
 			 cron_word_equals(start, p - start, "W") ||
 			 cron_word_equals(start, p - start, "LW")))
 			return cron_error(errbuf, errlen,
-							  "%s field \"%s\": \"%s\" is not supported (no L or W)",
-							  def->name, field, word);
+							  "%s field \"%s\": \"L\" and \"W\" are not supported",
+							  def->name, field);
 		if (def->nnames == 0)
 			return cron_error(errbuf, errlen,
 							  "%s field \"%s\": \"%s\" is not a number",
