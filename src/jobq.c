@@ -59,6 +59,21 @@ _PG_init(void)
 							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("jobq.misfire_grace",
+							"How late a schedule's fire may be and still count as on time.",
+							"Later fires are missed and follow the schedule's misfire policy.",
+							&jobq_misfire_grace_s,
+							5, 0, 86400,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.misfire_max_fires",
+							"Most missed fire times a run_all schedule enqueues at once (the latest ones).",
+							NULL,
+							&jobq_misfire_max_fires,
+							100, 1, 100000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
 	if (process_shared_preload_libraries_in_progress)
 		jobq_state_shmem_request();
 	jobq_worker_init();

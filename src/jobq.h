@@ -8,7 +8,8 @@
  * (the SQL-callable queue operations), queue_state.c (per-queue claim
  * positions in shared memory), reaper.c (expired leases), retention.c
  * (pruning finished jobs and keys), admin.c (retry, cancel, pause,
- * purge), worker.c (the launcher and the
+ * purge), scheduler.c (cron schedules; cron_parse.c and cron_next.c hold the
+ * expression parser and the time-zone arithmetic), worker.c (the launcher and the
  * per-database background workers), backoff.c (retry delays), priority.c
  * (priority labels), spi_plan.c (saved SPI plans with a safe search_path).
  *
@@ -24,6 +25,7 @@
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 /* Version shims: keep PostgreSQL version differences here. */
@@ -77,9 +79,25 @@ typedef struct JobqAttempt
 	" (extract(epoch FROM q.backoff_base) * 1000000)::float8," \
 	" (extract(epoch FROM q.backoff_cap) * 1000000)::float8, q.backoff_jitter"
 
+/* One job to enqueue, validated. */
+typedef struct JobqNewJob
+{
+	const char *kind;
+	Jsonb	   *payload;
+	const char *queue;
+	int32		priority;
+	TimestampTz run_at;
+	bool		has_max_retries;
+	int32		max_retries;
+	const char *key;			/* NULL: no idempotency key */
+} JobqNewJob;
+
 /* queue_ops.c */
+extern void jobq_enqueue_job(const JobqNewJob *job, TimestampTz now,
+							 int64 *job_id, bool *created);
 extern int64 jobq_interval_usecs(const Interval *iv);
 extern text *jobq_clip_error(text *error);
+extern Jsonb *jobq_payload_arg(Datum d, const char *argname);
 extern const char *jobq_name_arg(FunctionCallInfo fcinfo, int argno,
 								 const char *argname, int maxlen, bool nullable);
 extern void jobq_requeue(int64 job_id, const char *queue, const char *kind,
@@ -98,6 +116,12 @@ extern int64 jobq_prune_finished(int batch);
 
 /* worker.c */
 extern void jobq_worker_init(void);
+extern void jobq_worker_wake_at_commit(void);
+
+/* scheduler.c (SPI must be connected) */
+extern int	jobq_misfire_grace_s;
+extern int	jobq_misfire_max_fires;
+extern int64 jobq_fire_due_schedules(TimestampTz *next_due);
 
 /* queue_state.c */
 extern void jobq_state_shmem_request(void);

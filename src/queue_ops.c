@@ -54,19 +54,6 @@ typedef struct JobqQueue
 	bool		paused;
 } JobqQueue;
 
-/* One job to enqueue, validated. */
-typedef struct JobqNewJob
-{
-	const char *kind;
-	Jsonb	   *payload;
-	const char *queue;
-	int32		priority;
-	TimestampTz run_at;
-	bool		has_max_retries;
-	int32		max_retries;
-	const char *key;			/* NULL: no idempotency key */
-} JobqNewJob;
-
 /* Saved plans, one per statement. */
 static SPIPlanPtr plan_queue_get;
 static SPIPlanPtr plan_queue_create;
@@ -149,8 +136,8 @@ CheckJsonSize(Jsonb *doc, const char *argname)
 }
 
 /* A payload: a JSON object no larger than jobq.max_payload_size. */
-static Jsonb *
-PayloadDatum(Datum d, const char *argname)
+Jsonb *
+jobq_payload_arg(Datum d, const char *argname)
 {
 	Jsonb	   *payload = DatumGetJsonbP(d);
 
@@ -348,12 +335,12 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
  * ---------------------------------------------------------------- */
 
 /*
- * Enqueue one validated job.  With an idempotency key the key is reserved
+ * Enqueue one validated job (SPI connected).  With an idempotency key the key is reserved
  * first through the unique index (INSERT ... ON CONFLICT DO NOTHING); when
  * it is taken, the existing job is returned and nothing else is written.
  */
-static void
-EnqueueOne(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *created)
+void
+jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *created)
 {
 	JobqQueue	q;
 	bool		has_id = false;
@@ -490,12 +477,12 @@ jobq_enqueue(PG_FUNCTION_ARGS)
 
 	NewJobCommonArgs(fcinfo, &job);
 	RequireArg(fcinfo, 1, "payload");
-	job.payload = PayloadDatum(PG_GETARG_DATUM(1), "payload");
+	job.payload = jobq_payload_arg(PG_GETARG_DATUM(1), "payload");
 	job.key = jobq_name_arg(fcinfo, 6, "idempotency_key", JOBQ_MAX_KEY_LEN, true);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	EnqueueOne(&job, GetCurrentTimestamp(), &job_id, &created);
+	jobq_enqueue_job(&job, GetCurrentTimestamp(), &job_id, &created);
 	PutJobRow(rsinfo, job_id, created);
 	SPI_finish();
 	return (Datum) 0;
@@ -539,7 +526,7 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("%s must not be null", argname)));
-		docs[i] = PayloadDatum(payloads[i], argname);
+		docs[i] = jobq_payload_arg(payloads[i], argname);
 		if (keys != NULL && !key_nulls[i])
 		{
 			int			len = VARSIZE_ANY_EXHDR(DatumGetTextPP(keys[i]));
@@ -569,7 +556,7 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 
 		job.payload = docs[i];
 		job.key = (keys != NULL && !key_nulls[i]) ? TextDatumGetCString(keys[i]) : NULL;
-		EnqueueOne(&job, now, &job_id, &created);
+		jobq_enqueue_job(&job, now, &job_id, &created);
 		PutJobRow(rsinfo, job_id, created);
 	}
 	SPI_finish();

@@ -14,9 +14,10 @@
  * once when a CREATE EXTENSION jobq there commits (a ProcessUtility hook
  * notices it and wakes the launcher).
  *
- * A worker loops: reap expired leases (reaper.c), prune finished jobs
- * every jobq.prune_interval (retention.c), sleep jobq.naptime on its
- * latch.  Every step is a transaction of its own, so no snapshot is held
+ * A worker loops: fire due schedules (scheduler.c), reap expired leases
+ * (reaper.c), prune finished jobs every jobq.prune_interval (retention.c),
+ * then sleep on its latch until the next schedule is due, jobq.naptime at
+ * most; a transaction that changes a schedule sets the latch at commit.  Every step is a transaction of its own, so no snapshot is held
  * while it sleeps.  It exits when the extension is dropped.  Workers are
  * never restarted by the postmaster; the launcher starts them again, at
  * most once per JOBQ_RESTART_DELAY_MS per database.  The launcher itself
@@ -79,6 +80,7 @@ typedef struct JobqDbSlot
 {
 	Oid			dbid;			/* InvalidOid: slot is free */
 	pid_t		pid;			/* the worker's pid while it runs, else 0 */
+	Latch	   *latch;			/* the worker's latch while it runs */
 	bool		has_jobq;		/* a worker found the extension here */
 	TimestampTz started_at;		/* when the worker started */
 	TimestampTz last_start;		/* when the launcher last started one */
@@ -87,6 +89,7 @@ typedef struct JobqDbSlot
 	TimestampTz blocked_until;	/* a command needs the database alone */
 	int64		reaped;			/* expired leases reaped since start */
 	int64		pruned;			/* rows pruned since start */
+	int64		fired;			/* schedule fires since start */
 } JobqDbSlot;
 
 /* State shared by the launcher, the workers and every backend. */
@@ -118,6 +121,9 @@ static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
 /* Set when this transaction ran CREATE EXTENSION jobq. */
 static bool wake_launcher_at_commit = false;
+
+/* Set when this transaction changed a schedule: wake this database's worker. */
+static bool wake_worker_at_commit = false;
 
 /* The launcher's handles of the workers it started, by slot. */
 static BackgroundWorkerHandle **launcher_handles = NULL;
@@ -497,7 +503,10 @@ WorkerDetach(int code, Datum arg)
 		return;
 	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
 	if (WorkerShared->slots[MySlot].pid == MyProcPid)
+	{
 		WorkerShared->slots[MySlot].pid = 0;
+		WorkerShared->slots[MySlot].latch = NULL;
+	}
 	if (WorkerShared->launcher_latch)
 		SetLatch(WorkerShared->launcher_latch);
 	LWLockRelease(JobqWorkerLock);
@@ -519,9 +528,11 @@ WorkerAttach(void)
 		if (slot->pid == 0)
 		{
 			slot->pid = MyProcPid;
+			slot->latch = MyLatch;
 			slot->started_at = GetCurrentTimestamp();
 			slot->reaped = 0;
 			slot->pruned = 0;
+			slot->fired = 0;
 			MySlot = i;
 			ok = true;
 		}
@@ -566,17 +577,27 @@ WorkerExtensionPresent(void)
 	return present;
 }
 
-/* One round of work; false when the extension is gone. */
+/*
+ * One round of work; false when the extension is gone.  *next_due gets the
+ * earliest next schedule fire (0: none).
+ */
 static bool
-WorkerRound(TimestampTz *last_prune)
+WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 {
 	int64		reaped = 0;
 	int64		pruned = 0;
+	int64		fired;
 	int64		n;
 	TimestampTz now;
 
 	if (RecoveryInProgress() || !WorkerExtensionPresent())
 		return false;
+
+	WorkerBeginStep("jobq: firing schedules");
+	SPI_connect();
+	fired = jobq_fire_due_schedules(next_due);
+	SPI_finish();
+	WorkerEndStep();
 
 	/* reap expired leases, batch by batch */
 	do
@@ -610,6 +631,7 @@ WorkerRound(TimestampTz *last_prune)
 	WorkerShared->slots[MySlot].last_cycle_at = GetCurrentTimestamp();
 	WorkerShared->slots[MySlot].reaped += reaped;
 	WorkerShared->slots[MySlot].pruned += pruned;
+	WorkerShared->slots[MySlot].fired += fired;
 	WorkerShared->slots[MySlot].has_jobq = true;
 	WorkerShared->slots[MySlot].no_extension_at = 0;
 	LWLockRelease(JobqWorkerLock);
@@ -621,6 +643,8 @@ void
 jobq_worker_main(Datum main_arg)
 {
 	TimestampTz last_prune = 0;
+	TimestampTz next_due = 0;
+	long		sleep_ms;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -653,7 +677,7 @@ jobq_worker_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		if (!WorkerRound(&last_prune))
+		if (!WorkerRound(&last_prune, &next_due))
 		{
 			LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
 			WorkerShared->slots[MySlot].no_extension_at = GetCurrentTimestamp();
@@ -662,8 +686,19 @@ jobq_worker_main(Datum main_arg)
 			ereport(LOG, (errmsg("jobq worker exiting: the extension is no longer installed")));
 			proc_exit(0);
 		}
+		/* sleep until the next schedule is due, jobq.naptime at most */
+		sleep_ms = jobq_naptime_ms;
+		if (next_due != 0)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
+			if (secs * 1000 + usecs / 1000 + 1 < sleep_ms)
+				sleep_ms = secs * 1000 + usecs / 1000 + 1;
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 jobq_naptime_ms, PG_WAIT_EXTENSION);
+						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }
@@ -770,10 +805,43 @@ jobq_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	PG_END_TRY();
 }
 
-/* After CREATE EXTENSION jobq commits, have the launcher look here now. */
+/* This transaction changed a schedule: wake this database's worker at commit. */
+void
+jobq_worker_wake_at_commit(void)
+{
+	wake_worker_at_commit = true;
+}
+
+/* Set the latch of this database's worker, if one runs. */
+static void
+WakeDatabaseWorker(void)
+{
+	if (WorkerShared == NULL)
+		return;
+	LWLockAcquire(JobqWorkerLock, LW_SHARED);
+	for (int i = 0; i < WorkerShared->nslots; i++)
+	{
+		if (WorkerShared->slots[i].dbid == MyDatabaseId &&
+			WorkerShared->slots[i].latch != NULL)
+			SetLatch(WorkerShared->slots[i].latch);
+	}
+	LWLockRelease(JobqWorkerLock);
+}
+
+/*
+ * At commit: after CREATE EXTENSION jobq, have the launcher look here now;
+ * after a schedule changed, wake this database's worker.
+ */
 static void
 jobq_worker_xact_callback(XactEvent event, void *arg)
 {
+	if (wake_worker_at_commit)
+	{
+		if (event == XACT_EVENT_COMMIT)
+			WakeDatabaseWorker();
+		if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+			wake_worker_at_commit = false;
+	}
 	if (!wake_launcher_at_commit)
 		return;
 	if (event == XACT_EVENT_COMMIT && WorkerShared != NULL)
@@ -801,14 +869,15 @@ jobq_worker_xact_callback(XactEvent event, void *arg)
 
 /*
  * jobq.worker_status() -> one row for the launcher and one per database
- * worker: pid, database, role, started_at, last_run_at, reaped, pruned
+ * worker: pid, database, role, started_at, last_run_at, reaped, pruned,
+ * fired
  */
 Datum
 jobq_worker_status(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		values[7];
-	bool		nulls[7];
+	Datum		values[8];
+	bool		nulls[8];
 	JobqDbSlot *copy;
 	int			nslots;
 	pid_t		launcher_pid;
@@ -836,7 +905,7 @@ jobq_worker_status(PG_FUNCTION_ARGS)
 		values[2] = CStringGetTextDatum("launcher");
 		values[3] = TimestampTzGetDatum(launcher_started);
 		values[4] = TimestampTzGetDatum(launcher_cycle);
-		nulls[5] = nulls[6] = true;
+		nulls[5] = nulls[6] = nulls[7] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	for (int i = 0; i < nslots; i++)
@@ -856,6 +925,7 @@ jobq_worker_status(PG_FUNCTION_ARGS)
 		nulls[4] = copy[i].last_cycle_at == 0;
 		values[5] = Int64GetDatum(copy[i].reaped);
 		values[6] = Int64GetDatum(copy[i].pruned);
+		values[7] = Int64GetDatum(copy[i].fired);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

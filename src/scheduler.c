@@ -1,0 +1,427 @@
+/*-------------------------------------------------------------------------
+ *
+ * scheduler.c
+ *	  Cron schedules: jobq.schedule / unschedule / pause_schedule /
+ *	  resume_schedule, and firing due schedules (from the background worker
+ *	  or jobq.run_schedules()).
+ *
+ * A schedule row keeps its next fire time durably (next_fire_at).  Firing
+ * a schedule locks its row (FOR UPDATE SKIP LOCKED, so two workers or a
+ * manual run never fire the same schedule at once), enqueues one job per
+ * fire time through the ordinary idempotent enqueue with the key
+ * "jobq:schedule:<id>:<fire time in microseconds since 2000>" and run_at =
+ * the fire time, then moves next_fire_at past now, all in one transaction.
+ * A crash between enqueue and commit loses both; a fire that did commit
+ * can never be enqueued again, since its key stays reserved (jobs and keys
+ * are the fire history, pruned like any job).
+ *
+ * Misfires.  A due fire time no older than jobq.misfire_grace is on time
+ * and fires.  Older ones (the server was down, or the worker behind) are
+ * missed, and so is every fire time that passed while the schedule was
+ * paused: 'skip' fires none of them, 'run_once' fires one job for the
+ * latest, 'run_all' fires each, at most jobq.misfire_max_fires (the
+ * latest ones).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "cron.h"
+#include "jobq.h"
+
+PG_FUNCTION_INFO_V1(jobq_schedule);
+PG_FUNCTION_INFO_V1(jobq_unschedule);
+PG_FUNCTION_INFO_V1(jobq_pause_schedule);
+PG_FUNCTION_INFO_V1(jobq_resume_schedule);
+PG_FUNCTION_INFO_V1(jobq_run_schedules);
+
+/* Most fire times looked at for one schedule in one round. */
+#define JOBQ_MAX_FIRE_SCAN		100000
+/* Most schedules fired in one transaction. */
+#define JOBQ_SCHEDULE_BATCH		100
+
+int			jobq_misfire_grace_s = 5;
+int			jobq_misfire_max_fires = 100;
+
+static SPIPlanPtr plan_upsert;
+static SPIPlanPtr plan_unschedule;
+static SPIPlanPtr plan_pause;
+static SPIPlanPtr plan_resume_lock;
+static SPIPlanPtr plan_due;
+static SPIPlanPtr plan_fired;
+static SPIPlanPtr plan_next_fire;
+
+/* What firing needs of a schedule row. */
+typedef struct JobqSchedule
+{
+	int64		id;
+	char	   *name;
+	char	   *cron;
+	char	   *kind;
+	Jsonb	   *payload;
+	char	   *queue;
+	char	   *timezone;
+	char	   *misfire;
+	int32		priority;
+	TimestampTz next_fire_at;
+} JobqSchedule;
+
+#define JOBQ_SCHEDULE_COLUMNS \
+	"schedule_id, name, cron, kind, payload, queue, timezone, misfire, priority, next_fire_at"
+
+/* Read JOBQ_SCHEDULE_COLUMNS from an SPI tuple. */
+static void
+ScheduleFromTuple(HeapTuple tup, TupleDesc desc, JobqSchedule *s)
+{
+	bool		isnull;
+
+	s->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	s->name = SPI_getvalue(tup, desc, 2);
+	s->cron = SPI_getvalue(tup, desc, 3);
+	s->kind = SPI_getvalue(tup, desc, 4);
+	s->payload = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 5, &isnull));
+	s->queue = SPI_getvalue(tup, desc, 6);
+	s->timezone = SPI_getvalue(tup, desc, 7);
+	s->misfire = SPI_getvalue(tup, desc, 8);
+	s->priority = DatumGetInt32(SPI_getbinval(tup, desc, 9, &isnull));
+	s->next_fire_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 10, &isnull));
+}
+
+/* Enqueue the job standing for one fire time; returns its job id. */
+static int64
+FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now)
+{
+	JobqNewJob	job;
+	int64		job_id;
+	bool		created;
+
+	job.kind = s->kind;
+	job.payload = s->payload;
+	job.queue = s->queue;
+	job.priority = s->priority;
+	job.run_at = fire_time;
+	job.has_max_retries = false;
+	job.max_retries = 0;
+	job.key = psprintf("jobq:schedule:%lld:%lld", (long long) s->id,
+					   (long long) fire_time);
+	jobq_enqueue_job(&job, now, &job_id, &created);
+	return job_id;
+}
+
+/*
+ * Fire one locked schedule as of now: on-time fires, then missed ones per
+ * its misfire policy (all due times count as missed when all_missed), and
+ * store its next fire time.  Returns the number of jobs enqueued.
+ */
+static int
+FireSchedule(const JobqSchedule *s, TimestampTz now, bool all_missed)
+{
+	CronSpec	spec;
+	pg_tz	   *tz;
+	TimestampTz grace_start = now - (int64) jobq_misfire_grace_s * USECS_PER_SEC;
+	TimestampTz t = s->next_fire_at;
+	TimestampTz *missed;
+	int			nmissed = 0;	/* missed times seen */
+	int			keep = Max(jobq_misfire_max_fires, 1);
+	TimestampTz last_fired = 0;
+	int64		last_job = 0;
+	int			fired = 0;
+	bool		has_next;
+	int			scanned = 0;
+	Oid			types[4] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+
+	jobq_cron_parse_or_error(s->cron, &spec);
+	tz = jobq_cron_timezone(s->timezone);
+	missed = palloc(sizeof(TimestampTz) * keep);
+
+	/* walk the due fire times: on-time ones fire now, missed ones are kept */
+	has_next = true;
+	while (has_next && t <= now)
+	{
+		if (!all_missed && t >= grace_start)
+		{
+			last_job = FireOnce(s, t, now);
+			last_fired = t;
+			fired++;
+		}
+		else
+			missed[nmissed++ % keep] = t;
+		if (++scanned >= JOBQ_MAX_FIRE_SCAN)
+		{
+			ereport(LOG,
+					(errmsg("jobq: schedule \"%s\" is more than %d fire times behind; skipping ahead",
+							s->name, JOBQ_MAX_FIRE_SCAN)));
+			t = now;
+		}
+		has_next = jobq_cron_next_time(&spec, t, tz, &t);
+	}
+
+	/* missed fire times, per the misfire policy */
+	if (nmissed > 0 && strcmp(s->misfire, "skip") != 0)
+	{
+		int			n = Min(nmissed, keep);
+		int			first = strcmp(s->misfire, "run_once") == 0 ? n - 1 : 0;
+
+		for (int i = first; i < n; i++)
+		{
+			TimestampTz mt = missed[(nmissed - n + i) % keep];
+
+			last_job = FireOnce(s, mt, now);
+			if (mt > last_fired)
+				last_fired = mt;
+			fired++;
+		}
+	}
+
+	values[0] = Int64GetDatum(s->id);
+	values[1] = TimestampTzGetDatum(t);
+	nulls[1] = has_next ? ' ' : 'n';
+	values[2] = TimestampTzGetDatum(last_fired);
+	nulls[2] = fired > 0 ? ' ' : 'n';
+	values[3] = Int64GetDatum(last_job);
+	nulls[3] = fired > 0 ? ' ' : 'n';
+	jobq_spi_exec(jobq_plan(&plan_fired,
+							"UPDATE jobq.schedule SET next_fire_at = $2,"
+							" last_fire_at = COALESCE($3, last_fire_at),"
+							" last_job_id = COALESCE($4, last_job_id), updated_at = now()"
+							" WHERE schedule_id = $1",
+							4, types),
+				  values, nulls, SPI_OK_UPDATE);
+	if (nmissed > 0)
+		ereport(LOG,
+				(errmsg("jobq: schedule \"%s\" missed %d fire time%s; misfire policy %s fired %d",
+						s->name, nmissed, nmissed == 1 ? "" : "s", s->misfire,
+						strcmp(s->misfire, "skip") == 0 ? 0 :
+						strcmp(s->misfire, "run_once") == 0 ? 1 : Min(nmissed, keep))));
+	return fired;
+}
+
+/*
+ * Fire every due, unpaused schedule (SPI connected).  Returns the number of
+ * jobs enqueued; *next_due gets the earliest next fire time left (0: none).
+ */
+int64
+jobq_fire_due_schedules(TimestampTz *next_due)
+{
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	TimestampTz now = GetCurrentTimestamp();
+	SPITupleTable *due;
+	uint64		n;
+	int64		fired = 0;
+	bool		isnull;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(JOBQ_SCHEDULE_BATCH);
+	jobq_spi_exec(jobq_plan(&plan_due,
+							"SELECT " JOBQ_SCHEDULE_COLUMNS " FROM jobq.schedule"
+							" WHERE NOT paused AND next_fire_at <= $1"
+							" ORDER BY next_fire_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+							2, types),
+				  values, NULL, SPI_OK_SELECT);
+	due = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		JobqSchedule s;
+
+		ScheduleFromTuple(due->vals[i], due->tupdesc, &s);
+		fired += FireSchedule(&s, now, false);
+	}
+
+	if (next_due != NULL)
+	{
+		jobq_spi_exec(jobq_plan(&plan_next_fire,
+								"SELECT min(next_fire_at) FROM jobq.schedule WHERE NOT paused",
+								0, NULL),
+					  NULL, NULL, SPI_OK_SELECT);
+		*next_due = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+		if (isnull)
+			*next_due = 0;
+	}
+	return fired;
+}
+
+/* The misfire argument, checked. */
+static const char *
+MisfireArg(FunctionCallInfo fcinfo, int argno)
+{
+	const char *misfire = jobq_name_arg(fcinfo, argno, "misfire", JOBQ_MAX_NAME_LEN, false);
+
+	if (strcmp(misfire, "skip") != 0 && strcmp(misfire, "run_once") != 0 &&
+		strcmp(misfire, "run_all") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("misfire must be skip, run_once or run_all"),
+				 errdetail("misfire was \"%s\".", misfire),
+				 errhint("skip fires none of the missed times, run_once one job for the latest, run_all each of them.")));
+	return misfire;
+}
+
+/*
+ * jobq.schedule(name, cron, kind, payload, queue, timezone, misfire,
+ *				 priority) -> schedule id
+ *
+ * Creates a schedule, or updates the one of that name; either way the next
+ * fire time is the first one after now.
+ */
+Datum
+jobq_schedule(PG_FUNCTION_ARGS)
+{
+	Oid			types[9] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID,
+	TEXTOID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[9];
+	char		nulls[9];
+	const char *cron;
+	const char *timezone;
+	CronSpec	spec;
+	pg_tz	   *tz;
+	TimestampTz next;
+	bool		has_next;
+	int64		id;
+	bool		isnull;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	cron = jobq_name_arg(fcinfo, 1, "cron", CRON_MAX_TEXT_LEN, false);
+	values[2] = CStringGetTextDatum(jobq_name_arg(fcinfo, 2, "kind", JOBQ_MAX_NAME_LEN, false));
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be null")));
+	values[3] = JsonbPGetDatum(jobq_payload_arg(PG_GETARG_DATUM(3), "payload"));
+	values[4] = CStringGetTextDatum(jobq_name_arg(fcinfo, 4, "queue", JOBQ_MAX_NAME_LEN, false));
+	timezone = jobq_name_arg(fcinfo, 5, "timezone", JOBQ_MAX_NAME_LEN, false);
+	values[6] = CStringGetTextDatum(MisfireArg(fcinfo, 6));
+	if (PG_ARGISNULL(7))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("priority must not be null")));
+	values[7] = PG_GETARG_DATUM(7);
+	if (PG_GETARG_INT32(7) == PG_INT32_MIN)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("priority is out of range")));
+
+	jobq_cron_parse_or_error(cron, &spec);
+	tz = jobq_cron_timezone(timezone);
+	values[1] = CStringGetTextDatum(cron);
+	values[5] = CStringGetTextDatum(timezone);
+	has_next = jobq_cron_next_time(&spec, GetCurrentTimestamp(), tz, &next);
+	values[8] = TimestampTzGetDatum(next);
+	nulls[8] = has_next ? ' ' : 'n';
+
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_upsert,
+							"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
+							" misfire, priority, next_fire_at)"
+							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+							" ON CONFLICT (name) DO UPDATE SET cron = $2, kind = $3, payload = $4,"
+							" queue = $5, timezone = $6, misfire = $7, priority = $8,"
+							" next_fire_at = $9, updated_at = now()"
+							" RETURNING schedule_id",
+							9, types),
+				  values, nulls, SPI_OK_INSERT_RETURNING);
+	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	jobq_worker_wake_at_commit();
+	PG_RETURN_INT64(id);
+}
+
+/* jobq.unschedule(name) -> boolean */
+Datum
+jobq_unschedule(PG_FUNCTION_ARGS)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		done;
+
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_unschedule,
+							"DELETE FROM jobq.schedule WHERE name = $1",
+							1, types),
+				  values, NULL, SPI_OK_DELETE);
+	done = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/* jobq.pause_schedule(name) -> boolean: it fires nothing until resumed */
+Datum
+jobq_pause_schedule(PG_FUNCTION_ARGS)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		done;
+
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_pause,
+							"UPDATE jobq.schedule SET paused = true, updated_at = now()"
+							" WHERE name = $1",
+							1, types),
+				  values, NULL, SPI_OK_UPDATE);
+	done = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * jobq.resume_schedule(name) -> boolean
+ *
+ * The fire times that passed while it was paused are missed: they are
+ * dealt with now, per the misfire policy.
+ */
+Datum
+jobq_resume_schedule(PG_FUNCTION_ARGS)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		done = false;
+
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	SPI_connect();
+	jobq_spi_exec(jobq_plan(&plan_resume_lock,
+							"UPDATE jobq.schedule SET paused = false, updated_at = now()"
+							" WHERE name = $1 AND paused"
+							" RETURNING " JOBQ_SCHEDULE_COLUMNS,
+							1, types),
+				  values, NULL, SPI_OK_UPDATE_RETURNING);
+	if (SPI_processed > 0)
+	{
+		JobqSchedule s;
+		bool		isnull;
+
+		ScheduleFromTuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &s);
+		(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 10, &isnull);
+		if (!isnull)
+			FireSchedule(&s, GetCurrentTimestamp(), true);
+		done = true;
+	}
+	SPI_finish();
+	if (done)
+		jobq_worker_wake_at_commit();
+	PG_RETURN_BOOL(done);
+}
+
+/* jobq.run_schedules() -> jobs enqueued: fire due schedules now */
+Datum
+jobq_run_schedules(PG_FUNCTION_ARGS)
+{
+	int64		fired;
+
+	SPI_connect();
+	fired = jobq_fire_due_schedules(NULL);
+	SPI_finish();
+	PG_RETURN_INT64(fired);
+}
