@@ -424,6 +424,7 @@ test_every(void)
 /* A small deterministic pseudo-random generator (xorshift64). */
 static uint64_t rng_state = 88172645463325252ULL;
 
+/* A pseudo-random number in 0..n-1. */
 static int
 rnd(int n)
 {
