@@ -23,7 +23,10 @@ DATA = $(filter-out $(DATA_built),$(wildcard extension/jobq--*--*.sql))
 jobq--$(EXTVERSION).sql: $(sort $(wildcard extension/parts/*.sql)) jobq.control
 	cat $(sort $(wildcard extension/parts/*.sql)) > $@
 
-PG_CPPFLAGS = -I$(srcdir)/src
+# the command-line tool (bin/jobq), installed into PostgreSQL's bindir
+SCRIPTS := $(wildcard bin/jobq)
+
+PG_CPPFLAGS = -I$(srcdir)/src -DJOBQ_VERSION='"$(EXTVERSION)"'
 # CI (scripts/test) builds with WERROR=1: warnings are errors there.
 ifdef WERROR
 PG_CFLAGS = -Werror

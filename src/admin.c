@@ -55,13 +55,14 @@ RetryJob(int64 job_id, TimestampTz now)
 	TupleDesc	desc;
 	bool		isnull;
 	char	   *queue,
-			   *kind;
+			   *kind,
+			   *concurrency_key;
 	int32		priority;
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = TimestampTzGetDatum(now);
 	jobq_spi_exec(jobq_plan(&plan_retry_lock,
-							"SELECT queue, kind, priority FROM jobq.job"
+							"SELECT queue, kind, priority, concurrency_key FROM jobq.job"
 							" WHERE job_id = $1 AND status IN ('failed', 'cancelled')"
 							" FOR UPDATE",
 							1, types),
@@ -73,6 +74,7 @@ RetryJob(int64 job_id, TimestampTz now)
 	queue = SPI_getvalue(tup, desc, 1);
 	kind = SPI_getvalue(tup, desc, 2);
 	priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+	concurrency_key = SPI_getvalue(tup, desc, 4);
 
 	jobq_spi_exec(jobq_plan(&plan_retry_update,
 							"UPDATE jobq.job SET status = 'pending', retry_count = 0,"
@@ -81,7 +83,7 @@ RetryJob(int64 job_id, TimestampTz now)
 							" WHERE job_id = $1",
 							2, types),
 				  values, NULL, SPI_OK_UPDATE);
-	jobq_requeue(job_id, queue, kind, priority, now, now);
+	jobq_requeue(job_id, queue, kind, priority, concurrency_key, now, now);
 	return true;
 }
 
@@ -290,7 +292,10 @@ SetPaused(FunctionCallInfo fcinfo, bool paused)
 	SPI_connect();
 	jobq_spi_exec(jobq_plan(&plan_pause,
 							"INSERT INTO jobq.queue AS q (name, paused) VALUES ($1, $2)"
-							" ON CONFLICT (name) DO UPDATE SET paused = $2, updated_at = now()",
+							" ON CONFLICT (name) DO UPDATE SET paused = $2,"
+							" breaker_state = CASE WHEN NOT $2 AND q.breaker_state = 'open'"
+							" THEN 'half_open' ELSE q.breaker_state END,"
+							" breaker_failures = 0, updated_at = now()",
 							2, types),
 				  values, NULL, SPI_OK_INSERT);
 	SPI_finish();
@@ -304,7 +309,10 @@ jobq_pause(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* jobq.resume(queue) */
+/*
+ * jobq.resume(queue); a queue paused by its circuit breaker resumes
+ * half-open: one job at a time until one succeeds.
+ */
 Datum
 jobq_resume(PG_FUNCTION_ARGS)
 {

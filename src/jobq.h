@@ -71,13 +71,15 @@ typedef struct JobqAttempt
 	double		backoff_base_us;
 	double		backoff_cap_us;
 	double		backoff_jitter;
+	char	   *concurrency_key;	/* NULL when the job has none */
 } JobqAttempt;
 
 #define JOBQ_ATTEMPT_COLUMNS \
 	"j.job_id, j.retry_count, j.max_retries, j.queue, j.kind, j.priority," \
 	" j.attempts, j.worker_id, j.claimed_at," \
 	" (extract(epoch FROM q.backoff_base) * 1000000)::float8," \
-	" (extract(epoch FROM q.backoff_cap) * 1000000)::float8, q.backoff_jitter"
+	" (extract(epoch FROM q.backoff_cap) * 1000000)::float8, q.backoff_jitter," \
+	" j.concurrency_key"
 
 /* One job to enqueue, validated. */
 typedef struct JobqNewJob
@@ -90,6 +92,7 @@ typedef struct JobqNewJob
 	bool		has_max_retries;
 	int32		max_retries;
 	const char *key;			/* NULL: no idempotency key */
+	const char *concurrency_key;	/* NULL: none */
 } JobqNewJob;
 
 /* queue_ops.c */
@@ -101,7 +104,8 @@ extern Jsonb *jobq_payload_arg(Datum d, const char *argname);
 extern const char *jobq_name_arg(FunctionCallInfo fcinfo, int argno,
 								 const char *argname, int maxlen, bool nullable);
 extern void jobq_requeue(int64 job_id, const char *queue, const char *kind,
-						 int32 priority, TimestampTz run_at, TimestampTz now);
+						 int32 priority, const char *concurrency_key,
+						 TimestampTz run_at, TimestampTz now);
 extern void jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc,
 									JobqAttempt *a);
 extern const char *jobq_end_attempt(const JobqAttempt *a, text *error,

@@ -46,12 +46,35 @@ PG_FUNCTION_INFO_V1(jobq_configure);
 /* Most due scheduled jobs one claim moves into jobq.ready. */
 #define JOBQ_PROMOTE_BATCH	1000
 
+/* In BreakerFailure: does this failure open the breaker? */
+#define JOBQ_BREAKER_OPENS \
+	"(breaker_state = 'half_open' OR (breaker_state = 'throttled'" \
+	" AND breaker_failures + 1 >= breaker_threshold))"
+
+/*
+ * A CTE for complete and complete_many, after "WITH j AS (UPDATE ...
+ * RETURNING queue), ": a success closes a throttled or half-open breaker and
+ * resets its failure count.  For queues without a breaker it only probes
+ * jobq.queue's primary key.
+ */
+#define JOBQ_BREAKER_SUCCESS \
+	"b AS (UPDATE jobq.queue q SET breaker_failures = 0," \
+	" breaker_state = CASE WHEN q.breaker_state = 'open' THEN 'open' ELSE 'closed' END," \
+	" updated_at = now()" \
+	" WHERE q.name IN (SELECT queue FROM j) AND q.breaker_threshold IS NOT NULL" \
+	" AND (q.breaker_failures > 0 OR q.breaker_state IN ('throttled', 'half_open')))"
+
 /* Settings of one queue, as jobq.queue has them. */
 typedef struct JobqQueue
 {
 	int32		max_retries;
 	Interval	lease;
 	bool		paused;
+	int32		max_concurrency;	/* 0: no limit */
+	int32		max_per_key;	/* 0: no limit */
+	int32		rate_limit;		/* 0: no limit */
+	Interval	rate_period;
+	bool		throttled;		/* breaker allows one running job at a time */
 } JobqQueue;
 
 /* Saved plans, one per statement. */
@@ -66,6 +89,13 @@ static SPIPlanPtr plan_requeue_scheduled;
 static SPIPlanPtr plan_promote;
 static SPIPlanPtr plan_next_due;
 static SPIPlanPtr plan_claim;
+static SPIPlanPtr plan_claim_per_key;
+static SPIPlanPtr plan_queue_lock;
+static SPIPlanPtr plan_count_running;
+static SPIPlanPtr plan_rate_trim;
+static SPIPlanPtr plan_rate_count;
+static SPIPlanPtr plan_rate_spend;
+static SPIPlanPtr plan_breaker_fail;
 static SPIPlanPtr plan_complete;
 static SPIPlanPtr plan_complete_many;
 static SPIPlanPtr plan_fail_lock;
@@ -249,7 +279,10 @@ QueueGet(const char *queue, JobqQueue *q)
 
 	values[0] = CStringGetTextDatum(queue);
 	jobq_spi_exec(jobq_plan(&plan_queue_get,
-							"SELECT max_retries, lease, paused FROM jobq.queue WHERE name = $1",
+							"SELECT max_retries, lease, paused, COALESCE(max_concurrency, 0),"
+							" COALESCE(max_per_key, 0), COALESCE(rate_limit, 0), rate_period,"
+							" breaker_state IN ('throttled', 'half_open')"
+							" FROM jobq.queue WHERE name = $1",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
@@ -259,6 +292,11 @@ QueueGet(const char *queue, JobqQueue *q)
 	q->max_retries = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
 	q->lease = *DatumGetIntervalP(SPI_getbinval(tup, desc, 2, &isnull));
 	q->paused = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+	q->max_concurrency = DatumGetInt32(SPI_getbinval(tup, desc, 4, &isnull));
+	q->max_per_key = DatumGetInt32(SPI_getbinval(tup, desc, 5, &isnull));
+	q->rate_limit = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
+	q->rate_period = *DatumGetIntervalP(SPI_getbinval(tup, desc, 7, &isnull));
+	q->throttled = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
 	return true;
 }
 
@@ -297,11 +335,14 @@ ReadyRelid(void)
  */
 void
 jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
-		TimestampTz run_at, TimestampTz now)
+			 const char *concurrency_key, TimestampTz run_at, TimestampTz now)
 {
-	Oid			types[5] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID, TEXTOID};
-	Datum		values[5];
+	Oid			types[6] = {TEXTOID, INT4OID, TIMESTAMPTZOID, INT8OID, TEXTOID, TEXTOID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 
+	values[5] = concurrency_key ? CStringGetTextDatum(concurrency_key) : (Datum) 0;
+	nulls[5] = concurrency_key ? ' ' : 'n';
 	values[0] = CStringGetTextDatum(queue);
 	values[2] = TimestampTzGetDatum(run_at);
 	values[3] = Int64GetDatum(job_id);
@@ -312,20 +353,20 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
 
 		values[1] = Int32GetDatum(-priority);
 		jobq_spi_exec(jobq_plan(&plan_requeue_ready,
-								"INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind)"
-								" VALUES ($1, $2, $3, $4, $5)",
-								5, types),
-					  values, NULL, SPI_OK_INSERT);
+								"INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+								" concurrency_key) VALUES ($1, $2, $3, $4, $5, $6)",
+								6, types),
+					  values, nulls, SPI_OK_INSERT);
 		jobq_state_note_ready(queue, &pos);
 	}
 	else
 	{
 		values[1] = Int32GetDatum(priority);
 		jobq_spi_exec(jobq_plan(&plan_requeue_scheduled,
-								"INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind)"
-								" VALUES ($1, $2, $3, $4, $5)",
-								5, types),
-					  values, NULL, SPI_OK_INSERT);
+								"INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
+								" concurrency_key) VALUES ($1, $2, $3, $4, $5, $6)",
+								6, types),
+					  values, nulls, SPI_OK_INSERT);
 		jobq_state_note_scheduled(queue, run_at);
 	}
 }
@@ -347,10 +388,10 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	bool		isnull;
 	int32		max_retries;
 	bool		ready = job->run_at <= now;
-	Oid			types[9] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, INT4OID,
-	INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[9];
-	char		nulls[9];
+	Oid			types[10] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, INT4OID,
+	INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[10];
+	char		nulls[10];
 
 	if (job->key != NULL)
 	{
@@ -399,26 +440,32 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	nulls[6] = job->key ? ' ' : 'n';
 	values[7] = TimestampTzGetDatum(job->run_at);
 	values[8] = TimestampTzGetDatum(now);
+	values[9] = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
+	nulls[9] = job->concurrency_key ? ' ' : 'n';
 
 	if (ready)
 		jobq_spi_exec(jobq_plan(&plan_insert_ready,
 								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
-								" status, max_retries, idempotency_key, run_at, created_at, updated_at)"
+								" status, max_retries, idempotency_key, concurrency_key, run_at,"
+								" created_at, updated_at)"
 								" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
-								" 'pending', $6, $7, $8, $9, $9) RETURNING job_id)"
-								" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind)"
-								" SELECT $2, -$5, $8, j.job_id, $3 FROM j RETURNING job_id",
-								9, types),
+								" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
+								" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+								" concurrency_key)"
+								" SELECT $2, -$5, $8, j.job_id, $3, $10 FROM j RETURNING job_id",
+								10, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
 	else
 		jobq_spi_exec(jobq_plan(&plan_insert_scheduled,
 								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
-								" status, max_retries, idempotency_key, run_at, created_at, updated_at)"
+								" status, max_retries, idempotency_key, concurrency_key, run_at,"
+								" created_at, updated_at)"
 								" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
-								" 'pending', $6, $7, $8, $9, $9) RETURNING job_id)"
-								" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind)"
-								" SELECT $2, $5, $8, j.job_id, $3 FROM j RETURNING job_id",
-								9, types),
+								" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
+								" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
+								" concurrency_key)"
+								" SELECT $2, $5, $8, j.job_id, $3, $10 FROM j RETURNING job_id",
+								10, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
 
 	*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -461,6 +508,7 @@ NewJobCommonArgs(FunctionCallInfo fcinfo, JobqNewJob *job)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("run_at must be a finite timestamp")));
 	MaxRetriesArg(fcinfo, 5, &job->has_max_retries, &job->max_retries);
+	job->concurrency_key = jobq_name_arg(fcinfo, 7, "concurrency_key", JOBQ_MAX_KEY_LEN, true);
 }
 
 /*
@@ -591,9 +639,10 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 							" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
 							" WHERE d.queue = $1 AND d.run_at <= $2"
 							" ORDER BY d.run_at, d.job_id LIMIT $3 FOR UPDATE SKIP LOCKED))"
-							" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind)"
-							" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind)"
-							" SELECT queue, -priority, run_at, job_id, kind FROM due"
+							" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind, s.concurrency_key)"
+							" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+							" concurrency_key)"
+							" SELECT queue, -priority, run_at, job_id, kind, concurrency_key FROM due"
 							" RETURNING neg_priority, run_at, job_id",
 							3, types),
 				  values, NULL, SPI_OK_INSERT_RETURNING);
@@ -632,6 +681,94 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 		if (next > now)
 			jobq_state_set_next_due(relid, queue, due_epoch, next);
 	}
+}
+
+/* How many ready rows a claim with a per-key limit looks at. */
+#define JOBQ_KEY_SCAN	10000
+
+/*
+ * The end of both claim statements: delete the picked ready rows and mark
+ * their jobs running with a fresh lease token.
+ */
+#define JOBQ_CLAIM_TAIL \
+	" gone AS (DELETE FROM jobq.ready r" \
+	" WHERE r.ctid = ANY (ARRAY(SELECT ctid FROM picked))" \
+	" RETURNING r.job_id, r.neg_priority, r.run_at)" \
+	" UPDATE jobq.job j SET status = 'running', attempts = j.attempts + 1," \
+	" lease_token = ((j.attempts + 1)::int8 << 32) | (($10 + j.job_id * 40503) & 2147483647)," \
+	" claimed_at = $9, lease_expires_at = $9 + $4, worker_id = $5," \
+	" updated_at = $9" \
+	" FROM gone g WHERE j.job_id = g.job_id AND j.status = 'pending'" \
+	" RETURNING j.job_id, j.lease_token, j.kind, j.payload, j.priority," \
+	" j.retry_count, j.max_retries, j.checkpoint, j.created_at," \
+	" j.lease_expires_at, g.neg_priority, g.run_at"
+
+/*
+ * For a queue with limits: lock its row, so its claims run one at a time,
+ * and return how many of batch jobs the limits allow now.  The counts are
+ * read after the lock is taken, so they include every claim that held it
+ * before.
+ */
+static int32
+ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz now)
+{
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
+	bool		isnull;
+	int64		running;
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = TimestampTzGetDatum(now - jobq_interval_usecs(&q->rate_period));
+	jobq_spi_exec(jobq_plan(&plan_queue_lock,
+							"SELECT 1 FROM jobq.queue WHERE name = $1 FOR NO KEY UPDATE",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+
+	if (q->max_concurrency > 0 || q->throttled)
+	{
+		jobq_spi_exec(jobq_plan(&plan_count_running,
+								"SELECT count(*) FROM jobq.job WHERE queue = $1 AND status = 'running'",
+								1, types),
+					  values, NULL, SPI_OK_SELECT);
+		running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (q->max_concurrency > 0)
+			batch = (int32) Max(0, Min(batch, q->max_concurrency - running));
+		if (q->throttled)
+			batch = (int32) Max(0, Min(batch, 1 - running));
+	}
+	if (q->rate_limit > 0 && batch > 0)
+	{
+		int64		used;
+
+		jobq_spi_exec(jobq_plan(&plan_rate_trim,
+								"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
+								2, types),
+					  values, NULL, SPI_OK_DELETE);
+		jobq_spi_exec(jobq_plan(&plan_rate_count,
+								"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
+								1, types),
+					  values, NULL, SPI_OK_SELECT);
+		used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		batch = (int32) Max(0, Min(batch, q->rate_limit - used));
+	}
+	return batch;
+}
+
+/* Record n claims of a rate-limited queue at now (sliding window). */
+static void
+RateSpend(const char *queue, int n, TimestampTz now)
+{
+	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(n);
+	jobq_spi_exec(jobq_plan(&plan_rate_spend,
+							"INSERT INTO jobq.rate_window (queue, claimed_at)"
+							" SELECT $1, $2 FROM generate_series(1, $3)",
+							3, types),
+				  values, NULL, SPI_OK_INSERT);
 }
 
 /* One claimed row, kept until the batch is sorted into claim order. */
@@ -679,10 +816,13 @@ jobq_claim(PG_FUNCTION_ARGS)
 	Oid			relid;
 	JobqClaimPos start;
 	uint64		epoch;
-	Oid			types[10] = {TEXTOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID,
-	INT4OID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID};
-	Datum		values[10];
-	char		nulls[10];
+	Oid			types[12] = {TEXTOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID,
+	INT4OID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID, INT4OID, INT4OID};
+	Datum		values[12];
+	char		nulls[12];
+	bool		limited;
+	bool		per_key;
+	SPITupleTable *claimed;
 	JobqClaimed *rows;
 	uint64		nrows;
 	bool		isnull;
@@ -732,6 +872,16 @@ jobq_claim(PG_FUNCTION_ARGS)
 	}
 
 	now = GetCurrentTimestamp();
+	limited = q.max_concurrency > 0 || q.max_per_key > 0 || q.rate_limit > 0 || q.throttled;
+	if (limited)
+	{
+		batch = ClaimAllowance(queue, &q, batch, now);
+		if (batch == 0)
+		{
+			SPI_finish();
+			return (Datum) 0;
+		}
+	}
 	relid = ReadyRelid();
 	epoch = jobq_state_begin_claim(relid, queue, &start);
 	PromoteDue(relid, queue, now, &start);
@@ -750,33 +900,54 @@ jobq_claim(PG_FUNCTION_ARGS)
 	values[8] = TimestampTzGetDatum(now);
 	/* the lease token: claim number in the high half, random low half */
 	values[9] = Int64GetDatum((int64) (pg_prng_uint32(&pg_global_prng_state) & 0x7fffffff));
+	values[10] = Int32GetDatum(JOBQ_KEY_SCAN);
+	values[11] = Int32GetDatum(q.max_per_key);
 
-	jobq_spi_exec(jobq_plan(&plan_claim,
-							"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
-							" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
-							" AND ($3 IS NULL OR r.kind = ANY ($3))"
-							" ORDER BY r.neg_priority, r.run_at, r.job_id"
-							" LIMIT $2 FOR UPDATE SKIP LOCKED),"
-							" gone AS (DELETE FROM jobq.ready r"
-							" WHERE r.ctid = ANY (ARRAY(SELECT ctid FROM picked))"
-							" RETURNING r.job_id, r.neg_priority, r.run_at)"
-							" UPDATE jobq.job j SET status = 'running', attempts = j.attempts + 1,"
-							" lease_token = ((j.attempts + 1)::int8 << 32) | (($10 + j.job_id * 40503) & 2147483647),"
-							" claimed_at = $9, lease_expires_at = $9 + $4, worker_id = $5,"
-							" updated_at = $9"
-							" FROM gone g WHERE j.job_id = g.job_id AND j.status = 'pending'"
-							" RETURNING j.job_id, j.lease_token, j.kind, j.payload, j.priority,"
-							" j.retry_count, j.max_retries, j.checkpoint, j.created_at,"
-							" j.lease_expires_at, g.neg_priority, g.run_at",
-							10, types),
-				  values, nulls, SPI_OK_UPDATE_RETURNING);
+	/*
+	 * Without a per-key limit the claim takes the first unlocked rows.
+	 * With one, it looks at the first JOBQ_KEY_SCAN ready rows (claims of a
+	 * limited queue are serialized by ClaimAllowance, so none are locked by
+	 * another claim) and takes, in claim order, those whose key has room.
+	 */
+	per_key = q.max_per_key > 0;
+	if (!per_key)
+		jobq_spi_exec(jobq_plan(&plan_claim,
+								"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
+								" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+								" AND ($3 IS NULL OR r.kind = ANY ($3))"
+								" ORDER BY r.neg_priority, r.run_at, r.job_id"
+								" LIMIT $2 FOR UPDATE SKIP LOCKED),"
+								JOBQ_CLAIM_TAIL,
+								12, types),
+					  values, nulls, SPI_OK_UPDATE_RETURNING);
+	else
+		jobq_spi_exec(jobq_plan(&plan_claim_per_key,
+								"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
+								" FROM jobq.job j WHERE j.queue = $1 AND j.status = 'running'"
+								" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
+								" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
+								" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
+								" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
+								" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
+								" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+								" AND ($3 IS NULL OR r.kind = ANY ($3))"
+								" ORDER BY r.neg_priority, r.run_at, r.job_id LIMIT $11) c),"
+								" picked AS (SELECT c.ctid FROM cand c"
+								" LEFT JOIN running ru ON ru.k = c.concurrency_key"
+								" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $12"
+								" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2),"
+								JOBQ_CLAIM_TAIL,
+								12, types),
+					  values, nulls, SPI_OK_UPDATE_RETURNING);
 
+	/* later SPI calls (RateSpend) replace SPI_tuptable: keep ours */
+	claimed = SPI_tuptable;
 	nrows = SPI_processed;
 	rows = palloc(sizeof(JobqClaimed) * Max(nrows, 1));
 	for (uint64 i = 0; i < nrows; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple	tup = claimed->vals[i];
+		TupleDesc	desc = claimed->tupdesc;
 
 		rows[i].tuple = tup;
 		rows[i].pos.neg_priority = DatumGetInt32(SPI_getbinval(tup, desc, 11, &isnull));
@@ -788,19 +959,21 @@ jobq_claim(PG_FUNCTION_ARGS)
 
 	/*
 	 * Move the queue's position past what this claim consumed.  Not with a
-	 * kinds filter (rows of other kinds were passed over, not consumed), and
+	 * kinds filter or a per-key limit (rows were passed over, not consumed), and
 	 * not under a transaction snapshot, which may predate rows that were
 	 * committed before this claim began.
 	 */
-	if (nrows > 0 && kinds == NULL && !IsolationUsesXactSnapshot())
+	if (nrows > 0 && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
 		jobq_state_end_claim(relid, queue, epoch, &rows[nrows - 1].pos);
+	if (limited && q.rate_limit > 0 && nrows > 0)
+		RateSpend(queue, (int) nrows, now);
 
 	for (uint64 i = 0; i < nrows; i++)
 	{
 		Datum		out[12];
 		bool		outnulls[12];
 
-		heap_deform_tuple(rows[i].tuple, SPI_tuptable->tupdesc, out, outnulls);
+		heap_deform_tuple(rows[i].tuple, claimed->tupdesc, out, outnulls);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
@@ -819,6 +992,7 @@ jobq_complete(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	bool		done;
+	bool		isnull;
 
 	RequireArg(fcinfo, 0, "job_id");
 	RequireArg(fcinfo, 1, "lease_token");
@@ -835,12 +1009,15 @@ jobq_complete(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	jobq_spi_exec(jobq_plan(&plan_complete,
-							"UPDATE jobq.job SET status = 'completed', result = $3,"
+							"WITH j AS (UPDATE jobq.job SET status = 'completed', result = $3,"
 							" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
-							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'",
+							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+							" RETURNING queue), "
+							JOBQ_BREAKER_SUCCESS
+							" SELECT count(*) FROM j",
 							4, types),
-				  values, nulls, SPI_OK_UPDATE);
-	done = SPI_processed > 0;
+				  values, nulls, SPI_OK_SELECT);
+	done = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(done);
 }
@@ -857,6 +1034,7 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	int			n,
 				ntokens;
 	int32		done;
+	bool		isnull;
 
 	/* array_agg over an empty claim gives NULLs: nothing to complete */
 	if (PG_ARGISNULL(0) && PG_ARGISNULL(1))
@@ -890,15 +1068,18 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	jobq_spi_exec(jobq_plan(&plan_complete_many,
-							"UPDATE jobq.job j SET status = 'completed', result = u.result,"
+							"WITH j AS (UPDATE jobq.job j SET status = 'completed', result = u.result,"
 							" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
 							" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
 							" ARRAY[cardinality($1)]))) AS u(job_id, lease_token, result)"
 							" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
-							" AND j.status = 'running'",
+							" AND j.status = 'running' RETURNING j.queue), "
+							JOBQ_BREAKER_SUCCESS
+							" SELECT count(*) FROM j",
 							4, types),
-				  values, nulls, SPI_OK_UPDATE);
-	done = (int32) SPI_processed;
+				  values, nulls, SPI_OK_SELECT);
+	done = (int32) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											   SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	PG_RETURN_INT32(done);
 }
@@ -913,6 +1094,43 @@ jobq_clip_error(text *error)
 		return error;
 	len = pg_mbcliplen(VARDATA_ANY(error), len, JOBQ_MAX_ERROR_LEN);
 	return cstring_to_text_with_len(VARDATA_ANY(error), len);
+}
+
+/*
+ * A failed attempt for a queue's circuit breaker (when it has one): count
+ * consecutive failures; at breaker_threshold a closed breaker drops the
+ * queue to one job at a time (throttled), a throttled one pauses the queue
+ * (open), recording why and when; in half_open (after a resume) the first
+ * failure opens it again.  Every expression reads the locked row, so
+ * concurrent failures count exactly.
+ */
+static void
+BreakerFailure(const char *queue, text *error, TimestampTz now)
+{
+	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = PointerGetDatum(error);
+	jobq_spi_exec(jobq_plan(&plan_breaker_fail,
+							"UPDATE jobq.queue SET"
+							" breaker_state = CASE WHEN breaker_state = 'half_open' THEN 'open'"
+							" WHEN breaker_failures + 1 < breaker_threshold THEN breaker_state"
+							" WHEN breaker_state = 'closed' THEN 'throttled' ELSE 'open' END,"
+							" breaker_failures = CASE WHEN breaker_state <> 'half_open'"
+							" AND breaker_failures + 1 < breaker_threshold"
+							" THEN breaker_failures + 1 ELSE 0 END,"
+							" paused = paused OR " JOBQ_BREAKER_OPENS ","
+							" breaker_tripped_at = CASE WHEN " JOBQ_BREAKER_OPENS
+							" THEN $2 ELSE breaker_tripped_at END,"
+							" breaker_reason = CASE WHEN " JOBQ_BREAKER_OPENS
+							" THEN $3 ELSE breaker_reason END,"
+							" updated_at = $2"
+							" WHERE name = $1 AND breaker_threshold IS NOT NULL"
+							" AND breaker_state <> 'open'",
+							3, types),
+				  values, NULL, SPI_OK_UPDATE);
 }
 
 /* Read the JOBQ_ATTEMPT_COLUMNS of a locked running job from an SPI tuple. */
@@ -933,6 +1151,7 @@ jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc, JobqAttempt *a)
 	a->backoff_base_us = DatumGetFloat8(SPI_getbinval(tup, desc, 10, &isnull));
 	a->backoff_cap_us = DatumGetFloat8(SPI_getbinval(tup, desc, 11, &isnull));
 	a->backoff_jitter = DatumGetFloat8(SPI_getbinval(tup, desc, 12, &isnull));
+	a->concurrency_key = SPI_getvalue(tup, desc, 13);
 }
 
 /*
@@ -988,7 +1207,9 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 							11, types),
 				  values, nulls, SPI_OK_UPDATE);
 	if (retry)
-		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, run_at, now);
+		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, a->concurrency_key,
+					 run_at, now);
+	BreakerFailure(a->queue, error, now);
 	return status;
 }
 
@@ -1135,19 +1356,47 @@ SettingInterval(FunctionCallInfo fcinfo, int argno, const char *argname,
 	*null = ' ';
 }
 
+/* An optional limit setting: NULL leaves it, 0 removes it, else positive. */
+static void
+SettingLimit(FunctionCallInfo fcinfo, int argno, const char *argname,
+			 Datum *value, char *null, bool *remove)
+{
+	*remove = false;
+	*null = 'n';
+	if (PG_ARGISNULL(argno))
+		return;
+	if (PG_GETARG_INT32(argno) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", argname),
+				 errhint("Use 0 to remove the limit.")));
+	if (PG_GETARG_INT32(argno) == 0)
+		*remove = true;
+	else
+	{
+		*value = PG_GETARG_DATUM(argno);
+		*null = ' ';
+	}
+}
+
 /*
  * jobq.configure(queue, max_retries, lease, backoff_base, backoff_cap,
- *				  backoff_jitter, retention_completed, retention_failed)
+ *				  backoff_jitter, retention_completed, retention_failed,
+ *				  max_concurrency, max_per_key, rate_limit, rate_period,
+ *				  breaker_threshold)
  *
- * Creates the queue if needed; NULL leaves a setting unchanged.
+ * Creates the queue if needed; NULL leaves a setting unchanged, 0 removes
+ * a limit.  Removing the breaker closes it.
  */
 Datum
 jobq_configure(PG_FUNCTION_ARGS)
 {
-	Oid			types[8] = {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
-	FLOAT8OID, INTERVALOID, INTERVALOID};
-	Datum		values[8];
-	char		nulls[8];
+	Oid			types[17] = {TEXTOID, INT4OID, INTERVALOID, INTERVALOID, INTERVALOID,
+		FLOAT8OID, INTERVALOID, INTERVALOID, INT4OID, INT4OID, INT4OID, INTERVALOID,
+	INT4OID, BOOLOID, BOOLOID, BOOLOID, BOOLOID};
+	Datum		values[17];
+	char		nulls[17];
+	bool		remove[4];
 	const char *queue;
 	JobqQueue	q;
 	bool		isnull;
@@ -1183,6 +1432,13 @@ jobq_configure(PG_FUNCTION_ARGS)
 	}
 	SettingInterval(fcinfo, 6, "retention_completed", 0, &values[6], &nulls[6]);
 	SettingInterval(fcinfo, 7, "retention_failed", 0, &values[7], &nulls[7]);
+	SettingLimit(fcinfo, 8, "max_concurrency", &values[8], &nulls[8], &remove[0]);
+	SettingLimit(fcinfo, 9, "max_per_key", &values[9], &nulls[9], &remove[1]);
+	SettingLimit(fcinfo, 10, "rate_limit", &values[10], &nulls[10], &remove[2]);
+	SettingInterval(fcinfo, 11, "rate_period", 1, &values[11], &nulls[11]);
+	SettingLimit(fcinfo, 12, "breaker_threshold", &values[12], &nulls[12], &remove[3]);
+	for (int i = 0; i < 4; i++)
+		values[13 + i] = BoolGetDatum(remove[i]);
 
 	SPI_connect();
 	QueueGetOrCreate(queue, &q);
@@ -1206,9 +1462,16 @@ jobq_configure(PG_FUNCTION_ARGS)
 							" backoff_jitter = COALESCE($6, backoff_jitter),"
 							" retention_completed = COALESCE($7, retention_completed),"
 							" retention_failed = COALESCE($8, retention_failed),"
+							" max_concurrency = CASE WHEN $14 THEN NULL ELSE COALESCE($9, max_concurrency) END,"
+							" max_per_key = CASE WHEN $15 THEN NULL ELSE COALESCE($10, max_per_key) END,"
+							" rate_limit = CASE WHEN $16 THEN NULL ELSE COALESCE($11, rate_limit) END,"
+							" rate_period = COALESCE($12, rate_period),"
+							" breaker_threshold = CASE WHEN $17 THEN NULL ELSE COALESCE($13, breaker_threshold) END,"
+							" breaker_state = CASE WHEN $17 THEN 'closed' ELSE breaker_state END,"
+							" breaker_failures = CASE WHEN $17 THEN 0 ELSE breaker_failures END,"
 							" updated_at = now()"
 							" WHERE name = $1",
-							8, types),
+							17, types),
 				  values, nulls, SPI_OK_UPDATE);
 	SPI_finish();
 	PG_RETURN_VOID();

@@ -108,6 +108,7 @@ FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now)
 	job.run_at = fire_time;
 	job.has_max_retries = false;
 	job.max_retries = 0;
+	job.concurrency_key = NULL;
 	job.key = psprintf("jobq:schedule:%lld:%lld", (long long) s->id,
 					   (long long) fire_time);
 	jobq_enqueue_job(&job, now, &job_id, &created);

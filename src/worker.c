@@ -43,7 +43,10 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/genam.h"
+#include "catalog/indexing.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
@@ -60,6 +63,8 @@
 #include "storage/shmem.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -562,17 +567,63 @@ WorkerEndStep(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/* The installed version of the jobq extension here, or NULL. */
+static char *
+ExtensionVersion(void)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tup;
+	char	   *version = NULL;
+
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("jobq"));
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = text_to_cstring(DatumGetTextPP(d));
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
 /*
  * Is the extension installed here?  Checked in a transaction of its own
- * at the start of every round.
+ * at the start of every round.  *usable is false when the installed
+ * version is not the one this library was built for (ALTER EXTENSION jobq
+ * UPDATE is due): the worker then waits, doing nothing.
  */
 static bool
-WorkerExtensionPresent(void)
+WorkerExtensionPresent(bool *usable)
 {
+	static bool warned = false;
 	bool		present;
 
 	WorkerBeginStep("jobq: checking for the extension");
 	present = OidIsValid(get_extension_oid("jobq", true));
+	*usable = present;
+	if (present)
+	{
+		char	   *version = ExtensionVersion();
+
+		*usable = version != NULL && strcmp(version, JOBQ_VERSION) == 0;
+		if (!*usable && !warned)
+			ereport(WARNING,
+					(errmsg("jobq worker idle: extension version %s is installed, the library is %s",
+							version ? version : "(unknown)", JOBQ_VERSION),
+					 errhint("Run ALTER EXTENSION jobq UPDATE in database \"%s\".",
+							 get_database_name(MyDatabaseId))));
+		warned = !*usable;
+	}
 	WorkerEndStep();
 	return present;
 }
@@ -589,9 +640,12 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	int64		fired;
 	int64		n;
 	TimestampTz now;
+	bool		usable;
 
-	if (RecoveryInProgress() || !WorkerExtensionPresent())
+	if (RecoveryInProgress() || !WorkerExtensionPresent(&usable))
 		return false;
+	if (!usable)
+		return true;
 
 	WorkerBeginStep("jobq: firing schedules");
 	SPI_connect();
@@ -645,6 +699,7 @@ jobq_worker_main(Datum main_arg)
 	TimestampTz last_prune = 0;
 	TimestampTz next_due = 0;
 	long		sleep_ms;
+	bool		usable;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -656,7 +711,7 @@ jobq_worker_main(Datum main_arg)
 		proc_exit(0);			/* another worker serves this database */
 	on_shmem_exit(WorkerDetach, (Datum) 0);
 
-	if (!WorkerExtensionPresent())
+	if (!WorkerExtensionPresent(&usable))
 	{
 		LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
 		WorkerShared->slots[MySlot].no_extension_at = GetCurrentTimestamp();

@@ -30,6 +30,17 @@ CREATE TABLE jobq.queue (
     backoff_jitter      double precision NOT NULL DEFAULT 0.1,
     retention_completed interval NOT NULL DEFAULT '1 day',
     retention_failed    interval NOT NULL DEFAULT '30 days',
+    max_concurrency     integer,
+    max_per_key         integer,
+    rate_limit          integer,
+    rate_period         interval NOT NULL DEFAULT '1 second',
+    rate_tokens         double precision,
+    rate_refilled_at    timestamptz,
+    breaker_threshold   integer,
+    breaker_state       text NOT NULL DEFAULT 'closed',
+    breaker_failures    integer NOT NULL DEFAULT 0,
+    breaker_tripped_at  timestamptz,
+    breaker_reason      text,
     created_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
     CONSTRAINT queue_name_check CHECK (pg_catalog.octet_length(name) OPERATOR(pg_catalog.>) 0),
@@ -39,10 +50,21 @@ CREATE TABLE jobq.queue (
         AND backoff_cap OPERATOR(pg_catalog.>=) backoff_base),
     CONSTRAINT queue_jitter_check CHECK (backoff_jitter OPERATOR(pg_catalog.>=) 0
         AND backoff_jitter OPERATOR(pg_catalog.<=) 1),
+    CONSTRAINT queue_limits_check CHECK (max_concurrency OPERATOR(pg_catalog.>) 0
+        AND max_per_key OPERATOR(pg_catalog.>) 0 AND rate_limit OPERATOR(pg_catalog.>) 0
+        AND rate_period OPERATOR(pg_catalog.>) '0'::interval
+        AND breaker_threshold OPERATOR(pg_catalog.>) 0),
+    CONSTRAINT queue_breaker_state_check CHECK (breaker_state OPERATOR(pg_catalog.=) ANY
+        (ARRAY['closed', 'throttled', 'open', 'half_open']::text[])),
     CONSTRAINT queue_retention_check CHECK (retention_completed OPERATOR(pg_catalog.>=) '0'::interval
         AND retention_failed OPERATOR(pg_catalog.>=) '0'::interval)
 );
 COMMENT ON TABLE jobq.queue IS 'one row per queue: its settings; created on first use';
+COMMENT ON COLUMN jobq.queue.max_concurrency IS 'most jobs of the queue running at once; NULL: no limit';
+COMMENT ON COLUMN jobq.queue.max_per_key IS 'most running jobs per concurrency_key; NULL: no limit';
+COMMENT ON COLUMN jobq.queue.rate_limit IS 'most claims per rate_period (token bucket); NULL: no limit';
+COMMENT ON COLUMN jobq.queue.breaker_threshold IS 'consecutive failed attempts that trip the circuit breaker; NULL: no breaker';
+COMMENT ON COLUMN jobq.queue.breaker_state IS 'closed (normal), throttled (one job at a time), open (paused by the breaker), half_open (one at a time after resume)';
 
 CREATE TABLE jobq.job (
     job_id           bigint PRIMARY KEY,
@@ -55,6 +77,7 @@ CREATE TABLE jobq.job (
     max_retries      integer NOT NULL,
     attempts         integer NOT NULL DEFAULT 0,
     idempotency_key  text,
+    concurrency_key  text,
     run_at           timestamptz NOT NULL,
     claimed_at       timestamptz,
     worker_id        text,
@@ -84,7 +107,8 @@ CREATE TABLE jobq.ready (
     neg_priority integer NOT NULL,
     run_at       timestamptz NOT NULL,
     job_id       bigint NOT NULL,
-    kind         text NOT NULL
+    kind         text NOT NULL,
+    concurrency_key text
 ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01);
 COMMENT ON TABLE jobq.ready IS 'due pending jobs, one row each; claims delete from here';
 
@@ -96,12 +120,22 @@ CREATE TABLE jobq.scheduled (
     run_at   timestamptz NOT NULL,
     job_id   bigint NOT NULL,
     priority integer NOT NULL,
-    kind     text NOT NULL
+    kind     text NOT NULL,
+    concurrency_key text
 ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01);
 COMMENT ON TABLE jobq.scheduled IS 'pending jobs whose run_at is in the future (delays, retry backoff)';
 
 CREATE INDEX scheduled_due_idx ON jobq.scheduled (queue, run_at, job_id);
 COMMENT ON INDEX jobq.scheduled_due_idx IS 'scheduled jobs in due order';
+
+CREATE TABLE jobq.rate_window (
+    queue      text COLLATE "C" NOT NULL,
+    claimed_at timestamptz NOT NULL
+);
+COMMENT ON TABLE jobq.rate_window IS
+    'claims of rate-limited queues within their current rate_period (a sliding window log)';
+CREATE INDEX rate_window_idx ON jobq.rate_window (queue, claimed_at);
+COMMENT ON INDEX jobq.rate_window_idx IS 'claims per queue by time';
 
 CREATE TABLE jobq.idempotency_key (
     kind       text NOT NULL,
@@ -163,11 +197,12 @@ CREATE FUNCTION jobq.enqueue(kind text,
                              priority integer DEFAULT 0,
                              run_at timestamptz DEFAULT pg_catalog.now(),
                              max_retries integer DEFAULT NULL,
-                             idempotency_key text DEFAULT NULL)
+                             idempotency_key text DEFAULT NULL,
+                             concurrency_key text DEFAULT NULL)
 RETURNS TABLE (job_id bigint, created boolean)
 AS 'MODULE_PATHNAME', 'jobq_enqueue'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text) IS
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text) IS
     'enqueue one job; with an idempotency key, a duplicate returns the existing job with created = false';
 
 CREATE FUNCTION jobq.enqueue_many(kind text,
@@ -176,11 +211,12 @@ CREATE FUNCTION jobq.enqueue_many(kind text,
                                   priority integer DEFAULT 0,
                                   run_at timestamptz DEFAULT pg_catalog.now(),
                                   max_retries integer DEFAULT NULL,
-                                  idempotency_keys text[] DEFAULT NULL)
+                                  idempotency_keys text[] DEFAULT NULL,
+                                  concurrency_key text DEFAULT NULL)
 RETURNS TABLE (job_id bigint, created boolean)
 AS 'MODULE_PATHNAME', 'jobq_enqueue_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[]) IS
+COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text) IS
     'enqueue one job per payload; one result row per input, in input order';
 
 /* ---------------------------------------------------------------------
@@ -248,12 +284,17 @@ CREATE FUNCTION jobq.configure(queue text,
                                backoff_cap interval DEFAULT NULL,
                                backoff_jitter double precision DEFAULT NULL,
                                retention_completed interval DEFAULT NULL,
-                               retention_failed interval DEFAULT NULL)
+                               retention_failed interval DEFAULT NULL,
+                               max_concurrency integer DEFAULT NULL,
+                               max_per_key integer DEFAULT NULL,
+                               rate_limit integer DEFAULT NULL,
+                               rate_period interval DEFAULT NULL,
+                               breaker_threshold integer DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'jobq_configure'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.configure(text, integer, interval, interval, interval, double precision, interval, interval) IS
-    'create a queue or change its settings; NULL leaves a setting as it is';
+COMMENT ON FUNCTION jobq.configure(text, integer, interval, interval, interval, double precision, interval, interval, integer, integer, integer, interval, integer) IS
+    'create a queue or change its settings; NULL leaves a setting as it is, 0 removes a limit';
 
 CREATE FUNCTION jobq.reap(batch integer DEFAULT 1000)
 RETURNS bigint
@@ -278,7 +319,7 @@ SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
        j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
        j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
        j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
-       j.attempts
+       j.attempts, j.concurrency_key
   FROM jobq.job j;
 COMMENT ON VIEW jobq.jobs IS 'one row per job';
 
@@ -287,35 +328,10 @@ SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
        j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
        j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
        j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
-       j.attempts
+       j.attempts, j.concurrency_key
   FROM jobq.job j
  WHERE j.status OPERATOR(pg_catalog.=) 'failed';
 COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, or lease expired too often';
 
-CREATE VIEW jobq.queue_stats AS
-SELECT q.name AS queue,
-       COALESCE(s.pending, 0) AS pending,
-       COALESCE(s.running, 0) AS running,
-       COALESCE(s.completed, 0) AS completed,
-       COALESCE(s.failed, 0) AS failed,
-       COALESCE(s.cancelled, 0) AS cancelled,
-       pg_catalog.now() OPERATOR(pg_catalog.-) s.oldest_due AS oldest_pending_age,
-       q.paused,
-       COALESCE(s.ready, 0) AS ready,
-       COALESCE(s.pending, 0) OPERATOR(pg_catalog.-) COALESCE(s.ready, 0) AS delayed
-  FROM jobq.queue q
-  LEFT JOIN (SELECT j.queue,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'pending') AS pending,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'running') AS running,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'pending'
-                                                  AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS ready,
-                    pg_catalog.min(j.run_at) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'pending'
-                                                  AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
-               FROM jobq.job j
-              GROUP BY j.queue) s ON s.queue OPERATOR(pg_catalog.=) q.name;
-COMMENT ON VIEW jobq.queue_stats IS
-    'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending';
+
 
