@@ -871,17 +871,18 @@ jobq_claim(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	}
 
-	now = GetCurrentTimestamp();
 	limited = q.max_concurrency > 0 || q.max_per_key > 0 || q.rate_limit > 0 || q.throttled;
 	if (limited)
 	{
-		batch = ClaimAllowance(queue, &q, batch, now);
+		batch = ClaimAllowance(queue, &q, batch, GetCurrentTimestamp());
 		if (batch == 0)
 		{
 			SPI_finish();
 			return (Datum) 0;
 		}
 	}
+	/* after any wait for the queue lock: the lease starts now */
+	now = GetCurrentTimestamp();
 	relid = ReadyRelid();
 	epoch = jobq_state_begin_claim(relid, queue, &start);
 	PromoteDue(relid, queue, now, &start);
