@@ -121,11 +121,20 @@ CREATE FUNCTION jobq.kind_stats(period interval DEFAULT '1 hour', queue text DEF
 RETURNS TABLE (kind text, completed bigint, failed bigint, failure_rate numeric,
                failed_attempts bigint, lease_expired bigint, retries bigint,
                mean_duration interval, p95_duration interval, max_duration interval)
-LANGUAGE sql STABLE PARALLEL SAFE SECURITY INVOKER
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
+    IF kind_stats.period IS NULL THEN
+        RAISE EXCEPTION 'period must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF kind_stats.period OPERATOR(pg_catalog.<) '0'::interval THEN
+        RAISE EXCEPTION 'period must not be negative' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
 WITH w AS (
-    SELECT pg_catalog.now() OPERATOR(pg_catalog.-) $1 AS since
+    SELECT pg_catalog.now() OPERATOR(pg_catalog.-) kind_stats.period AS since
 ), ev AS (
     -- jobs that finished in the window, completed or failed for good
     SELECT j.kind, 'job' AS src, j.status AS what, false AS retried,
@@ -133,7 +142,7 @@ WITH w AS (
       FROM jobq.job j, w
      WHERE j.finished_at OPERATOR(pg_catalog.>=) w.since
        AND j.status OPERATOR(pg_catalog.=) ANY (ARRAY['completed', 'failed']::text[])
-       AND ($2 IS NULL OR j.queue OPERATOR(pg_catalog.=) $2)
+       AND (kind_stats.queue IS NULL OR j.queue OPERATOR(pg_catalog.=) kind_stats.queue)
     UNION ALL
     -- attempts that ended in a failure or an expired lease in the window;
     -- retried unless it was the last attempt of a job that is failed now
@@ -145,7 +154,7 @@ WITH w AS (
       JOIN jobq.job j ON j.job_id OPERATOR(pg_catalog.=) a.job_id, w
      WHERE a.finished_at OPERATOR(pg_catalog.>=) w.since
        AND a.outcome OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'lease expired']::text[])
-       AND ($2 IS NULL OR j.queue OPERATOR(pg_catalog.=) $2)
+       AND (kind_stats.queue IS NULL OR j.queue OPERATOR(pg_catalog.=) kind_stats.queue)
 )
 SELECT ev.kind,
        pg_catalog.count(*) FILTER (WHERE ev.src OPERATOR(pg_catalog.=) 'job'
@@ -166,7 +175,8 @@ SELECT ev.kind,
        pg_catalog.max(ev.duration) FILTER (WHERE ev.what OPERATOR(pg_catalog.=) 'completed')
   FROM ev
  GROUP BY ev.kind
- ORDER BY ev.kind
+ ORDER BY ev.kind;
+END
 $$;
 COMMENT ON FUNCTION jobq.kind_stats(interval, text) IS
     'per kind over the last period (of one queue, or all): jobs completed and failed for good, failure rate, failed attempts, expired leases, retries, and mean, 95th percentile and longest run time of completed jobs';
@@ -218,6 +228,23 @@ DECLARE
     most       bigint;
     list       text;
 BEGIN
+    IF oldest_pending_threshold IS NULL OR grace IS NULL OR xmin_threshold IS NULL THEN
+        RAISE EXCEPTION '% must not be null',
+            CASE WHEN oldest_pending_threshold IS NULL THEN 'oldest_pending_threshold'
+                 WHEN grace IS NULL THEN 'grace' ELSE 'xmin_threshold' END
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF oldest_pending_threshold OPERATOR(pg_catalog.<) '0'::interval
+       OR grace OPERATOR(pg_catalog.<) '0'::interval
+       OR xmin_threshold OPERATOR(pg_catalog.<) '0'::interval THEN
+        RAISE EXCEPTION '% must not be negative',
+            CASE WHEN oldest_pending_threshold OPERATOR(pg_catalog.<) '0'::interval
+                 THEN 'oldest_pending_threshold'
+                 WHEN grace OPERATOR(pg_catalog.<) '0'::interval THEN 'grace'
+                 ELSE 'xmin_threshold' END
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
     /* worker */
     check_name := 'worker';
     naptime := COALESCE(pg_catalog.current_setting('jobq.naptime', true), '1s')::interval;
