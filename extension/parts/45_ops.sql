@@ -213,6 +213,7 @@ CREATE FUNCTION jobq.health(oldest_pending_threshold interval DEFAULT '5 minutes
 RETURNS TABLE (check_name text, status text, detail text, hint text)
 LANGUAGE plpgsql VOLATILE PARALLEL RESTRICTED SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
+SET intervalstyle = postgres    -- the texts read the same whatever the caller's style
 AS $$
 #variable_conflict use_column
 DECLARE
