@@ -1,0 +1,224 @@
+#!/usr/bin/env node
+// bench/report.js: turn bench/out/results.jsonl into the terminal table,
+// bench/out/results.json, the chart's data files and (--markdown) BENCHMARKS.md.
+//
+//   node report.js results.jsonl results.json MODE settings.txt [--markdown OUT.md]
+'use strict';
+const fs = require('fs');
+const path = require('path');
+
+const [inFile, jsonFile, mode, settingsFile, flag, mdFile] = process.argv.slice(2);
+const rows = fs.readFileSync(inFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+const meta = rows.find((r) => r.kind === 'meta') || {};
+const settings = fs.existsSync(settingsFile) ? fs.readFileSync(settingsFile, 'utf8').trim().split('\n') : [];
+const outDir = path.dirname(jsonFile);
+const of = (kind) => rows.filter((r) => r.kind === kind);
+const fmt = (x, d = 0) => (x == null || Number.isNaN(x) ? 'n/a' : Number(x).toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d }));
+const ratio = (a, b) => (a == null || b == null || !b ? null : a / b);
+const rfmt = (r) => (r == null ? '' : ` (${r.toFixed(2)}×)`);
+const ORDER = ['bare', 'seed', 'seed-2tx', 'jobq', 'jobq-2tx', 'pgboss', 'graphile'];
+const NAMES = {
+  bare: 'bare (reference)', seed: 'seed design', 'seed-2tx': 'seed design, 2 tx',
+  jobq: 'jobq', 'jobq-2tx': 'jobq, 2 tx', pgboss: `pg-boss ${meta.pgboss_version || ''}`.trim(),
+  graphile: `graphile-worker ${meta.graphile_version || ''}`.trim(),
+};
+const byOrder = (a, b) => ORDER.indexOf(a) - ORDER.indexOf(b);
+const uniq = (xs) => [...new Set(xs)];
+
+// ------------------------------------------------------------ tables
+const tables = []; // { title, head: [], body: [[]], note }
+
+// 1 enqueue
+{
+  const e = of('enqueue');
+  const get = (c, v) => (e.find((r) => r.contender === c && r.variant === v) || {}).jobs_per_s;
+  const bare1 = get('bare', 'single');
+  const bare100 = get('bare', 'batch100');
+  const body = uniq(e.map((r) => r.contender)).sort(byOrder).map((c) => [
+    NAMES[c],
+    fmt(get(c, 'single')) + rfmt(ratio(get(c, 'single'), bare1)),
+    fmt(get(c, 'batch100')) + rfmt(ratio(get(c, 'batch100'), bare100)),
+    get(c, 'key') == null ? 'n/a' : fmt(get(c, 'key')) + rfmt(ratio(get(c, 'key'), bare1)),
+    get(c, 'dup') == null ? 'n/a' : fmt(get(c, 'dup')) + rfmt(ratio(get(c, 'dup'), bare1)),
+  ]);
+  if (body.length) {
+    tables.push({
+      id: 1, title: '1. Enqueue (jobs/s; ratio to bare: single-job rows vs bare 1 job/tx, batches vs bare batches)',
+      head: ['contender', '1 job / tx', 'batches of 100', 'idempotency key', '50% duplicate keys'], body,
+    });
+  }
+}
+// 2 drain
+const drain = of('drain');
+{
+  const batches = uniq(drain.map((r) => r.batch)).sort((a, b) => a - b);
+  const get = (c, b) => (drain.find((r) => r.contender === c && r.batch === b) || {}).jobs_per_s;
+  const body = uniq(drain.map((r) => r.contender)).sort(byOrder).map((c) => [
+    NAMES[c], ...batches.map((b) => fmt(get(c, b)) + rfmt(ratio(get(c, b), get('bare', b)))),
+  ]);
+  if (body.length) {
+    tables.push({
+      id: 2, title: `2. Drain a ${fmt(meta.drain_backlog)}-job backlog, claim + complete (jobs/s, ratio to bare)`,
+      head: ['contender', ...batches.map((b) => `batch ${b}`)], body,
+    });
+    fs.writeFileSync(path.join(outDir, 'drain.dat'),
+      '# variant ' + batches.map((b) => `batch${b}`).join(' ') + '\n' +
+      uniq(drain.map((r) => r.contender)).sort(byOrder).map((c) =>
+        `"${NAMES[c]}" ` + batches.map((b) => get(c, b) || 0).join(' ')).join('\n') + '\n');
+  }
+}
+// 3 steady
+{
+  const s = of('steady').sort((a, b) => byOrder(a.contender, b.contender));
+  if (s.length) {
+    tables.push({
+      id: 3, title: `3. Steady state: producers at ${meta.steady_rate} jobs/s, ${meta.clients} workers polling (enqueue → claim latency)`,
+      head: ['contender', 'achieved rate', 'p50 ms', 'p99 ms', 'max ms'],
+      body: s.map((r) => [NAMES[r.contender], fmt(r.rate), fmt(r.p50_ms, 1), fmt(r.p99_ms, 1), fmt(r.max_ms, 1)]),
+    });
+  }
+}
+// 4 critical
+{
+  const s = of('critical').sort((a, b) => byOrder(a.contender, b.contender));
+  if (s.length) {
+    tables.push({
+      id: 4, title: `4. A critical job enqueued behind ${fmt(meta.crit_backlog)} low-priority jobs while ${meta.clients} workers drain them: enqueue → claim`,
+      head: ['contender', 'median ms', 'max ms', 'each try (ms)'],
+      body: s.map((r) => [NAMES[r.contender], r.median_ms == null ? 'n/a' : fmt(r.median_ms, 1),
+        r.max_ms == null ? 'n/a' : fmt(r.max_ms, 1), r.note || (r.all_ms || []).map((x) => (x == null ? 'timeout' : x.toFixed(1))).join(', ')]),
+    });
+  }
+}
+// 5 scaling
+const scale = of('scale');
+{
+  const clients = uniq(scale.map((r) => r.clients)).sort((a, b) => a - b);
+  const backlogs = uniq(scale.map((r) => r.backlog)).sort((a, b) => a - b);
+  const get = (c, B, n) => (scale.find((r) => r.contender === c && r.backlog === B && r.clients === n) || {}).jobs_per_s;
+  const cs = uniq(scale.map((r) => r.contender)).sort(byOrder);
+  const body = [];
+  for (const c of cs) for (const B of backlogs) body.push([NAMES[c], fmt(B), ...clients.map((n) => fmt(get(c, B, n)))]);
+  if (body.length) {
+    const lo = backlogs[0];
+    const hi = backlogs[backlogs.length - 1];
+    tables.push({
+      id: 5, title: '5. Scaling: jobs/s by clients and backlog (each transaction claims 10, completes them, enqueues 10: the backlog stays put)',
+      head: ['contender', 'backlog', ...clients.map((n) => `${n} cl`)], body,
+    });
+    tables.push({
+      id: 5.1, title: `5b. Flatness: drain rate at a ${fmt(hi)} backlog / at ${fmt(lo)} (8 clients)`,
+      head: ['contender', `${fmt(lo)}`, `${fmt(hi)}`, 'ratio'],
+      body: cs.map((c) => [NAMES[c], fmt(get(c, lo, 8)), fmt(get(c, hi, 8)), rfmt(ratio(get(c, hi, 8), get(c, lo, 8))).replace(/[()]/g, '').trim()]),
+    });
+    let dat = '# clients ' + cs.map((c) => backlogs.map((B) => `${c}@${B}`).join(' ')).join(' ') + '\n';
+    for (const n of clients) dat += n + ' ' + cs.map((c) => backlogs.map((B) => get(c, B, n) || 0).join(' ')).join(' ') + '\n';
+    fs.writeFileSync(path.join(outDir, 'scale.dat'), dat);
+    fs.writeFileSync(path.join(outDir, 'scale.meta'), JSON.stringify({ cs, backlogs, names: cs.map((c) => NAMES[c]) }));
+  }
+}
+// 6 bloat
+{
+  const s = of('bloat').sort((a, b) => byOrder(a.contender, b.contender));
+  if (s.length) {
+    const mb = (x) => fmt(x / 1048576, 1);
+    tables.push({
+      id: 6, title: `6. Bloat: steady load (8 clients, claim 10 + complete + enqueue 10) before / during a ${meta.bloat_hold} s REPEATABLE READ snapshot / after`,
+      head: ['contender', 'jobs/s before', 'during', 'after', 'p99 ms before', 'during', 'after', 'MB before', 'during', 'after', 'dead tuples during', 'dead back to clean after'],
+      body: s.map((r) => [NAMES[r.contender], fmt(r.tps_before), fmt(r.tps_during) + rfmt(ratio(r.tps_during, r.tps_before)),
+        fmt(r.tps_after), fmt(r.p99_before, 1), fmt(r.p99_during, 1) + rfmt(ratio(r.p99_during, r.p99_before)), fmt(r.p99_after, 1),
+        mb(r.bytes_before), mb(r.bytes_during), mb(r.bytes_after), fmt(r.dead_during), r.recover_s == null ? `> ${meta.bloat_after} s` : `${fmt(r.recover_s, 1)} s`]),
+    });
+  }
+}
+// 7 size
+{
+  const s = of('size');
+  const cs = uniq(s.map((r) => r.contender)).sort(byOrder);
+  const get = (c, st) => s.find((r) => r.contender === c && r.state === st) || {};
+  if (cs.length) {
+    tables.push({
+      id: 7, title: `7. Size: table + index bytes per job, ${fmt(meta.size_n)} jobs (finished: after completing all of them and VACUUM)`,
+      head: ['contender', 'per pending job', 'tables MB', 'indexes MB', 'per finished job', 'tables MB', 'indexes MB'],
+      body: cs.map((c) => {
+        const p = get(c, 'pending');
+        const f = get(c, 'finished');
+        return [NAMES[c], fmt(p.bytes_per_job), fmt(p.table_bytes / 1048576, 1), fmt(p.index_bytes / 1048576, 1),
+          fmt(f.bytes_per_job), fmt(f.table_bytes / 1048576, 1), fmt(f.index_bytes / 1048576, 1)];
+      }),
+    });
+  }
+}
+
+// ------------------------------------------------------------ targets
+const targets = [];
+{
+  const d = (c, b) => (drain.find((r) => r.contender === c && r.batch === b) || {}).jobs_per_s;
+  for (const b of [1, 10, 100]) {
+    for (const v of ['jobq', 'jobq-2tx']) {
+      const r = ratio(d(v, b), d('bare', b));
+      if (r != null) targets.push({ what: `drain claim + complete ≥ 1.0× bare, batch ${b}${v === 'jobq-2tx' ? ' (two transactions)' : ''}`, value: `${r.toFixed(2)}×`, met: r >= 1.0 });
+    }
+  }
+  const e = (c, v) => (of('enqueue').find((r) => r.contender === c && r.variant === v) || {}).jobs_per_s;
+  let r = ratio(e('jobq', 'single'), e('bare', 'single'));
+  if (r != null) targets.push({ what: 'enqueue ≥ 0.9× bare insert (1 job / tx)', value: `${r.toFixed(2)}×`, met: r >= 0.9 });
+  r = ratio(e('jobq', 'batch100'), e('bare', 'batch100'));
+  if (r != null) targets.push({ what: 'enqueue ≥ 0.9× bare insert (batches of 100)', value: `${r.toFixed(2)}×`, met: r >= 0.9 });
+  r = ratio(e('jobq', 'key'), e('bare', 'single'));
+  if (r != null) targets.push({ what: 'enqueue with idempotency keys ≥ 0.8× bare insert', value: `${r.toFixed(2)}×`, met: r >= 0.8 });
+  const b = of('bloat').find((x) => x.contender === 'jobq');
+  if (b) {
+    r = ratio(b.tps_during, b.tps_before);
+    targets.push({ what: 'bloat: throughput during the held snapshot ≥ 0.95× before', value: `${r.toFixed(2)}×`, met: r >= 0.95 });
+    r = ratio(b.p99_during, b.p99_before);
+    targets.push({ what: 'bloat: p99 during the held snapshot ≤ 2× before', value: `${r.toFixed(2)}×`, met: r <= 2 });
+  }
+  const c = of('critical').find((x) => x.contender === 'jobq');
+  if (c && c.max_ms != null) targets.push({ what: `critical job behind ${fmt(meta.crit_backlog)} claimed in ≤ 5 ms`, value: `median ${c.median_ms.toFixed(1)} ms, max ${c.max_ms.toFixed(1)} ms`, met: c.max_ms <= 5 });
+  const s = (B, n) => (scale.find((x) => x.contender === 'jobq' && x.backlog === B && x.clients === n) || {}).jobs_per_s;
+  const backlogs = uniq(scale.map((x) => x.backlog)).sort((a, b2) => a - b2);
+  if (backlogs.length > 1) {
+    r = ratio(s(backlogs[backlogs.length - 1], 8), s(backlogs[0], 8));
+    if (r != null) targets.push({ what: `flat scaling: drain rate at ${fmt(backlogs[backlogs.length - 1])} ≥ 0.9× at ${fmt(backlogs[0])} (8 clients)`, value: `${r.toFixed(2)}×`, met: r >= 0.9 });
+  }
+}
+
+fs.writeFileSync(jsonFile, JSON.stringify({ meta, settings, results: rows.filter((r) => r.kind !== 'meta'), targets }, null, 2) + '\n');
+
+// ------------------------------------------------------------ output
+function textTable(t) {
+  const all = [t.head, ...t.body];
+  const w = t.head.map((_, i) => Math.max(...all.map((r) => String(r[i]).length)));
+  const line = (r) => r.map((x, i) => (i === 0 ? String(x).padEnd(w[i]) : String(x).padStart(w[i]))).join('  ');
+  return `${t.title}\n${line(t.head)}\n${w.map((n) => '-'.repeat(n)).join('  ')}\n${t.body.map(line).join('\n')}\n`;
+}
+function mdTable(t) {
+  const esc = (x) => String(x).replace(/\|/g, '\\|');
+  return `### ${t.title}\n\n| ${t.head.map(esc).join(' | ')} |\n|${t.head.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|\n` +
+    t.body.map((r) => `| ${r.map(esc).join(' | ')} |`).join('\n') + '\n';
+}
+
+if (flag !== '--markdown') {
+  process.stdout.write('\n' + tables.map(textTable).join('\n') + '\nTargets (jobq, this run):\n' +
+    targets.map((t) => `  ${t.met ? 'MET   ' : 'MISSED'} ${t.what}: ${t.value}`).join('\n') + '\n');
+} else {
+  const notes = path.join(__dirname, 'notes.md');
+  const parts = [];
+  parts.push(`## Targets (measured in this run)\n\n| target | measured | |\n|---|---|---|\n` +
+    targets.map((t) => `| ${t.what} | ${t.value} | ${t.met ? 'met' : '**missed**'} |`).join('\n') + '\n');
+  parts.push('## Results\n\n![drain by batch size and drain rate by clients](bench/chart.png)\n\n' + tables.map(mdTable).join('\n'));
+  parts.push(`## Machine and settings\n\n* ${meta.cpus} CPUs (${meta.cpu_model}), ${meta.mem_gb} GB RAM; PostgreSQL ${meta.pg}; ` +
+    `pg-boss ${meta.pgboss_version}, graphile-worker ${meta.graphile_version} (Node ${process.version}).\n` +
+    `* Server (initdb'd by bench/run, Unix socket, every contender in its own database):\n\n\`\`\`\n${settings.join('\n')}\n\`\`\`\n` +
+    `* Sizes in this run (--${mode}): enqueue ${meta.enq_t} s per variant; drain backlog ${fmt(meta.drain_backlog)}, ` +
+    `${meta.drain_t} s per batch size (or until empty); steady state ${meta.steady_t} s at ${meta.steady_rate} jobs/s; ` +
+    `critical job behind ${fmt(meta.crit_backlog)}; scaling ${meta.scale_t} s per point; ` +
+    `bloat ${meta.bloat_before} s / ${meta.bloat_hold} s / ${meta.bloat_after} s on a ${fmt(meta.bloat_backlog)} backlog; ` +
+    `sizes at ${fmt(meta.size_n)} jobs; ${fmt(meta.dupkeys)} existing keys for the duplicate run.\n`);
+  let doc = parts.join('\n');
+  if (fs.existsSync(notes)) {
+    doc = fs.readFileSync(notes, 'utf8').replace('<!-- GENERATED -->', doc);
+  }
+  fs.writeFileSync(mdFile, doc);
+}

@@ -1,0 +1,1 @@
+SELECT job_id FROM jobq.enqueue('bench', '{"n": 1}', queue => 'q');
