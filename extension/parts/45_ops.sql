@@ -79,7 +79,8 @@ SELECT a.attempt, a.outcome, a.worker_id, a.started_at, a.finished_at,
  WHERE a.job_id OPERATOR(pg_catalog.=) $1
 UNION ALL
 SELECT j.attempts, j.status, j.worker_id, j.claimed_at, j.finished_at,
-       COALESCE(j.finished_at, pg_catalog.now()) OPERATOR(pg_catalog.-) j.claimed_at,
+       COALESCE(j.finished_at, GREATEST(pg_catalog.now(), j.claimed_at))
+           OPERATOR(pg_catalog.-) j.claimed_at,
        NULL::text, j.lease_expires_at, j.result
   FROM jobq.job j
  WHERE j.job_id OPERATOR(pg_catalog.=) $1
@@ -87,7 +88,7 @@ SELECT j.attempts, j.status, j.worker_id, j.claimed_at, j.finished_at,
  ORDER BY 1
 $$;
 COMMENT ON FUNCTION jobq.job(bigint) IS
-    'every attempt of a job in order: failed, lease expired and cancelled ones from the history, then the running (with its lease) or completed one (with its result)';
+    'every attempt of a job in order: failed, lease expired and cancelled ones from the history, then the running (with its lease; duration so far) or completed one (with its result)';
 
 CREATE FUNCTION jobq.job_by_key(kind text, idempotency_key text)
 RETURNS TABLE (job_id bigint, queue text, kind text, payload jsonb, priority integer,
