@@ -121,7 +121,7 @@ check "stats lists the queue with two ready jobs" \
 	rc_and_has 0 "^ ${P}q *| f *| closed *| *2 | *0 | *0 |"
 run queues
 check "queues shows the settings and the rate limit" \
-	rc_and_has 0 "^ ${P}q *| f *| *1 | 00:05:00 | 00:00:00 \.\. 00:00:00 .*| 1000 per 00:01:00 | closed"
+	rc_and_has 0 "^ ${P}q *| f *| *1 | 00:05:00 | 00:00:00 \.\. 00:00:00 +/-[0-9.]* *|.*| 1000 per 00:01:00 | closed"
 
 # --- show --------------------------------------------------------------------
 
