@@ -137,9 +137,14 @@ SELECT * FROM jobq.claim(lease => '-1 minute');
 SELECT * FROM jobq.claim(lease => '0 s');
 \echo :LAST_ERROR_SQLSTATE
 
--- waiting is not supported in this version
+-- a negative wait, and a wait under a transaction snapshot (it would never
+-- see the jobs it waits for)
+SELECT * FROM jobq.claim(wait => '-1 second');
+\echo :LAST_ERROR_SQLSTATE
+BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT * FROM jobq.claim(wait => '1 second');
 \echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
 
 -- none of these claimed the good job
 SELECT status FROM jobq.jobs WHERE job_id = :job;

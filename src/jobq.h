@@ -24,6 +24,7 @@
 #include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
+#include "storage/condition_variable.h"
 #include "fmgr.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
@@ -141,6 +142,9 @@ extern bool jobq_state_due_probe_needed(Oid relid, const char *queue,
 extern void jobq_state_set_next_due(Oid relid, const char *queue,
 									uint64 epoch, TimestampTz next_due);
 extern void jobq_state_note_scheduled(const char *queue, TimestampTz run_at);
+extern ConditionVariable *jobq_state_wait_cv(const char *queue);
+extern TimestampTz jobq_state_next_due(const char *queue);
+extern uint64 jobq_state_wake_seq(const char *queue);
 
 /* backoff.c */
 extern int64 jobq_backoff_usecs(int64 base_us, int64 cap_us, double jitter,

@@ -18,6 +18,10 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "utils/resowner.h"
+#include "pgstat.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
@@ -42,6 +46,9 @@ PG_FUNCTION_INFO_V1(jobq_fail);
 PG_FUNCTION_INFO_V1(jobq_extend);
 PG_FUNCTION_INFO_V1(jobq_checkpoint);
 PG_FUNCTION_INFO_V1(jobq_configure);
+
+/* Longest single sleep of a waiting claim (it re-checks the queue then). */
+#define JOBQ_MAX_WAIT_SLEEP_MS	5000
 
 /* Most due scheduled jobs one claim moves into jobq.ready. */
 #define JOBQ_PROMOTE_BATCH	1000
@@ -620,7 +627,7 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
  * jobq.ready, when the queue's next due time says one may be due.  Lowers
  * *start to the least position promoted.
  */
-static void
+static bool
 PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 {
 	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
@@ -628,8 +635,10 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 	uint64		due_epoch;
 	bool		isnull;
 
+	bool		promoted;
+
 	if (!jobq_state_due_probe_needed(relid, queue, now, &due_epoch))
-		return;
+		return false;
 
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now);
@@ -646,6 +655,7 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 							" RETURNING neg_priority, run_at, job_id",
 							3, types),
 				  values, NULL, SPI_OK_INSERT_RETURNING);
+	promoted = SPI_processed > 0;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -681,6 +691,7 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 		if (next > now)
 			jobq_state_set_next_due(relid, queue, due_epoch, next);
 	}
+	return promoted;
 }
 
 /* How many ready rows a claim with a per-key limit looks at. */
@@ -794,23 +805,29 @@ ClaimedCompare(const void *a, const void *b)
 	return 0;
 }
 
-/*
- * jobq.claim(queue, worker_id, batch, lease, kinds, wait) -> claimed jobs
- *
- * Due delayed jobs are promoted first; then up to batch rows are deleted
- * from the head of the queue's part of jobq.ready (FOR UPDATE SKIP LOCKED,
- * starting at the queue's claim position) and their jobs marked running
- * with a fresh lease token.
- */
-Datum
-jobq_claim(PG_FUNCTION_ARGS)
+/* The validated arguments of a claim. */
+typedef struct JobqClaimArgs
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	const char *queue;
 	const char *worker_id;
 	int32		batch;
-	Interval   *lease = NULL;
-	ArrayType  *kinds = NULL;
+	Interval   *lease;			/* NULL: the queue's */
+	ArrayType  *kinds;			/* NULL: any kind */
+} JobqClaimArgs;
+
+/*
+ * One claim attempt (SPI connected): put the claimed jobs, in claim order,
+ * into rsinfo's tuplestore and return how many.  *promoted tells whether it
+ * moved due delayed jobs into jobq.ready.
+ */
+static uint64
+ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
+{
+	const char *queue = args->queue;
+	const char *worker_id = args->worker_id;
+	int32		batch = args->batch;
+	Interval   *lease = args->lease;
+	ArrayType  *kinds = args->kinds;
 	JobqQueue	q;
 	TimestampTz now;
 	Oid			relid;
@@ -827,65 +844,22 @@ jobq_claim(PG_FUNCTION_ARGS)
 	uint64		nrows;
 	bool		isnull;
 
-	queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
-	worker_id = jobq_name_arg(fcinfo, 1, "worker_id", JOBQ_MAX_NAME_LEN, true);
-	RequireArg(fcinfo, 2, "batch");
-	batch = PG_GETARG_INT32(2);
-	if (batch < 1 || batch > jobq_max_batch)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch must be between 1 and %d", jobq_max_batch),
-				 errdetail("batch was %d.", batch),
-				 errhint("jobq.max_batch sets the upper limit.")));
-	if (!PG_ARGISNULL(3))
-		lease = PositiveIntervalArg(fcinfo, 3, "lease");
-	if (!PG_ARGISNULL(4))
-	{
-		kinds = PG_GETARG_ARRAYTYPE_P(4);
-		if (ARR_NDIM(kinds) > 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("kinds must be a one-dimensional array")));
-	}
-	if (!PG_ARGISNULL(5))
-	{
-		int64		wait_us = jobq_interval_usecs(PG_GETARG_INTERVAL_P(5));
-
-		if (wait_us < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("wait must not be negative")));
-		if (wait_us > 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("wait is not supported in this version of jobq"),
-					 errhint("Call jobq.claim with wait => '0' and poll.")));
-	}
-
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-
+	*promoted = false;
 	if (!QueueGet(queue, &q) || q.paused)
-	{
-		SPI_finish();
-		return (Datum) 0;
-	}
+		return 0;
 
 	limited = q.max_concurrency > 0 || q.max_per_key > 0 || q.rate_limit > 0 || q.throttled;
 	if (limited)
 	{
 		batch = ClaimAllowance(queue, &q, batch, GetCurrentTimestamp());
 		if (batch == 0)
-		{
-			SPI_finish();
-			return (Datum) 0;
-		}
+			return 0;
 	}
 	/* after any wait for the queue lock: the lease starts now */
 	now = GetCurrentTimestamp();
 	relid = ReadyRelid();
 	epoch = jobq_state_begin_claim(relid, queue, &start);
-	PromoteDue(relid, queue, now, &start);
+	*promoted = PromoteDue(relid, queue, now, &start);
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = CStringGetTextDatum(queue);
@@ -977,6 +951,149 @@ jobq_claim(PG_FUNCTION_ARGS)
 		heap_deform_tuple(rows[i].tuple, claimed->tupdesc, out, outnulls);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
+	return nrows;
+}
+
+/*
+ * One attempt of a waiting claim, in a subtransaction of its own that is
+ * rolled back when it claims nothing, so that between attempts the claim
+ * holds no locks (a limited queue's row, promoted rows) and leaves nothing
+ * behind.  Returns the number of jobs claimed; *promoted as for ClaimOnce.
+ */
+static uint64
+ClaimAttempt(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	uint64		n;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	n = ClaimOnce(args, rsinfo, promoted);
+	if (n > 0 || *promoted)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcxt);
+	CurrentResourceOwner = oldowner;
+	return n;
+}
+
+/*
+ * jobq.claim(queue, worker_id, batch, lease, kinds, wait) -> claimed jobs
+ *
+ * Due delayed jobs are promoted first; then up to batch rows are deleted
+ * from the head of the queue's part of jobq.ready (FOR UPDATE SKIP LOCKED,
+ * starting at the queue's claim position) and their jobs marked running
+ * with a fresh lease token.
+ *
+ * With wait > 0 and nothing claimable, the claim sleeps on the queue's
+ * condition variable in shared memory until a transaction that made a job
+ * ready commits (queue_state.c broadcasts from its commit callback), the
+ * queue's next delayed job is due, or wait is over; a query cancel or
+ * statement_timeout ends the sleep.  No LISTEN/NOTIFY, no session state:
+ * it works through transaction-mode poolers.
+ */
+Datum
+jobq_claim(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	JobqClaimArgs args;
+	int64		wait_us = 0;
+	TimestampTz deadline;
+	ConditionVariable *cv;
+	bool		promoted;
+
+	args.queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	args.worker_id = jobq_name_arg(fcinfo, 1, "worker_id", JOBQ_MAX_NAME_LEN, true);
+	RequireArg(fcinfo, 2, "batch");
+	args.batch = PG_GETARG_INT32(2);
+	if (args.batch < 1 || args.batch > jobq_max_batch)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d", jobq_max_batch),
+				 errdetail("batch was %d.", args.batch),
+				 errhint("jobq.max_batch sets the upper limit.")));
+	args.lease = PG_ARGISNULL(3) ? NULL : PositiveIntervalArg(fcinfo, 3, "lease");
+	args.kinds = NULL;
+	if (!PG_ARGISNULL(4))
+	{
+		args.kinds = PG_GETARG_ARRAYTYPE_P(4);
+		if (ARR_NDIM(args.kinds) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("kinds must be a one-dimensional array")));
+	}
+	if (!PG_ARGISNULL(5))
+	{
+		wait_us = jobq_interval_usecs(PG_GETARG_INTERVAL_P(5));
+		if (wait_us < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("wait must not be negative")));
+		if (wait_us > 0 && IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("claim with wait requires the READ COMMITTED isolation level"),
+					 errhint("A transaction snapshot would never see the jobs it waits for.")));
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+
+	if (wait_us == 0)
+	{
+		ClaimOnce(&args, rsinfo, &promoted);
+		SPI_finish();
+		return (Datum) 0;
+	}
+
+	deadline = GetCurrentTimestamp() + wait_us;
+	cv = jobq_state_wait_cv(args.queue);
+	for (;;)
+	{
+		TimestampTz now;
+		TimestampTz wake;
+		long		timeout_ms;
+
+		uint64		seq = jobq_state_wake_seq(args.queue);
+
+		if (ClaimAttempt(&args, rsinfo, &promoted) > 0 || promoted)
+			break;
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			break;
+
+		/*
+		 * Register for wake-ups only now: the attempt's subtransaction
+		 * rollback cancels any earlier registration.  A commit that made
+		 * rows ready while we were looking bumped the wake sequence, so
+		 * look again at once instead of sleeping through it.
+		 */
+		if (cv)
+		{
+			ConditionVariablePrepareToSleep(cv);
+			if (jobq_state_wake_seq(args.queue) != seq)
+				continue;
+		}
+		wake = jobq_state_next_due(args.queue);
+		if (wake == 0 || wake > deadline)
+			wake = deadline;
+		timeout_ms = Max((wake - now + 999) / 1000, 1);
+		if (cv)
+			(void) ConditionVariableTimedSleep(cv, Min(timeout_ms, JOBQ_MAX_WAIT_SLEEP_MS),
+											   PG_WAIT_EXTENSION);
+		else
+		{
+			/* not preloaded: no shared memory to be woken through; poll */
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(timeout_ms, 100), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	if (cv)
+		ConditionVariableCancelSleep();
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -1203,7 +1320,9 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 							" VALUES ($1, $2, $3, $4, $5, $11, $6))"
 							" UPDATE jobq.job SET status = $7, retry_count = $8,"
 							" run_at = COALESCE($9, run_at), last_error = $6,"
-							" finished_at = $10, updated_at = $5, lease_expires_at = NULL"
+							" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
+							" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
+							" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
 							" WHERE job_id = $1",
 							11, types),
 				  values, nulls, SPI_OK_UPDATE);

@@ -38,6 +38,11 @@
  * jobq.scheduled per queue, so a claim looks for due delayed jobs only when
  * one can be due.
  *
+ * Each queue's entry also has a condition variable: claims with wait sleep
+ * on it, and the commit (or abort) callbacks above broadcast on it whenever
+ * they move a position or a due time back, that is whenever rows may have
+ * become claimable.
+ *
  * Locking: JobqStateLock (an LWLock) guards the hash table's membership;
  * each entry's fields are guarded by its own spinlock.
  *
@@ -47,6 +52,7 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -78,6 +84,7 @@ typedef struct JobqQueueState
 	uint64		due_epoch;		/* bumped when next_due may move earlier */
 	bool		due_valid;		/* false: probe jobq.scheduled */
 	TimestampTz next_due;		/* no scheduled row is due before this */
+	ConditionVariable cv;		/* waiting claims sleep here */
 } JobqQueueState;
 
 /* What this backend's transaction did to one queue's sets. */
@@ -220,6 +227,7 @@ StateLookup(const char *queue, bool create)
 		entry->due_epoch = 0;
 		entry->due_valid = false;
 		entry->next_due = DT_NOBEGIN;
+		ConditionVariableInit(&entry->cv);
 	}
 	LWLockRelease(JobqStateLock);
 	return entry;
@@ -397,6 +405,8 @@ StateLower(const char *queue, const JobqClaimPos *pos)
 		entry->pos = *pos;
 	entry->epoch++;
 	SpinLockRelease(&entry->mutex);
+	/* rows became claimable: wake waiting claims */
+	ConditionVariableBroadcast(&entry->cv);
 }
 
 /* Move a queue's next due time back to run_at and bump its due epoch. */
@@ -412,6 +422,55 @@ StateLowerDue(const char *queue, TimestampTz run_at)
 		entry->next_due = run_at;
 	entry->due_epoch++;
 	SpinLockRelease(&entry->mutex);
+	/* waiting claims re-compute when to look again */
+	ConditionVariableBroadcast(&entry->cv);
+}
+
+/*
+ * A number that changes whenever rows of the queue may have become
+ * claimable (both epochs move then), for waiting claims to notice a wake-up
+ * that came before they started to sleep.
+ */
+uint64
+jobq_state_wake_seq(const char *queue)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+	uint64		seq = 0;
+
+	if (entry == NULL)
+		return 0;
+	SpinLockAcquire(&entry->mutex);
+	seq = entry->epoch + entry->due_epoch;
+	SpinLockRelease(&entry->mutex);
+	return seq;
+}
+
+/* The condition variable waiting claims of a queue sleep on, or NULL. */
+ConditionVariable *
+jobq_state_wait_cv(const char *queue)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+
+	return entry ? &entry->cv : NULL;
+}
+
+/*
+ * When a delayed job of the queue may next become due (0: unknown or none
+ * known).  Waiting claims sleep no longer than that.
+ */
+TimestampTz
+jobq_state_next_due(const char *queue)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+	TimestampTz next = 0;
+
+	if (entry == NULL)
+		return 0;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_valid && entry->next_due != DT_NOEND)
+		next = entry->next_due;
+	SpinLockRelease(&entry->mutex);
+	return next;
 }
 
 /*

@@ -58,6 +58,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -557,6 +558,25 @@ WorkerBeginStep(const char *activity)
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
 
+/*
+ * Take a share lock on the jobq extension object for the rest of this
+ * step, and tell whether the extension (still) exists.  DROP EXTENSION
+ * locks that object before anything it drops, so with this lock taken
+ * before any of jobq's tables, a step and a DROP EXTENSION queue up behind
+ * each other instead of deadlocking.
+ */
+static bool
+WorkerLockExtension(void)
+{
+	Oid			extoid = get_extension_oid("jobq", true);
+
+	if (!OidIsValid(extoid))
+		return false;
+	LockDatabaseObject(ExtensionRelationId, extoid, 0, AccessShareLock);
+	/* it may have been dropped while we waited */
+	return get_extension_oid("jobq", true) == extoid;
+}
+
 /* Commit one step of work. */
 static void
 WorkerEndStep(void)
@@ -648,6 +668,11 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		return true;
 
 	WorkerBeginStep("jobq: firing schedules");
+	if (!WorkerLockExtension())
+	{
+		WorkerEndStep();
+		return false;
+	}
 	SPI_connect();
 	fired = jobq_fire_due_schedules(next_due);
 	SPI_finish();
@@ -657,6 +682,11 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	do
 	{
 		WorkerBeginStep("jobq: reaping expired leases");
+		if (!WorkerLockExtension())
+		{
+			WorkerEndStep();
+			return false;
+		}
 		SPI_connect();
 		n = jobq_reap_expired(jobq_reap_batch);
 		SPI_finish();
@@ -672,6 +702,11 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		do
 		{
 			WorkerBeginStep("jobq: pruning finished jobs");
+			if (!WorkerLockExtension())
+			{
+				WorkerEndStep();
+				return false;
+			}
 			SPI_connect();
 			n = jobq_prune_finished(jobq_prune_batch);
 			SPI_finish();

@@ -16,22 +16,22 @@ SELECT has_schema('jobq', 'schema jobq exists');
 --
 
 -- jobq.enqueue
-SELECT has_function('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text']);
-SELECT function_returns('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text'], 'setof record');
-SELECT is(pg_get_function_arguments('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text)'::regprocedure),
-          $$kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_key text DEFAULT NULL::text$$,
-          'enqueue: argument names, order and defaults');
-SELECT is(pg_get_function_result('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text)'::regprocedure),
+SELECT has_function('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text', 'text']);
+SELECT function_returns('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text', 'text'], 'setof record');
+SELECT is(pg_get_function_arguments('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text,text)'::regprocedure),
+          $$kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_key text DEFAULT NULL::text, concurrency_key text DEFAULT NULL::text$$,
+          'enqueue: argument names, order and defaults (the contract''s, then concurrency_key)');
+SELECT is(pg_get_function_result('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text,text)'::regprocedure),
           'TABLE(job_id bigint, created boolean)',
           'enqueue: result columns');
 
 -- jobq.enqueue_many
-SELECT has_function('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]']);
-SELECT function_returns('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]'], 'setof record');
-SELECT is(pg_get_function_arguments('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[])'::regprocedure),
-          $$kind text, payloads jsonb[], queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_keys text[] DEFAULT NULL::text[]$$,
-          'enqueue_many: argument names, order and defaults');
-SELECT is(pg_get_function_result('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[])'::regprocedure),
+SELECT has_function('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]', 'text']);
+SELECT function_returns('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]', 'text'], 'setof record');
+SELECT is(pg_get_function_arguments('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[],text)'::regprocedure),
+          $$kind text, payloads jsonb[], queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_keys text[] DEFAULT NULL::text[], concurrency_key text DEFAULT NULL::text$$,
+          'enqueue_many: argument names, order and defaults (the contract''s, then concurrency_key)');
+SELECT is(pg_get_function_result('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[],text)'::regprocedure),
           'TABLE(job_id bigint, created boolean)',
           'enqueue_many: result columns');
 
@@ -89,11 +89,11 @@ SELECT has_function('jobq', 'priority_label', ARRAY['integer']);
 SELECT function_returns('jobq', 'priority_label', ARRAY['integer'], 'text');
 
 -- jobq.configure
-SELECT has_function('jobq', 'configure', ARRAY['text', 'integer', 'interval', 'interval', 'interval', 'double precision', 'interval', 'interval']);
-SELECT function_returns('jobq', 'configure', ARRAY['text', 'integer', 'interval', 'interval', 'interval', 'double precision', 'interval', 'interval'], 'void');
+SELECT has_function('jobq', 'configure', ARRAY['text', 'integer', 'interval', 'interval', 'interval', 'double precision', 'interval', 'interval', 'integer', 'integer', 'integer', 'interval', 'integer']);
+SELECT function_returns('jobq', 'configure', ARRAY['text', 'integer', 'interval', 'interval', 'interval', 'double precision', 'interval', 'interval', 'integer', 'integer', 'integer', 'interval', 'integer'], 'void');
 -- the settings the contract names come first, in this order; more may follow
 SELECT is((string_to_array(pg_get_function_identity_arguments(
-             'jobq.configure(text,integer,interval,interval,interval,double precision,interval,interval)'::regprocedure),
+             'jobq.configure(text,integer,interval,interval,interval,double precision,interval,interval,integer,integer,integer,interval,integer)'::regprocedure),
              ', '))[1:6],
           ARRAY['queue text', 'max_retries integer', 'lease interval', 'backoff_base interval',
                 'backoff_cap interval', 'backoff_jitter double precision'],
