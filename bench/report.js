@@ -123,9 +123,9 @@ const scale = of('scale');
   if (s.length) {
     const mb = (x) => fmt(x / 1048576, 1);
     tables.push({
-      id: 6, title: `6. Bloat: steady load (8 clients, claim 10 + complete + enqueue 10) before / during a ${meta.bloat_hold} s REPEATABLE READ snapshot / after`,
-      head: ['contender', 'jobs/s before', 'during', 'after', 'p99 ms before', 'during', 'after', 'MB before', 'during', 'after', 'dead tuples during', 'dead back to clean after'],
-      body: s.map((r) => [NAMES[r.contender], fmt(r.tps_before), fmt(r.tps_during) + rfmt(ratio(r.tps_during, r.tps_before)),
+      id: 6, title: `6. Bloat: steady load (8 clients, claim 10 + complete + enqueue 10) before (${meta.bloat_before} s) / during a REPEATABLE READ snapshot held for "hold" s / after (${meta.bloat_after} s)`,
+      head: ['contender', 'hold s', 'jobs/s before', 'during', 'after', 'p99 ms before', 'during', 'after', 'MB before', 'during', 'after', 'dead tuples during', 'dead back to clean after'],
+      body: s.map((r) => [NAMES[r.contender], fmt(r.hold), fmt(r.tps_before), fmt(r.tps_during) + rfmt(ratio(r.tps_during, r.tps_before)),
         fmt(r.tps_after), fmt(r.p99_before, 1), fmt(r.p99_during, 1) + rfmt(ratio(r.p99_during, r.p99_before)), fmt(r.p99_after, 1),
         mb(r.bytes_before), mb(r.bytes_during), mb(r.bytes_after), fmt(r.dead_during), r.recover_s == null ? `> ${meta.bloat_after} s` : `${fmt(r.recover_s, 1)} s`]),
     });
@@ -214,7 +214,7 @@ if (flag !== '--markdown') {
     `* Sizes in this run (--${mode}): enqueue ${meta.enq_t} s per variant; drain backlog ${fmt(meta.drain_backlog)}, ` +
     `${meta.drain_t} s per batch size (or until empty); steady state ${meta.steady_t} s at ${meta.steady_rate} jobs/s; ` +
     `critical job behind ${fmt(meta.crit_backlog)}; scaling ${meta.scale_t} s per point; ` +
-    `bloat ${meta.bloat_before} s / ${meta.bloat_hold} s / ${meta.bloat_after} s on a ${fmt(meta.bloat_backlog)} backlog; ` +
+    `bloat ${meta.bloat_before} s / hold ${meta.bloat_hold} s (bare, jobq) or ${meta.bloat_hold_others} s (others) / ${meta.bloat_after} s on a ${fmt(meta.bloat_backlog)} backlog; ` +
     `sizes at ${fmt(meta.size_n)} jobs; ${fmt(meta.dupkeys)} existing keys for the duplicate run.\n`);
   let doc = parts.join('\n');
   if (fs.existsSync(notes)) {

@@ -50,7 +50,7 @@ function latencyStats(arr) {
 // a deterministic UUID from an idempotency key (pg-boss takes caller ids)
 function keyUuid(key) {
   const h = crypto.createHash('md5').update(key).digest('hex');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-8${h.slice(17, 20)}-${h.slice(20, 32)}`;
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`; // = md5(key)::uuid
 }
 
 async function sqlOne(text, params) {
