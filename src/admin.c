@@ -18,6 +18,8 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "access/xact.h"
 
 #include "jobq.h"
 
@@ -219,6 +221,28 @@ CancelRunning(int64 job_id, TimestampTz now)
 	return SPI_processed > 0;
 }
 
+/* Running jobs this transaction cancelled: interrupt their executors at commit. */
+static List *interrupt_at_commit = NIL;
+static bool callback_registered = false;
+
+/* At the end of a transaction that cancelled running jobs. */
+static void
+CancelXactCallback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (interrupt_at_commit == NIL)
+		return;
+	if (event == XACT_EVENT_COMMIT)
+		foreach(lc, interrupt_at_commit)
+			jobq_worker_interrupt_job(*(int64 *) lfirst(lc));
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+	{
+		list_free_deep(interrupt_at_commit);
+		interrupt_at_commit = NIL;
+	}
+}
+
 /* jobq.cancel(job_id) -> boolean: pending/running -> cancelled */
 Datum
 jobq_cancel(PG_FUNCTION_ARGS)
@@ -235,6 +259,11 @@ jobq_cancel(PG_FUNCTION_ARGS)
 				 errmsg("job_id must not be null")));
 	job_id = PG_GETARG_INT64(0);
 	values[0] = Int64GetDatum(job_id);
+	if (!callback_registered)
+	{
+		RegisterXactCallback(CancelXactCallback, NULL);
+		callback_registered = true;
+	}
 
 	SPI_connect();
 	for (int i = 0; i < JOBQ_CANCEL_TRIES; i++)
@@ -269,6 +298,10 @@ jobq_cancel(PG_FUNCTION_ARGS)
 		{
 			if (CancelRunning(job_id, now))
 			{
+				/* an executor running it in the database gets interrupted */
+				interrupt_at_commit = lappend(interrupt_at_commit,
+											  MemoryContextAlloc(TopMemoryContext, sizeof(int64)));
+				*(int64 *) llast(interrupt_at_commit) = job_id;
 				done = true;
 				break;
 			}

@@ -119,8 +119,19 @@ extern int64 jobq_reap_expired(int batch);
 /* retention.c (SPI must be connected) */
 extern int64 jobq_prune_finished(int batch);
 
+/* Most executor processes per database. */
+#define JOBQ_MAX_EXECUTORS	16
+
 /* worker.c */
+extern int	jobq_executors;
 extern void jobq_worker_init(void);
+extern bool jobq_executor_attach(int index);
+extern void jobq_executor_set_job(int64 job_id);
+extern void jobq_worker_wake_executors(Oid dbid);
+extern void jobq_worker_interrupt_job(int64 job_id);
+
+/* executor.c / admin.c */
+extern bool jobq_database_has_handlers(void);
 extern void jobq_worker_wake_at_commit(void);
 
 /* scheduler.c (SPI must be connected) */
@@ -145,6 +156,7 @@ extern void jobq_state_note_scheduled(const char *queue, TimestampTz run_at);
 extern ConditionVariable *jobq_state_wait_cv(const char *queue);
 extern TimestampTz jobq_state_next_due(const char *queue);
 extern uint64 jobq_state_wake_seq(const char *queue);
+extern void jobq_state_mark_handled(const char *queue);
 
 /* backoff.c */
 extern int64 jobq_backoff_usecs(int64 base_us, int64 cap_us, double jitter,

@@ -43,6 +43,7 @@ PG_FUNCTION_INFO_V1(jobq_claim);
 PG_FUNCTION_INFO_V1(jobq_complete);
 PG_FUNCTION_INFO_V1(jobq_complete_many);
 PG_FUNCTION_INFO_V1(jobq_fail);
+PG_FUNCTION_INFO_V1(jobq_snooze);
 PG_FUNCTION_INFO_V1(jobq_extend);
 PG_FUNCTION_INFO_V1(jobq_checkpoint);
 PG_FUNCTION_INFO_V1(jobq_configure);
@@ -1276,7 +1277,8 @@ jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc, JobqAttempt *a)
  * End an attempt that did not succeed: record it in jobq.attempt, then
  * re-queue the job with retry_count + 1 (after retry_in, or the queue's
  * backoff) while it is retryable and has retries left, else fail it for
- * good.  The job row must be locked by the caller.  Returns the new status.
+ * good.  Outcome "snoozed" re-queues after retry_in without spending a
+ * retry.  The job row must be locked by the caller.  Returns the new status.
  */
 const char *
 jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
@@ -1286,7 +1288,8 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
 	Datum		values[11];
 	char		nulls[11];
-	bool		retry = retryable && a->retry_count < a->max_retries;
+	bool		snooze = strcmp(outcome, "snoozed") == 0;
+	bool		retry = snooze || (retryable && a->retry_count < a->max_retries);
 	TimestampTz run_at = now;
 	const char *status = retry ? "pending" : "failed";
 
@@ -1308,7 +1311,8 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = PointerGetDatum(error);
 	values[6] = CStringGetTextDatum(status);
-	values[7] = Int32GetDatum(retry ? a->retry_count + 1 : a->retry_count);
+	/* a snooze re-queues without spending a retry */
+	values[7] = Int32GetDatum(retry && !snooze ? a->retry_count + 1 : a->retry_count);
 	values[8] = TimestampTzGetDatum(run_at);
 	nulls[8] = retry ? ' ' : 'n';
 	values[9] = TimestampTzGetDatum(now);
@@ -1319,7 +1323,8 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 							" started_at, finished_at, outcome, error)"
 							" VALUES ($1, $2, $3, $4, $5, $11, $6))"
 							" UPDATE jobq.job SET status = $7, retry_count = $8,"
-							" run_at = COALESCE($9, run_at), last_error = $6,"
+							" run_at = COALESCE($9, run_at),"
+							" last_error = CASE WHEN $11 = 'snoozed' THEN last_error ELSE $6 END,"
 							" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
 							" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
 							" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
@@ -1329,7 +1334,8 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	if (retry)
 		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, a->concurrency_key,
 					 run_at, now);
-	BreakerFailure(a->queue, error, now);
+	if (!snooze)
+		BreakerFailure(a->queue, error, now);
 	return status;
 }
 
@@ -1386,6 +1392,53 @@ jobq_fail(PG_FUNCTION_ARGS)
 							  GetCurrentTimestamp());
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(status));
+}
+
+/*
+ * jobq.snooze(job_id, lease_token, delay) -> the job's new run_at
+ *
+ * Put a running job back to pending, due after delay, without spending a
+ * retry (a rate limit, a resource not there yet).  NULL for a stale token.
+ */
+Datum
+jobq_snooze(PG_FUNCTION_ARGS)
+{
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2];
+	Interval   *delay;
+	JobqAttempt attempt;
+	TimestampTz now;
+
+	RequireArg(fcinfo, 0, "job_id");
+	RequireArg(fcinfo, 1, "lease_token");
+	RequireArg(fcinfo, 2, "delay");
+	delay = PG_GETARG_INTERVAL_P(2);
+	if (jobq_interval_usecs(delay) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delay must not be negative")));
+
+	SPI_connect();
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	jobq_spi_exec(jobq_plan(&plan_fail_lock,
+							"SELECT " JOBQ_ATTEMPT_COLUMNS
+							" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+							" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
+							" FOR UPDATE OF j",
+							2, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		SPI_finish();
+		PG_RETURN_NULL();
+	}
+	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &attempt);
+	now = GetCurrentTimestamp();
+	(void) jobq_end_attempt(&attempt, cstring_to_text("snoozed"), true, delay,
+							"snoozed", now);
+	SPI_finish();
+	PG_RETURN_TIMESTAMPTZ(now + jobq_interval_usecs(delay));
 }
 
 /* jobq.extend(job_id, lease_token, lease) -> new lease expiry */

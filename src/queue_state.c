@@ -85,6 +85,7 @@ typedef struct JobqQueueState
 	bool		due_valid;		/* false: probe jobq.scheduled */
 	TimestampTz next_due;		/* no scheduled row is due before this */
 	ConditionVariable cv;		/* waiting claims sleep here */
+	bool		handled;		/* has job handlers: wake the executors too */
 } JobqQueueState;
 
 /* What this backend's transaction did to one queue's sets. */
@@ -228,6 +229,7 @@ StateLookup(const char *queue, bool create)
 		entry->due_valid = false;
 		entry->next_due = DT_NOBEGIN;
 		ConditionVariableInit(&entry->cv);
+		entry->handled = false;
 	}
 	LWLockRelease(JobqStateLock);
 	return entry;
@@ -405,8 +407,20 @@ StateLower(const char *queue, const JobqClaimPos *pos)
 		entry->pos = *pos;
 	entry->epoch++;
 	SpinLockRelease(&entry->mutex);
-	/* rows became claimable: wake waiting claims */
+	/* rows became claimable: wake waiting claims, and executors */
 	ConditionVariableBroadcast(&entry->cv);
+	if (entry->handled)
+		jobq_worker_wake_executors(entry->key.dbid);
+}
+
+/* Executors run handlers for this queue: wake them when jobs get ready. */
+void
+jobq_state_mark_handled(const char *queue)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+
+	if (entry != NULL)
+		entry->handled = true;
 }
 
 /* Move a queue's next due time back to run_at and bump its due epoch. */

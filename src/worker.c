@@ -96,6 +96,9 @@ typedef struct JobqDbSlot
 	int64		reaped;			/* expired leases reaped since start */
 	int64		pruned;			/* rows pruned since start */
 	int64		fired;			/* schedule fires since start */
+	pid_t		executor_pid[JOBQ_MAX_EXECUTORS];	/* running executors, else 0 */
+	Latch	   *executor_latch[JOBQ_MAX_EXECUTORS];	/* their latches */
+	int64		executor_job[JOBQ_MAX_EXECUTORS];	/* the job each runs, else 0 */
 } JobqDbSlot;
 
 /* State shared by the launcher, the workers and every backend. */
@@ -110,6 +113,7 @@ typedef struct JobqWorkerShared
 } JobqWorkerShared;
 
 /* GUCs */
+int			jobq_executors = 2;
 static char *jobq_databases = NULL;
 static int	jobq_naptime_ms = 1000;
 static int	jobq_reap_batch = 500;
@@ -193,6 +197,7 @@ InitWorkerStruct(BackgroundWorker *bgw, const char *function_name)
 }
 
 static void jobq_worker_xact_callback(XactEvent event, void *arg);
+static void WorkerStartExecutors(void);
 static void jobq_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 								bool readOnlyTree, ProcessUtilityContext context,
 								ParamListInfo params, QueryEnvironment *queryEnv,
@@ -212,6 +217,11 @@ jobq_worker_init(void)
 							   "Empty: every database where the jobq extension is installed.",
 							   &jobq_databases, "",
 							   PGC_SIGHUP, GUC_LIST_INPUT, NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.executors",
+							"Executor processes per database that has job handlers.",
+							"They run jobs of kinds registered with jobq.register_handler.",
+							&jobq_executors, 2, 0, JOBQ_MAX_EXECUTORS,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.naptime",
 							"How long a jobq worker sleeps between rounds of reaping expired leases.",
 							NULL, &jobq_naptime_ms, 1000, 10, 3600 * 1000,
@@ -661,6 +671,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	int64		n;
 	TimestampTz now;
 	bool		usable;
+	bool		has_handlers;
 
 	if (RecoveryInProgress() || !WorkerExtensionPresent(&usable))
 		return false;
@@ -675,8 +686,11 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	}
 	SPI_connect();
 	fired = jobq_fire_due_schedules(next_due);
+	has_handlers = jobq_database_has_handlers();
 	SPI_finish();
 	WorkerEndStep();
+	if (has_handlers)
+		WorkerStartExecutors();
 
 	/* reap expired leases, batch by batch */
 	do
@@ -791,6 +805,164 @@ jobq_worker_main(Datum main_arg)
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/* ----------------------------------------------------------------
+ * Executors (their main loop is in executor.c)
+ * ---------------------------------------------------------------- */
+
+/* This worker's handles of the executors it started. */
+static BackgroundWorkerHandle *executor_handles[JOBQ_MAX_EXECUTORS];
+
+/* Start the executors of this database that are missing (in the worker). */
+static void
+WorkerStartExecutors(void)
+{
+	for (int i = 0; i < jobq_executors; i++)
+	{
+		BackgroundWorker bgw;
+		pid_t		pid;
+		bool		running;
+
+		LWLockAcquire(JobqWorkerLock, LW_SHARED);
+		running = WorkerShared->slots[MySlot].executor_pid[i] != 0;
+		LWLockRelease(JobqWorkerLock);
+		if (!running && executor_handles[i] != NULL)
+		{
+			BgwHandleStatus st = GetBackgroundWorkerPid(executor_handles[i], &pid);
+
+			running = (st == BGWH_STARTED || st == BGWH_NOT_YET_STARTED);
+			if (!running)
+			{
+				pfree(executor_handles[i]);
+				executor_handles[i] = NULL;
+			}
+		}
+		if (running)
+			continue;
+
+		InitWorkerStruct(&bgw, "jobq_executor_main");
+		bgw.bgw_restart_time = BGW_NEVER_RESTART;
+		bgw.bgw_main_arg = ObjectIdGetDatum(MyDatabaseId);
+		memcpy(bgw.bgw_extra, &i, sizeof(int));
+		snprintf(bgw.bgw_name, BGW_MAXLEN, "jobq executor %d for database %u", i, MyDatabaseId);
+		snprintf(bgw.bgw_type, BGW_MAXLEN, "jobq executor");
+		if (!RegisterDynamicBackgroundWorker(&bgw, &executor_handles[i]))
+		{
+			executor_handles[i] = NULL;
+			ereport(LOG,
+					(errmsg("jobq: could not start executor %d", i),
+					 errhint("Increase max_worker_processes.")));
+			break;
+		}
+	}
+}
+
+/* on_shmem_exit of an executor: free its place. */
+static void
+ExecutorDetach(int code, Datum arg)
+{
+	int			index = DatumGetInt32(arg);
+
+	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
+	for (int i = 0; i < WorkerShared->nslots; i++)
+	{
+		JobqDbSlot *slot = &WorkerShared->slots[i];
+
+		if (slot->dbid == MyDatabaseId && slot->executor_pid[index] == MyProcPid)
+		{
+			slot->executor_pid[index] = 0;
+			slot->executor_latch[index] = NULL;
+			slot->executor_job[index] = 0;
+		}
+	}
+	LWLockRelease(JobqWorkerLock);
+}
+
+static int	MyExecutorIndex = -1;
+
+/* An executor takes place index of its database's slot; false if taken. */
+bool
+jobq_executor_attach(int index)
+{
+	bool		ok = false;
+
+	if (index < 0 || index >= JOBQ_MAX_EXECUTORS)
+		return false;
+	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
+	for (int i = 0; i < WorkerShared->nslots; i++)
+	{
+		JobqDbSlot *slot = &WorkerShared->slots[i];
+
+		if (slot->dbid != MyDatabaseId)
+			continue;
+		if (slot->executor_pid[index] == 0)
+		{
+			slot->executor_pid[index] = MyProcPid;
+			slot->executor_latch[index] = MyLatch;
+			slot->executor_job[index] = 0;
+			ok = true;
+		}
+		break;
+	}
+	LWLockRelease(JobqWorkerLock);
+	if (ok)
+	{
+		MyExecutorIndex = index;
+		on_shmem_exit(ExecutorDetach, Int32GetDatum(index));
+	}
+	return ok;
+}
+
+/* Publish the job this executor runs now (0: none), for jobq.cancel. */
+void
+jobq_executor_set_job(int64 job_id)
+{
+	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
+	for (int i = 0; i < WorkerShared->nslots; i++)
+	{
+		if (WorkerShared->slots[i].dbid == MyDatabaseId &&
+			WorkerShared->slots[i].executor_pid[MyExecutorIndex] == MyProcPid)
+			WorkerShared->slots[i].executor_job[MyExecutorIndex] = job_id;
+	}
+	LWLockRelease(JobqWorkerLock);
+}
+
+/* Wake the executors of database dbid (a job they may run became ready). */
+void
+jobq_worker_wake_executors(Oid dbid)
+{
+	if (WorkerShared == NULL)
+		return;
+	LWLockAcquire(JobqWorkerLock, LW_SHARED);
+	for (int i = 0; i < WorkerShared->nslots; i++)
+	{
+		if (WorkerShared->slots[i].dbid != dbid)
+			continue;
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+			if (WorkerShared->slots[i].executor_latch[e] != NULL)
+				SetLatch(WorkerShared->slots[i].executor_latch[e]);
+	}
+	LWLockRelease(JobqWorkerLock);
+}
+
+/* Interrupt the executor of this database that runs job_id, if any. */
+void
+jobq_worker_interrupt_job(int64 job_id)
+{
+	if (WorkerShared == NULL)
+		return;
+	LWLockAcquire(JobqWorkerLock, LW_SHARED);
+	for (int i = 0; i < WorkerShared->nslots; i++)
+	{
+		if (WorkerShared->slots[i].dbid != MyDatabaseId)
+			continue;
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+			if (WorkerShared->slots[i].executor_job[e] == job_id &&
+				WorkerShared->slots[i].executor_pid[e] != 0)
+				kill(WorkerShared->slots[i].executor_pid[e], SIGINT);
+	}
+	LWLockRelease(JobqWorkerLock);
 }
 
 /* ----------------------------------------------------------------
@@ -1017,6 +1189,19 @@ jobq_worker_status(PG_FUNCTION_ARGS)
 		values[6] = Int64GetDatum(copy[i].pruned);
 		values[7] = Int64GetDatum(copy[i].fired);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+		{
+			if (copy[i].executor_pid[e] == 0)
+				continue;
+			memset(nulls, true, sizeof(nulls));
+			values[0] = Int32GetDatum(copy[i].executor_pid[e]);
+			nulls[0] = false;
+			values[1] = dbname ? CStringGetTextDatum(dbname) : (Datum) 0;
+			nulls[1] = dbname == NULL;
+			values[2] = CStringGetTextDatum("executor");
+			nulls[2] = false;
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
 	}
 	return (Datum) 0;
 }

@@ -259,6 +259,13 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobq.fail(bigint, bigint, text, boolean, interval) IS
     'fail the current attempt: back to pending with backoff while retries are left, else failed; NULL for a stale token';
 
+CREATE FUNCTION jobq.snooze(job_id bigint, lease_token bigint, delay interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'jobq_snooze'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.snooze(bigint, bigint, interval) IS
+    'put a running job back to pending, due after delay, without spending a retry; NULL for a stale token';
+
 CREATE FUNCTION jobq.extend(job_id bigint, lease_token bigint, lease interval)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'jobq_extend'

@@ -1,0 +1,676 @@
+/*-------------------------------------------------------------------------
+ *
+ * executor.c
+ *	  Jobs run inside the database: handler registration and the executor
+ *	  background workers that run them.
+ *
+ * jobq.register_handler(kind, handler) binds a kind to a SQL function
+ * taking the payload (and, optionally, a jsonb describing the job) and
+ * returning jsonb.  While a database has handlers, its jobq worker keeps
+ * jobq.executors executor processes running (worker.c).  An executor
+ * claims one job of a handled kind at a time (woken through its latch when
+ * such a job becomes ready), then, in one transaction:
+ *
+ *	- switches to the role that registered the handler (never silently a
+ *	  superuser: that needs allow_superuser => true at registration), with
+ *	  search_path = pg_catalog, pg_temp and a statement timeout of what is
+ *	  left of the job's lease;
+ *	- calls the handler in a subtransaction;
+ *	- on success, completes the job with the handler's result.  The
+ *	  handler's database work and the completion commit together, so a
+ *	  successful job's effects happen exactly once: if the job was
+ *	  cancelled or its lease taken meanwhile, complete returns false and
+ *	  the whole transaction, handler effects included, rolls back;
+ *	- on error, rolls the subtransaction back and fails the attempt with
+ *	  the usual retry rules; errors of the classes 22 (data exception), 23
+ *	  (integrity constraint violation), 42 (syntax error or access rule
+ *	  violation), 44 (with check option) and P0004 (assert_failure) are
+ *	  permanent: the job fails at once.  A handler that calls
+ *	  jobq.snooze(delay) is re-queued after delay without spending a retry.
+ *
+ * jobq.cancel of a job an executor runs sends that executor SIGINT, which
+ * interrupts the handler (the ordinary query-cancel path).
+ *
+ * Locking: the executor slots in shared memory are guarded by the worker
+ * lock (worker.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "access/xact.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "storage/ipc.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timeout.h"
+
+#include "jobq.h"
+
+/* SQLSTATE of the error jobq.snooze(delay) raises to end a handler. */
+#define ERRCODE_JOBQ_SNOOZE		MAKE_SQLSTATE('J','Q','S','N','Z')
+
+PG_FUNCTION_INFO_V1(jobq_register_handler);
+PG_FUNCTION_INFO_V1(jobq_unregister_handler);
+PG_FUNCTION_INFO_V1(jobq_snooze_handler);
+
+PGDLLEXPORT void jobq_executor_main(Datum main_arg);
+
+/* True in an executor process. */
+static bool in_executor = false;
+
+/* Set by jobq.snooze(delay) inside a handler. */
+static bool snooze_requested = false;
+static Interval snooze_delay;
+
+static SPIPlanPtr plan_register;
+static SPIPlanPtr plan_handler_owner;
+static SPIPlanPtr plan_unregister;
+static SPIPlanPtr plan_handlers;
+static SPIPlanPtr plan_exec_claim;
+static SPIPlanPtr plan_context;
+static SPIPlanPtr plan_exec_complete;
+static SPIPlanPtr plan_exec_fail;
+static SPIPlanPtr plan_exec_snooze;
+
+/*
+ * A kind's handler may be replaced or removed only by the role it runs as,
+ * or a superuser: nobody takes over another role's jobs (SPI connected).
+ */
+static void
+HandlerOwnerCheck(const char *kind, Oid role)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	Oid			owner;
+
+	values[0] = CStringGetTextDatum(kind);
+	jobq_spi_exec(jobq_plan(&plan_handler_owner,
+							"SELECT run_as FROM jobq.handler WHERE kind = $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return;
+	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (owner != role && !superuser_arg(role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("the handler of kind \"%s\" belongs to role \"%s\"", kind,
+						GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "?"),
+				 errhint("Only that role or a superuser may replace or remove it.")));
+}
+
+/*
+ * jobq.register_handler(kind, handler, queue, allow_superuser) -> void
+ *
+ * The handler runs as the role calling this.
+ */
+Datum
+jobq_register_handler(PG_FUNCTION_ARGS)
+{
+	Oid			types[5] = {TEXTOID, OIDOID, TEXTOID, OIDOID, BOOLOID};
+	Datum		values[5];
+	const char *kind = jobq_name_arg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false);
+	const char *queue = jobq_name_arg(fcinfo, 2, "queue", JOBQ_MAX_NAME_LEN, false);
+	Oid			handler;
+	bool		allow_superuser;
+	HeapTuple	proctup;
+	Form_pg_proc proc;
+	/* SECURITY DEFINER: the role calling us is the outer user */
+	Oid			run_as = GetOuterUserId();
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("handler must not be null")));
+	handler = PG_GETARG_OID(1);
+	allow_superuser = PG_ARGISNULL(3) ? false : PG_GETARG_BOOL(3);
+
+	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(handler));
+	if (!HeapTupleIsValid(proctup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("handler function %u does not exist", handler)));
+	proc = (Form_pg_proc) GETSTRUCT(proctup);
+	if (proc->prorettype != JSONBOID || proc->prokind != PROKIND_FUNCTION ||
+		proc->proretset || proc->pronargs < 1 || proc->pronargs > 2 ||
+		proc->proargtypes.values[0] != JSONBOID ||
+		(proc->pronargs == 2 && proc->proargtypes.values[1] != JSONBOID))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
+				 errmsg("handler must be a function (payload jsonb [, job jsonb]) returning jsonb"),
+				 errdetail("%s does not fit.", format_procedure(handler)),
+				 errhint("The second argument, if any, receives the job: job_id, lease_token, kind, queue, retry_count, max_retries, checkpoint, enqueued_at, lease_expires_at.")));
+	ReleaseSysCache(proctup);
+
+	if (pg_proc_aclcheck(handler, run_as, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for function %s", format_procedure(handler)),
+				 errdetail("A handler runs as the role that registers it, which needs EXECUTE on it.")));
+	if (superuser_arg(run_as) && !allow_superuser)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("a handler registered by a superuser would run as a superuser"),
+				 errhint("Register it as an ordinary role (SET ROLE), or pass allow_superuser => true if it really must.")));
+
+	values[0] = CStringGetTextDatum(kind);
+	values[1] = ObjectIdGetDatum(handler);
+	values[2] = CStringGetTextDatum(queue);
+	values[3] = ObjectIdGetDatum(run_as);
+	values[4] = BoolGetDatum(allow_superuser);
+	SPI_connect();
+	HandlerOwnerCheck(kind, run_as);
+	jobq_spi_exec(jobq_plan(&plan_register,
+							"INSERT INTO jobq.handler (kind, handler, queue, run_as, allow_superuser)"
+							" VALUES ($1, $2, $3, $4, $5)"
+							" ON CONFLICT (kind) DO UPDATE SET handler = $2, queue = $3,"
+							" run_as = $4, allow_superuser = $5, updated_at = now()",
+							5, types),
+				  values, NULL, SPI_OK_INSERT);
+	SPI_finish();
+	jobq_worker_wake_at_commit();
+	PG_RETURN_VOID();
+}
+
+/* jobq.unregister_handler(kind) -> boolean */
+Datum
+jobq_unregister_handler(PG_FUNCTION_ARGS)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		done;
+
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false));
+	SPI_connect();
+	HandlerOwnerCheck(TextDatumGetCString(values[0]), GetOuterUserId());
+	jobq_spi_exec(jobq_plan(&plan_unregister,
+							"DELETE FROM jobq.handler WHERE kind = $1",
+							1, types),
+				  values, NULL, SPI_OK_DELETE);
+	done = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * jobq.snooze(delay): inside a handler, end it and re-queue its job after
+ * delay without spending a retry.  It works by raising an error that the
+ * executor recognizes, so the handler's work so far is rolled back.
+ */
+Datum
+jobq_snooze_handler(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("delay must not be null")));
+	if (!in_executor)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("jobq.snooze(delay) can only be called from a job handler"),
+				 errhint("A worker outside the database calls jobq.snooze(job_id, lease_token, delay).")));
+	if (jobq_interval_usecs(PG_GETARG_INTERVAL_P(0)) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delay must not be negative")));
+	snooze_delay = *PG_GETARG_INTERVAL_P(0);
+	snooze_requested = true;
+	ereport(ERROR,
+			(errcode(ERRCODE_JOBQ_SNOOZE),
+			 errmsg("job snoozed")));
+	PG_RETURN_VOID();			/* not reached */
+}
+
+/* ----------------------------------------------------------------
+ * The executor process
+ * ---------------------------------------------------------------- */
+
+/* One registered handler. */
+typedef struct JobqHandler
+{
+	char	   *kind;
+	char	   *queue;
+	Oid			handler;
+	int			nargs;
+	Oid			run_as;
+	bool		allow_superuser;
+} JobqHandler;
+
+/* A claimed job, as the executor needs it. */
+typedef struct JobqExecJob
+{
+	int64		job_id;
+	int64		lease_token;
+	char	   *kind;
+	Datum		payload;
+	TimestampTz lease_expires_at;
+} JobqExecJob;
+
+/* Is this SQLSTATE one whose class jobq treats as permanent? */
+static bool
+PermanentError(int sqlerrcode)
+{
+	char	   *state = unpack_sql_state(sqlerrcode);
+
+	return strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
+		strncmp(state, "42", 2) == 0 || strncmp(state, "44", 2) == 0 ||
+		strcmp(state, "P0004") == 0;
+}
+
+/* Read the handlers (in a transaction, SPI connected) into cxt. */
+static List *
+LoadHandlers(MemoryContext cxt)
+{
+	List	   *handlers = NIL;
+
+	jobq_spi_exec(jobq_plan(&plan_handlers,
+							"SELECT h.kind, h.queue, h.handler::oid, p.pronargs, h.run_as,"
+							" h.allow_superuser FROM jobq.handler h"
+							" JOIN pg_catalog.pg_proc p ON p.oid = h.handler::oid"
+							" ORDER BY h.queue, h.kind",
+							0, NULL),
+				  NULL, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+		JobqHandler *h = palloc(sizeof(JobqHandler));
+		bool		isnull;
+
+		h->kind = SPI_getvalue(tup, desc, 1);
+		h->queue = SPI_getvalue(tup, desc, 2);
+		h->handler = DatumGetObjectId(SPI_getbinval(tup, desc, 3, &isnull));
+		h->nargs = DatumGetInt16(SPI_getbinval(tup, desc, 4, &isnull));
+		h->run_as = DatumGetObjectId(SPI_getbinval(tup, desc, 5, &isnull));
+		h->allow_superuser = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+		handlers = lappend(handlers, h);
+		MemoryContextSwitchTo(old);
+		jobq_state_mark_handled(h->queue);
+	}
+	return handlers;
+}
+
+/*
+ * Claim one job of the handled kinds of queue (SPI connected); false when
+ * there is none.
+ */
+static bool
+ExecClaim(const char *queue, List *handlers, JobqExecJob *job, MemoryContext cxt)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, TEXTARRAYOID};
+	Datum		values[3];
+	Datum	   *kinds;
+	int			nkinds = 0;
+	ListCell   *lc;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	MemoryContext old;
+
+	kinds = palloc(sizeof(Datum) * list_length(handlers));
+	foreach(lc, handlers)
+	{
+		JobqHandler *h = (JobqHandler *) lfirst(lc);
+
+		if (strcmp(h->queue, queue) == 0)
+			kinds[nkinds++] = CStringGetTextDatum(h->kind);
+	}
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = CStringGetTextDatum(psprintf("jobq executor %d", MyProcPid));
+	values[2] = PointerGetDatum(construct_array(kinds, nkinds, TEXTOID, -1, false, TYPALIGN_INT));
+	jobq_spi_exec(jobq_plan(&plan_exec_claim,
+							"SELECT job_id, lease_token, kind, payload, lease_expires_at"
+							" FROM jobq.claim($1, $2, 1, NULL, $3)",
+							3, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	old = MemoryContextSwitchTo(cxt);
+	job->job_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	job->lease_token = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+	job->kind = SPI_getvalue(tup, desc, 3);
+	job->payload = PointerGetDatum(DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 4, &isnull)));
+	job->lease_expires_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 5, &isnull));
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/* The job description a two-argument handler receives (SPI connected). */
+static Datum
+JobContext(const JobqExecJob *job)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	bool		isnull;
+
+	values[0] = Int64GetDatum(job->job_id);
+	jobq_spi_exec(jobq_plan(&plan_context,
+							"SELECT jsonb_build_object('job_id', job_id, 'lease_token', lease_token,"
+							" 'kind', kind, 'queue', queue, 'retry_count', retry_count,"
+							" 'max_retries', max_retries, 'checkpoint', checkpoint,"
+							" 'enqueued_at', created_at, 'lease_expires_at', lease_expires_at)"
+							" FROM jobq.job WHERE job_id = $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	return SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
+							 false, -1);
+}
+
+/*
+ * Run one claimed job's handler and finish the job, all in the current
+ * transaction (SPI connected).  Returns false when the job could not be
+ * completed (cancelled, lease lost): the caller must roll back.
+ */
+static bool
+RunHandler(const JobqHandler *h, const JobqExecJob *job)
+{
+	Oid			save_userid;
+	int			save_sec;
+	int			save_nestlevel;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	ErrorData  *edata = NULL;
+	Datum		result = (Datum) 0;
+	bool		result_null = true;
+	Datum		context = (h->nargs == 2) ? JobContext(job) : (Datum) 0;
+	long		secs;
+	int			usecs;
+	bool		completed = true;
+
+	if (superuser_arg(h->run_as) && !h->allow_superuser)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("handler of kind \"%s\" would run as a superuser", h->kind)));
+
+	/* the handler's identity, search_path and time limit */
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(h->run_as, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	TimestampDifference(GetCurrentTimestamp(), job->lease_expires_at, &secs, &usecs);
+	snooze_requested = false;
+	jobq_executor_set_job(job->job_id);
+	enable_timeout_after(STATEMENT_TIMEOUT, Max((int) Min(secs * 1000 + usecs / 1000, INT_MAX), 1));
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		LOCAL_FCINFO(fcinfo, 2);
+		FmgrInfo	flinfo;
+
+		fmgr_info(h->handler, &flinfo);
+		InitFunctionCallInfoData(*fcinfo, &flinfo, h->nargs, InvalidOid, NULL, NULL);
+		fcinfo->args[0].value = job->payload;
+		fcinfo->args[0].isnull = false;
+		fcinfo->args[1].value = context;
+		fcinfo->args[1].isnull = false;
+		result = FunctionCallInvoke(fcinfo);
+		result_null = fcinfo->isnull;
+		if (!result_null)
+			result = PointerGetDatum(DatumGetJsonbPCopy(result));
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_END_TRY();
+
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	jobq_executor_set_job(0);
+	AtEOXact_GUC(false, save_nestlevel);
+	SetUserIdAndSecContext(save_userid, save_sec);
+
+	if (edata == NULL)
+	{
+		Oid			types[3] = {INT8OID, INT8OID, JSONBOID};
+		Datum		values[3];
+		char		nulls[3] = {' ', ' ', ' '};
+		bool		isnull;
+
+		values[0] = Int64GetDatum(job->job_id);
+		values[1] = Int64GetDatum(job->lease_token);
+		values[2] = result;
+		nulls[2] = result_null ? 'n' : ' ';
+		jobq_spi_exec(jobq_plan(&plan_exec_complete,
+								"SELECT jobq.complete($1, $2, $3)",
+								3, types),
+					  values, nulls, SPI_OK_SELECT);
+		completed = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (!completed)
+			ereport(LOG,
+					(errmsg("jobq executor: job %lld was cancelled or its lease was taken while its handler ran; rolling its effects back",
+							(long long) job->job_id)));
+	}
+	else if (edata->sqlerrcode == ERRCODE_JOBQ_SNOOZE && snooze_requested)
+	{
+		Oid			types[3] = {INT8OID, INT8OID, INTERVALOID};
+		Datum		values[3];
+
+		values[0] = Int64GetDatum(job->job_id);
+		values[1] = Int64GetDatum(job->lease_token);
+		values[2] = IntervalPGetDatum(&snooze_delay);
+		jobq_spi_exec(jobq_plan(&plan_exec_snooze,
+								"SELECT jobq.snooze($1, $2, $3)",
+								3, types),
+					  values, NULL, SPI_OK_SELECT);
+	}
+	else
+	{
+		Oid			types[4] = {INT8OID, INT8OID, TEXTOID, BOOLOID};
+		Datum		values[4];
+		char	   *message = psprintf("%s: %s", unpack_sql_state(edata->sqlerrcode),
+									   edata->message ? edata->message : "");
+
+		values[0] = Int64GetDatum(job->job_id);
+		values[1] = Int64GetDatum(job->lease_token);
+		values[2] = CStringGetTextDatum(message);
+		values[3] = BoolGetDatum(!PermanentError(edata->sqlerrcode));
+		jobq_spi_exec(jobq_plan(&plan_exec_fail,
+								"SELECT jobq.fail($1, $2, $3, $4)",
+								4, types),
+					  values, NULL, SPI_OK_SELECT);
+		FreeErrorData(edata);
+	}
+	return completed;
+}
+
+/* Start a transaction with a snapshot, for one step of the executor. */
+static void
+ExecBegin(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+/* Commit (or, when !commit, roll back) one step. */
+static void
+ExecEnd(bool commit)
+{
+	if (commit)
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	else
+		AbortCurrentTransaction();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
+ * One round: claim and run at most one job from each queue with handlers.
+ * Returns the number of jobs run, or -1 when there is nothing to do here
+ * any more (no extension, no handlers).
+ */
+static int
+ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
+{
+	List	   *handlers;
+	List	   *queues = NIL;
+	ListCell   *lc;
+	int			ran = 0;
+
+	ExecBegin("jobq executor: loading handlers");
+	if (!OidIsValid(get_extension_oid("jobq", true)))
+	{
+		ExecEnd(true);
+		return -1;
+	}
+	SPI_connect();
+	handlers = LoadHandlers(round_cxt);
+	SPI_finish();
+	ExecEnd(true);
+	if (handlers == NIL)
+		return -1;
+
+	foreach(lc, handlers)
+	{
+		JobqHandler *h = (JobqHandler *) lfirst(lc);
+
+		if (queues == NIL || strcmp((char *) llast(queues), h->queue) != 0)
+			queues = lappend(queues, h->queue);
+	}
+
+	*next_due = 0;
+	foreach(lc, queues)
+	{
+		const char *queue = (const char *) lfirst(lc);
+		TimestampTz due = jobq_state_next_due(queue);
+		JobqExecJob job;
+		bool		got;
+		ListCell   *hc;
+		JobqHandler *h = NULL;
+		bool		ok;
+
+		if (due != 0 && (*next_due == 0 || due < *next_due))
+			*next_due = due;
+		CHECK_FOR_INTERRUPTS();
+		ExecBegin("jobq executor: claiming");
+		SPI_connect();
+		got = ExecClaim(queue, handlers, &job, round_cxt);
+		SPI_finish();
+		ExecEnd(true);
+		if (!got)
+			continue;
+
+		foreach(hc, handlers)
+		{
+			if (strcmp(((JobqHandler *) lfirst(hc))->kind, job.kind) == 0)
+				h = (JobqHandler *) lfirst(hc);
+		}
+		ExecBegin(psprintf("jobq executor: running job %lld (%s)", (long long) job.job_id, job.kind));
+		SPI_connect();
+		ok = RunHandler(h, &job);
+		SPI_finish();
+		ExecEnd(ok);
+		ran++;
+	}
+	return ran;
+}
+
+/* Entry point of an executor; main_arg is the database OID, bgw_extra the slot. */
+void
+jobq_executor_main(Datum main_arg)
+{
+	int			index;
+	MemoryContext round_cxt;
+	int			idle_rounds = 0;
+
+	memcpy(&index, MyBgworkerEntry->bgw_extra, sizeof(int));
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
+	pgstat_report_appname("jobq executor");
+	in_executor = true;
+	if (!jobq_executor_attach(index))
+		proc_exit(0);
+
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "jobq executor round",
+									  ALLOCSET_DEFAULT_SIZES);
+	for (;;)
+	{
+		int			ran;
+		TimestampTz next_due = 0;
+		long		sleep_ms = 1000;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (index >= jobq_executors)
+			proc_exit(0);		/* the pool shrank */
+		MemoryContextReset(round_cxt);
+		ran = ExecutorRound(round_cxt, &next_due);
+		if (ran < 0)
+		{
+			/* no handlers (or no extension) for a while: leave */
+			if (++idle_rounds > 30)
+				proc_exit(0);
+		}
+		else
+			idle_rounds = 0;
+		if (ran > 0)
+			continue;
+		/* sleep until woken, the next delayed job is due, or a second */
+		if (next_due != 0)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
+			sleep_ms = Max(Min(sleep_ms, secs * 1000 + usecs / 1000 + 1), 1);
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* Does this database have job handlers?  (SPI connected) */
+bool
+jobq_database_has_handlers(void)
+{
+	bool		isnull;
+
+	if (SPI_execute("SELECT EXISTS (SELECT FROM jobq.handler)", true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "jobq: could not look for handlers");
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
