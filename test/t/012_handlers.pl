@@ -1,0 +1,156 @@
+# Jobs run inside the database by executor workers: success with exactly-once
+# effects, error -> retry -> dead letter, permanent SQLSTATE, snooze, role and
+# search_path of the handler, cancel of a running handler, a cron schedule
+# targeting a handler kind, and exactly-once effects across a kill -9 of the
+# executor in the middle of a job.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('handlers');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'jobq'\njobq.naptime = 100ms\njobq.executors = 2\nrestart_after_crash = on\n");
+$node->start;
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION jobq;
+	CREATE ROLE app;
+	CREATE SCHEMA app AUTHORIZATION app;
+	GRANT USAGE ON SCHEMA jobq TO app;
+	GRANT EXECUTE ON FUNCTION jobq.register_handler(text, regprocedure, text, boolean),
+	                          jobq.unregister_handler(text), jobq.snooze(interval) TO app;
+	SELECT jobq.configure('default', backoff_base => '50 ms', backoff_cap => '100 ms');
+	SET ROLE app;
+	CREATE TABLE app.effects (job_id bigint, note text);
+	-- records who runs it and with what search_path; sleeps on request,
+	-- but only in the first attempt
+	CREATE FUNCTION app.work(payload jsonb, job jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+	BEGIN
+		INSERT INTO app.effects VALUES ((job->>'job_id')::bigint, payload->>'note');
+		IF (payload->>'sleep') IS NOT NULL AND (job->>'retry_count')::int = 0 THEN
+			PERFORM pg_catalog.pg_sleep((payload->>'sleep')::float8);
+		END IF;
+		RETURN jsonb_build_object('whoami', current_user::text,
+		                          'search_path', current_setting('search_path'));
+	END $$;
+	CREATE FUNCTION app.boom(payload jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+	BEGIN INSERT INTO app.effects VALUES (NULL, 'boom'); RAISE EXCEPTION 'upstream down'; END $$;
+	CREATE FUNCTION app.bad(payload jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+	BEGIN RAISE EXCEPTION USING ERRCODE = '23505', MESSAGE = 'duplicate'; END $$;
+	CREATE FUNCTION app.later(payload jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+	BEGIN PERFORM jobq.snooze('1 hour'); RETURN '{}'; END $$;
+	SELECT jobq.register_handler('work', 'app.work(jsonb,jsonb)');
+	SELECT jobq.register_handler('boom', 'app.boom(jsonb)');
+	SELECT jobq.register_handler('bad', 'app.bad(jsonb)');
+	SELECT jobq.register_handler('later', 'app.later(jsonb)');
+});
+
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 2 FROM jobq.workers WHERE role = 'executor'}),
+	'two executors run while handlers exist');
+
+# success: effects once, result stored, role and search_path of the handler
+my $id = $node->safe_psql('postgres',
+	q{SELECT job_id FROM jobq.enqueue('work', '{"note": "first"}')});
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'completed' FROM jobq.job WHERE job_id = $id"), 'handler job completed');
+is($node->safe_psql('postgres', "SELECT count(*) FROM app.effects WHERE job_id = $id"),
+	'1', 'its effect happened once');
+is($node->safe_psql('postgres',
+	"SELECT result->>'whoami', result->>'search_path' FROM jobq.job WHERE job_id = $id"),
+	'app|pg_catalog, pg_temp', 'ran as the registering role with a pinned search_path');
+my $latency = $node->safe_psql('postgres',
+	"SELECT round(extract(epoch FROM claimed_at - created_at) * 1000, 1) FROM jobq.job WHERE job_id = $id");
+diag("enqueue -> start of an in-database job: $latency ms");
+
+# error: retried, then the dead letter; its effects rolled back each time
+$id = $node->safe_psql('postgres', q{SELECT job_id FROM jobq.enqueue('boom', max_retries => 2)});
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'failed' FROM jobq.job WHERE job_id = $id"), 'failing handler ends failed');
+is($node->safe_psql('postgres',
+	"SELECT retry_count, last_error FROM jobq.job WHERE job_id = $id"),
+	'2|P0001: upstream down', 'after its retries, with the error');
+is($node->safe_psql('postgres', "SELECT count(*) FROM jobq.attempt WHERE job_id = $id"),
+	'3', 'three attempts in the history');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM app.effects WHERE note = 'boom'}),
+	'0', 'no effect of a failed attempt survives');
+
+# permanent SQLSTATE class: failed at once
+$id = $node->safe_psql('postgres', q{SELECT job_id FROM jobq.enqueue('bad', max_retries => 5)});
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'failed' FROM jobq.job WHERE job_id = $id"), 'class 23 error fails');
+is($node->safe_psql('postgres', "SELECT retry_count FROM jobq.job WHERE job_id = $id"),
+	'0', 'at once, without retries');
+
+# snooze: back to pending an hour later, no retry spent
+$id = $node->safe_psql('postgres', q{SELECT job_id FROM jobq.enqueue('later')});
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM jobq.attempt WHERE job_id = $id AND outcome = 'snoozed'"),
+	'handler snoozed');
+is($node->safe_psql('postgres', "SELECT status, retry_count, run_at > now() + interval '50 minutes'
+	FROM jobq.job WHERE job_id = $id"), 'pending|0|t', 'pending, due in an hour, no retry spent');
+
+# safety: a superuser's handler needs allow_superuser; no takeover of a kind
+my ($ret, $out, $err) = $node->psql('postgres',
+	q{SELECT jobq.register_handler('root', 'app.bad(jsonb)')});
+like($err, qr/would run as a superuser/, 'a superuser registering a handler is refused');
+$node->safe_psql('postgres', q{CREATE ROLE other; GRANT USAGE ON SCHEMA jobq TO other; GRANT EXECUTE ON FUNCTION
+	jobq.register_handler(text, regprocedure, text, boolean) TO other;
+	GRANT USAGE ON SCHEMA app TO other; GRANT EXECUTE ON FUNCTION app.bad(jsonb) TO other});
+($ret, $out, $err) = $node->psql('postgres',
+	q{SET ROLE other; SELECT jobq.register_handler('work', 'app.bad(jsonb)')});
+like($err, qr/belongs to role "app"/, "another role cannot take over app's kind");
+
+# cancel of a running handler: interrupted, effects rolled back, executor lives
+$id = $node->safe_psql('postgres',
+	q{SELECT job_id FROM jobq.enqueue('work', '{"note": "long", "sleep": 60}')});
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'jobq executor: running job $id %'"
+	  . " OR (backend_type = 'jobq executor' AND wait_event = 'PgSleep')"),
+	'the long handler is running');
+my $executors = $node->safe_psql('postgres',
+	q{SELECT string_agg(pid::text, ',' ORDER BY pid) FROM jobq.workers WHERE role = 'executor'});
+is($node->safe_psql('postgres', "SELECT jobq.cancel($id)"), 't', 'cancel the running job');
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'jobq executor' AND wait_event = 'PgSleep'}),
+	'the handler was interrupted');
+is($node->safe_psql('postgres', "SELECT status FROM jobq.job WHERE job_id = $id"),
+	'cancelled', 'the job stays cancelled');
+is($node->safe_psql('postgres', "SELECT count(*) FROM app.effects WHERE job_id = $id"),
+	'0', 'the interrupted handler left no effect');
+is($node->safe_psql('postgres',
+	q{SELECT string_agg(pid::text, ',' ORDER BY pid) FROM jobq.workers WHERE role = 'executor'}),
+	$executors, 'the executors kept running');
+
+# a cron schedule targeting a handler kind
+$node->safe_psql('postgres',
+	q{SELECT jobq.schedule('tick', '* * * * * *', 'work', '{"note": "tick"}')});
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) >= 2 FROM jobq.job WHERE kind = 'work' AND payload->>'note' = 'tick' AND status = 'completed'}),
+	'scheduled handler jobs run');
+$node->safe_psql('postgres', q{SELECT jobq.unschedule('tick')});
+
+# kill -9 of the executor mid-job: the crash-restart rolls the attempt back,
+# the lease is reaped, the job runs again, its effect exists once
+$node->safe_psql('postgres', q{SELECT jobq.configure('default', lease => '2 s')});
+$id = $node->safe_psql('postgres',
+	q{SELECT job_id FROM jobq.enqueue('work', '{"note": "crash", "sleep": 60}')});
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'jobq executor' AND wait_event = 'PgSleep'}),
+	'the job to be killed is running');
+my $pid = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'jobq executor' AND wait_event = 'PgSleep'});
+kill 'KILL', $pid;
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'completed' FROM jobq.job WHERE job_id = $id"),
+	'after the crash the job ran again and completed');
+is($node->safe_psql('postgres', "SELECT count(*) FROM app.effects WHERE job_id = $id"),
+	'1', 'its effect exists exactly once');
+is($node->safe_psql('postgres', "SELECT retry_count FROM jobq.job WHERE job_id = $id"),
+	'1', 'the killed attempt counted as a retry (lease expired)');
+
+$node->stop;
+done_testing();
