@@ -46,10 +46,11 @@ static SPIPlanPtr plan_purge;
 
 /*
  * Put a failed or cancelled job back to pending with a fresh retry budget;
- * false when it is in another state (or does not exist).
+ * false when it is in another state (or does not exist).  The caller must
+ * administer the job's queue.
  */
 static bool
-RetryJob(int64 job_id, TimestampTz now)
+RetryJob(int64 job_id, TimestampTz now, Oid caller)
 {
 	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
 	Datum		values[2];
@@ -77,6 +78,7 @@ RetryJob(int64 job_id, TimestampTz now)
 	kind = SPI_getvalue(tup, desc, 2);
 	priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 	concurrency_key = SPI_getvalue(tup, desc, 4);
+	jobq_require(caller, queue, JOBQ_CAP_ADMINISTER);
 
 	jobq_spi_exec(jobq_plan(&plan_retry_update,
 							"UPDATE jobq.job SET status = 'pending', retry_count = 0,"
@@ -93,15 +95,18 @@ RetryJob(int64 job_id, TimestampTz now)
 Datum
 jobq_retry(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	bool		done;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("job_id must not be null")));
+	jobq_become_owner(&saved);
 	SPI_connect();
-	done = RetryJob(PG_GETARG_INT64(0), GetCurrentTimestamp());
+	done = RetryJob(PG_GETARG_INT64(0), GetCurrentTimestamp(), saved.caller);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -109,6 +114,7 @@ jobq_retry(PG_FUNCTION_ARGS)
 Datum
 jobq_retry_failed(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
 	char		nulls[2] = {' ', ' '};
@@ -123,7 +129,10 @@ jobq_retry_failed(PG_FUNCTION_ARGS)
 	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
 	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
 
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, PG_ARGISNULL(1) ? NULL : TextDatumGetCString(values[1]),
+				 JOBQ_CAP_ADMINISTER);
 	jobq_spi_exec(jobq_plan(&plan_retry_failed_ids,
 							"SELECT job_id FROM jobq.job WHERE status = 'failed'"
 							" AND ($1 IS NULL OR kind = $1) AND ($2 IS NULL OR queue = $2)"
@@ -136,10 +145,11 @@ jobq_retry_failed(PG_FUNCTION_ARGS)
 	{
 		int64		job_id = DatumGetInt64(SPI_getbinval(ids->vals[i], ids->tupdesc, 1, &isnull));
 
-		if (RetryJob(job_id, now))
+		if (RetryJob(job_id, now, saved.caller))
 			retried++;
 	}
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_INT64(retried);
 }
 
@@ -247,6 +257,7 @@ CancelXactCallback(XactEvent event, void *arg)
 Datum
 jobq_cancel(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	Oid			types[1] = {INT8OID};
 	Datum		values[1];
 	int64		job_id;
@@ -265,6 +276,7 @@ jobq_cancel(PG_FUNCTION_ARGS)
 		callback_registered = true;
 	}
 
+	jobq_become_owner(&saved);
 	SPI_connect();
 	for (int i = 0; i < JOBQ_CANCEL_TRIES; i++)
 	{
@@ -283,6 +295,7 @@ jobq_cancel(PG_FUNCTION_ARGS)
 		tup = SPI_tuptable->vals[0];
 		desc = SPI_tuptable->tupdesc;
 		status = SPI_getvalue(tup, desc, 1);
+		jobq_require(saved.caller, SPI_getvalue(tup, desc, 2), JOBQ_CAP_ADMINISTER);
 		if (strcmp(status, "pending") == 0)
 		{
 			if (CancelPending(job_id, SPI_getvalue(tup, desc, 2),
@@ -310,6 +323,7 @@ jobq_cancel(PG_FUNCTION_ARGS)
 			break;				/* finished: nothing to cancel */
 	}
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -320,9 +334,14 @@ SetPaused(FunctionCallInfo fcinfo, bool paused)
 	Oid			types[2] = {TEXTOID, BOOLOID};
 	Datum		values[2];
 
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false));
+	const char *queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	JobqSavedUser saved;
+
+	values[0] = CStringGetTextDatum(queue);
 	values[1] = BoolGetDatum(paused);
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
 	jobq_spi_exec(jobq_plan(&plan_pause,
 							"INSERT INTO jobq.queue AS q (name, paused) VALUES ($1, $2)"
 							" ON CONFLICT (name) DO UPDATE SET paused = $2,"
@@ -332,6 +351,7 @@ SetPaused(FunctionCallInfo fcinfo, bool paused)
 							2, types),
 				  values, NULL, SPI_OK_INSERT);
 	SPI_finish();
+	jobq_restore_user(&saved);
 }
 
 /* jobq.pause(queue): the queue hands out no jobs until resumed */
@@ -363,6 +383,7 @@ jobq_resume(PG_FUNCTION_ARGS)
 Datum
 jobq_purge(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	Oid			types[4] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INTERVALOID};
 	Datum		values[4];
 	const char *status;
@@ -395,7 +416,9 @@ jobq_purge(PG_FUNCTION_ARGS)
 									jobq_interval_usecs(PG_GETARG_INTERVAL_P(2)));
 	values[3] = IntervalPGetDatum(&key_retention);
 
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, TextDatumGetCString(values[0]), JOBQ_CAP_ADMINISTER);
 	jobq_spi_exec(jobq_plan(&plan_purge,
 							"WITH dj AS (DELETE FROM jobq.job j WHERE j.queue = $1"
 							" AND j.status = $2 AND j.finished_at <= $3"
@@ -409,5 +432,6 @@ jobq_purge(PG_FUNCTION_ARGS)
 				  values, NULL, SPI_OK_SELECT);
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_INT64(n);
 }

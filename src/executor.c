@@ -135,8 +135,8 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 	bool		allow_superuser;
 	HeapTuple	proctup;
 	Form_pg_proc proc;
-	/* SECURITY DEFINER: the role calling us is the outer user */
-	Oid			run_as = GetOuterUserId();
+	Oid			run_as = GetUserId();
+	JobqSavedUser saved;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -178,7 +178,9 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 	values[2] = CStringGetTextDatum(queue);
 	values[3] = ObjectIdGetDatum(run_as);
 	values[4] = BoolGetDatum(allow_superuser);
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(run_as, queue, JOBQ_CAP_ADMINISTER);
 	HandlerOwnerCheck(kind, run_as);
 	jobq_spi_exec(jobq_plan(&plan_register,
 							"INSERT INTO jobq.handler (kind, handler, queue, run_as, allow_superuser)"
@@ -188,6 +190,7 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 							5, types),
 				  values, NULL, SPI_OK_INSERT);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	jobq_worker_wake_at_commit();
 	PG_RETURN_VOID();
 }
@@ -199,16 +202,19 @@ jobq_unregister_handler(PG_FUNCTION_ARGS)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	bool		done;
+	JobqSavedUser saved;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false));
+	jobq_become_owner(&saved);
 	SPI_connect();
-	HandlerOwnerCheck(TextDatumGetCString(values[0]), GetOuterUserId());
+	HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller);
 	jobq_spi_exec(jobq_plan(&plan_unregister,
 							"DELETE FROM jobq.handler WHERE kind = $1",
 							1, types),
 				  values, NULL, SPI_OK_DELETE);
 	done = SPI_processed > 0;
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
 }
 

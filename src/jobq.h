@@ -122,6 +122,27 @@ extern int64 jobq_prune_finished(int batch);
 /* Most executor processes per database. */
 #define JOBQ_MAX_EXECUTORS	16
 
+/* acl.c */
+typedef enum JobqCapability
+{
+	JOBQ_CAP_ENQUEUE,
+	JOBQ_CAP_WORK,
+	JOBQ_CAP_ADMINISTER
+} JobqCapability;
+
+/* The caller's identity while a function acts as the extension owner. */
+typedef struct JobqSavedUser
+{
+	Oid			caller;			/* the role that called the function */
+	Oid			userid;			/* to restore */
+	int			sec_context;	/* to restore */
+} JobqSavedUser;
+
+extern void jobq_become_owner(JobqSavedUser *saved);
+extern void jobq_restore_user(const JobqSavedUser *saved);
+extern bool jobq_may(Oid role, const char *queue, JobqCapability cap);
+extern void jobq_require(Oid role, const char *queue, JobqCapability cap);
+
 /* worker.c */
 extern int	jobq_executors;
 extern void jobq_worker_init(void);

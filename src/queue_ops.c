@@ -530,6 +530,7 @@ jobq_enqueue(PG_FUNCTION_ARGS)
 	JobqNewJob	job;
 	int64		job_id;
 	bool		created;
+	JobqSavedUser saved;
 
 	NewJobCommonArgs(fcinfo, &job);
 	RequireArg(fcinfo, 1, "payload");
@@ -537,10 +538,13 @@ jobq_enqueue(PG_FUNCTION_ARGS)
 	job.key = jobq_name_arg(fcinfo, 6, "idempotency_key", JOBQ_MAX_KEY_LEN, true);
 
 	InitMaterializedSRF(fcinfo, 0);
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, job.queue, JOBQ_CAP_ENQUEUE);
 	jobq_enqueue_job(&job, GetCurrentTimestamp(), &job_id, &created);
 	PutJobRow(rsinfo, job_id, created);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	return (Datum) 0;
 }
 
@@ -561,6 +565,7 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 	int			nkeys;
 	Jsonb	  **docs;
 	TimestampTz now;
+	JobqSavedUser saved;
 
 	NewJobCommonArgs(fcinfo, &job);
 	RequireArg(fcinfo, 1, "payloads");
@@ -603,7 +608,9 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 	}
 
 	InitMaterializedSRF(fcinfo, 0);
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, job.queue, JOBQ_CAP_ENQUEUE);
 	now = GetCurrentTimestamp();
 	for (int i = 0; i < n; i++)
 	{
@@ -616,6 +623,7 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 		PutJobRow(rsinfo, job_id, created);
 	}
 	SPI_finish();
+	jobq_restore_user(&saved);
 	return (Datum) 0;
 }
 
@@ -1004,6 +1012,7 @@ jobq_claim(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	ConditionVariable *cv;
 	bool		promoted;
+	JobqSavedUser saved;
 
 	args.queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
 	args.worker_id = jobq_name_arg(fcinfo, 1, "worker_id", JOBQ_MAX_NAME_LEN, true);
@@ -1040,12 +1049,15 @@ jobq_claim(PG_FUNCTION_ARGS)
 	}
 
 	InitMaterializedSRF(fcinfo, 0);
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, args.queue, JOBQ_CAP_WORK);
 
 	if (wait_us == 0)
 	{
 		ClaimOnce(&args, rsinfo, &promoted);
 		SPI_finish();
+		jobq_restore_user(&saved);
 		return (Datum) 0;
 	}
 
@@ -1096,6 +1108,7 @@ jobq_claim(PG_FUNCTION_ARGS)
 	if (cv)
 		ConditionVariableCancelSleep();
 	SPI_finish();
+	jobq_restore_user(&saved);
 	return (Datum) 0;
 }
 
@@ -1112,6 +1125,7 @@ jobq_complete(PG_FUNCTION_ARGS)
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	bool		done;
 	bool		isnull;
+	JobqSavedUser saved;
 
 	RequireArg(fcinfo, 0, "job_id");
 	RequireArg(fcinfo, 1, "lease_token");
@@ -1126,6 +1140,7 @@ jobq_complete(PG_FUNCTION_ARGS)
 	}
 	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 
+	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_spi_exec(jobq_plan(&plan_complete,
 							"WITH j AS (UPDATE jobq.job SET status = 'completed', result = $3,"
@@ -1133,11 +1148,15 @@ jobq_complete(PG_FUNCTION_ARGS)
 							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
 							" RETURNING queue), "
 							JOBQ_BREAKER_SUCCESS
-							" SELECT count(*) FROM j",
+							" SELECT count(*), min(queue) FROM j",
 							4, types),
 				  values, nulls, SPI_OK_SELECT);
 	done = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0;
+	if (done)
+		jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
+					 JOBQ_CAP_WORK);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -1154,6 +1173,7 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 				ntokens;
 	int32		done;
 	bool		isnull;
+	JobqSavedUser saved;
 
 	/* array_agg over an empty claim gives NULLs: nothing to complete */
 	if (PG_ARGISNULL(0) && PG_ARGISNULL(1))
@@ -1185,6 +1205,7 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	values[1] = PG_GETARG_DATUM(1);
 	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 
+	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_spi_exec(jobq_plan(&plan_complete_many,
 							"WITH j AS (UPDATE jobq.job j SET status = 'completed', result = u.result,"
@@ -1194,12 +1215,24 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 							" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
 							" AND j.status = 'running' RETURNING j.queue), "
 							JOBQ_BREAKER_SUCCESS
-							" SELECT count(*) FROM j",
+							" SELECT count(*), array_agg(DISTINCT queue) FROM j",
 							4, types),
 				  values, nulls, SPI_OK_SELECT);
 	done = (int32) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											   SPI_tuptable->tupdesc, 1, &isnull));
+	if (done > 0)
+	{
+		Datum	   *queues;
+		bool	   *qnulls;
+		int			nqueues;
+
+		ArrayArg(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
+				 TEXTOID, "queues", &queues, &qnulls, &nqueues);
+		for (int i = 0; i < nqueues; i++)
+			jobq_require(saved.caller, TextDatumGetCString(queues[i]), JOBQ_CAP_WORK);
+	}
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_INT32(done);
 }
 
@@ -1355,6 +1388,7 @@ jobq_fail(PG_FUNCTION_ARGS)
 	bool		retryable;
 	Interval   *retry_in = NULL;
 	JobqAttempt attempt;
+	JobqSavedUser saved;
 	const char *status;
 
 	RequireArg(fcinfo, 0, "job_id");
@@ -1372,6 +1406,7 @@ jobq_fail(PG_FUNCTION_ARGS)
 					 errmsg("retry_in must not be negative")));
 	}
 
+	jobq_become_owner(&saved);
 	SPI_connect();
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
@@ -1385,12 +1420,15 @@ jobq_fail(PG_FUNCTION_ARGS)
 	if (SPI_processed == 0)
 	{
 		SPI_finish();
+		jobq_restore_user(&saved);
 		PG_RETURN_NULL();
 	}
 	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &attempt);
+	jobq_require(saved.caller, attempt.queue, JOBQ_CAP_WORK);
 	status = jobq_end_attempt(&attempt, error, retryable, retry_in, "failed",
 							  GetCurrentTimestamp());
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_TEXT_P(cstring_to_text(status));
 }
 
@@ -1407,6 +1445,7 @@ jobq_snooze(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	Interval   *delay;
 	JobqAttempt attempt;
+	JobqSavedUser saved;
 	TimestampTz now;
 
 	RequireArg(fcinfo, 0, "job_id");
@@ -1418,6 +1457,7 @@ jobq_snooze(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("delay must not be negative")));
 
+	jobq_become_owner(&saved);
 	SPI_connect();
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
@@ -1431,13 +1471,16 @@ jobq_snooze(PG_FUNCTION_ARGS)
 	if (SPI_processed == 0)
 	{
 		SPI_finish();
+		jobq_restore_user(&saved);
 		PG_RETURN_NULL();
 	}
 	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &attempt);
+	jobq_require(saved.caller, attempt.queue, JOBQ_CAP_WORK);
 	now = GetCurrentTimestamp();
 	(void) jobq_end_attempt(&attempt, cstring_to_text("snoozed"), true, delay,
 							"snoozed", now);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_TIMESTAMPTZ(now + jobq_interval_usecs(delay));
 }
 
@@ -1449,6 +1492,7 @@ jobq_extend(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	Datum		result = (Datum) 0;
 	bool		isnull = true;
+	JobqSavedUser saved;
 
 	RequireArg(fcinfo, 0, "job_id");
 	RequireArg(fcinfo, 1, "lease_token");
@@ -1458,16 +1502,22 @@ jobq_extend(PG_FUNCTION_ARGS)
 	values[2] = TimestampTzGetDatum(GetCurrentTimestamp());
 	values[3] = IntervalPGetDatum(PositiveIntervalArg(fcinfo, 2, "lease"));
 
+	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_spi_exec(jobq_plan(&plan_extend,
 							"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
 							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-							" RETURNING lease_expires_at",
+							" RETURNING lease_expires_at, queue",
 							4, types),
 				  values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed > 0)
+	{
 		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
+					 JOBQ_CAP_WORK);
+	}
 	SPI_finish();
+	jobq_restore_user(&saved);
 	if (isnull)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(result);
@@ -1481,6 +1531,7 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	bool		done;
+	JobqSavedUser saved;
 
 	RequireArg(fcinfo, 0, "job_id");
 	RequireArg(fcinfo, 1, "lease_token");
@@ -1495,14 +1546,20 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 	}
 	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 
+	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_spi_exec(jobq_plan(&plan_checkpoint,
 							"UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
-							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'",
+							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+							" RETURNING queue",
 							4, types),
-				  values, nulls, SPI_OK_UPDATE);
+				  values, nulls, SPI_OK_UPDATE_RETURNING);
 	done = SPI_processed > 0;
+	if (done)
+		jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+					 JOBQ_CAP_WORK);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -1573,6 +1630,7 @@ jobq_configure(PG_FUNCTION_ARGS)
 	const char *queue;
 	JobqQueue	q;
 	bool		isnull;
+	JobqSavedUser saved;
 
 	memset(nulls, ' ', sizeof(nulls));
 	queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
@@ -1613,7 +1671,9 @@ jobq_configure(PG_FUNCTION_ARGS)
 	for (int i = 0; i < 4; i++)
 		values[13 + i] = BoolGetDatum(remove[i]);
 
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
 	QueueGetOrCreate(queue, &q);
 	jobq_spi_exec(jobq_plan(&plan_configure_check,
 							"SELECT COALESCE($5, backoff_cap) >= COALESCE($4, backoff_base)"
@@ -1647,5 +1707,6 @@ jobq_configure(PG_FUNCTION_ARGS)
 							17, types),
 				  values, nulls, SPI_OK_UPDATE);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_VOID();
 }

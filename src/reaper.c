@@ -75,6 +75,7 @@ jobq_reap_expired(int batch)
 Datum
 jobq_reap(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
 	int64		n;
 
@@ -82,8 +83,11 @@ jobq_reap(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be positive")));
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
 	n = jobq_reap_expired(batch);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_INT64(n);
 }

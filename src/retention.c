@@ -84,6 +84,7 @@ jobq_prune_finished(int batch)
 Datum
 jobq_prune(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	int32		batch;
 	int64		deleted;
 
@@ -92,8 +93,11 @@ jobq_prune(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be a positive integer")));
 	batch = PG_GETARG_INT32(0);
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
 	deleted = jobq_prune_finished(batch);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_INT64(deleted);
 }

@@ -50,6 +50,7 @@ int			jobq_misfire_grace_s = 5;
 int			jobq_misfire_max_fires = 100;
 
 static SPIPlanPtr plan_upsert;
+static SPIPlanPtr plan_schedule_queue;
 static SPIPlanPtr plan_unschedule;
 static SPIPlanPtr plan_pause;
 static SPIPlanPtr plan_resume_lock;
@@ -278,6 +279,7 @@ MisfireArg(FunctionCallInfo fcinfo, int argno)
 Datum
 jobq_schedule(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	Oid			types[9] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID,
 	TEXTOID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[9];
@@ -321,7 +323,9 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	values[8] = TimestampTzGetDatum(next);
 	nulls[8] = has_next ? ' ' : 'n';
 
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, TextDatumGetCString(values[4]), JOBQ_CAP_ADMINISTER);
 	jobq_spi_exec(jobq_plan(&plan_upsert,
 							"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
 							" misfire, priority, next_fire_at)"
@@ -334,26 +338,48 @@ jobq_schedule(PG_FUNCTION_ARGS)
 				  values, nulls, SPI_OK_INSERT_RETURNING);
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
+	jobq_restore_user(&saved);
 	jobq_worker_wake_at_commit();
 	PG_RETURN_INT64(id);
+}
+
+/* Error out unless role administers the queue of the schedule named name. */
+static void
+ScheduleRequire(Oid role, Datum name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+
+	values[0] = name;
+	jobq_spi_exec(jobq_plan(&plan_schedule_queue,
+							"SELECT queue FROM jobq.schedule WHERE name = $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	jobq_require(role, SPI_processed > 0 ?
+				 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
+				 JOBQ_CAP_ADMINISTER);
 }
 
 /* jobq.unschedule(name) -> boolean */
 Datum
 jobq_unschedule(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	bool		done;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	jobq_become_owner(&saved);
 	SPI_connect();
+	ScheduleRequire(saved.caller, values[0]);
 	jobq_spi_exec(jobq_plan(&plan_unschedule,
 							"DELETE FROM jobq.schedule WHERE name = $1",
 							1, types),
 				  values, NULL, SPI_OK_DELETE);
 	done = SPI_processed > 0;
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -361,12 +387,15 @@ jobq_unschedule(PG_FUNCTION_ARGS)
 Datum
 jobq_pause_schedule(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	bool		done;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	jobq_become_owner(&saved);
 	SPI_connect();
+	ScheduleRequire(saved.caller, values[0]);
 	jobq_spi_exec(jobq_plan(&plan_pause,
 							"UPDATE jobq.schedule SET paused = true, updated_at = now()"
 							" WHERE name = $1",
@@ -374,6 +403,7 @@ jobq_pause_schedule(PG_FUNCTION_ARGS)
 				  values, NULL, SPI_OK_UPDATE);
 	done = SPI_processed > 0;
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -386,12 +416,15 @@ jobq_pause_schedule(PG_FUNCTION_ARGS)
 Datum
 jobq_resume_schedule(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	bool		done = false;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	jobq_become_owner(&saved);
 	SPI_connect();
+	ScheduleRequire(saved.caller, values[0]);
 	jobq_spi_exec(jobq_plan(&plan_resume_lock,
 							"UPDATE jobq.schedule SET paused = false, updated_at = now()"
 							" WHERE name = $1 AND paused"
@@ -410,6 +443,7 @@ jobq_resume_schedule(PG_FUNCTION_ARGS)
 		done = true;
 	}
 	SPI_finish();
+	jobq_restore_user(&saved);
 	if (done)
 		jobq_worker_wake_at_commit();
 	PG_RETURN_BOOL(done);
@@ -419,10 +453,14 @@ jobq_resume_schedule(PG_FUNCTION_ARGS)
 Datum
 jobq_run_schedules(PG_FUNCTION_ARGS)
 {
+	JobqSavedUser saved;
 	int64		fired;
 
+	jobq_become_owner(&saved);
 	SPI_connect();
+	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
 	fired = jobq_fire_due_schedules(NULL);
 	SPI_finish();
+	jobq_restore_user(&saved);
 	PG_RETURN_INT64(fired);
 }

@@ -170,6 +170,45 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.attempt', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.job_id_seq', '');
 
 /* ---------------------------------------------------------------------
+ * Access control (src/acl.c)
+ * ------------------------------------------------------------------- */
+
+CREATE TABLE jobq.permission (
+    queue      text COLLATE "C" NOT NULL,
+    role       oid NOT NULL,
+    capability text NOT NULL,
+    granted_by oid NOT NULL,
+    granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (queue, role, capability),
+    CONSTRAINT permission_capability_check CHECK (capability OPERATOR(pg_catalog.=) ANY
+        (ARRAY['enqueue', 'work', 'administer']::text[]))
+);
+COMMENT ON TABLE jobq.permission IS
+    'capabilities of roles on queues (''*'': every queue); administer implies enqueue and work';
+SELECT pg_catalog.pg_extension_config_dump('jobq.permission', '');
+
+CREATE FUNCTION jobq.may_use_queue(queue text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_may_use_queue'
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION jobq.may_use_queue(text) IS
+    'may the current role see this queue''s jobs (does it hold a capability on it)?';
+
+CREATE FUNCTION jobq.grant(queue text, role regrole, capability text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'jobq_grant'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.grant(text, regrole, text) IS
+    'give role the enqueue, work or administer capability on queue (''*'': every queue), with the privileges it needs';
+
+CREATE FUNCTION jobq.revoke(queue text, role regrole, capability text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_revoke'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.revoke(text, regrole, text) IS
+    'take a capability back; false if the role did not hold it';
+
+/* ---------------------------------------------------------------------
  * Priorities
  * ------------------------------------------------------------------- */
 
@@ -327,7 +366,8 @@ SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
        j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
        j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
        j.attempts, j.concurrency_key
-  FROM jobq.job j;
+  FROM jobq.job j
+ WHERE jobq.may_use_queue(j.queue);
 COMMENT ON VIEW jobq.jobs IS 'one row per job';
 
 CREATE VIEW jobq.dead_letter AS
@@ -337,7 +377,8 @@ SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
        j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
        j.attempts, j.concurrency_key
   FROM jobq.job j
- WHERE j.status OPERATOR(pg_catalog.=) 'failed';
+ WHERE j.status OPERATOR(pg_catalog.=) 'failed'
+   AND jobq.may_use_queue(j.queue);
 COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, or lease expired too often';
 
 

@@ -72,6 +72,7 @@ SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue,
        s.priority, s.payload, s.paused, s.next_fire_at, s.last_fire_at,
        s.last_job_id, j.status AS last_job_status, s.created_at, s.updated_at
   FROM jobq.schedule s
-  LEFT JOIN jobq.job j ON j.job_id OPERATOR(pg_catalog.=) s.last_job_id;
+  LEFT JOIN jobq.job j ON j.job_id OPERATOR(pg_catalog.=) s.last_job_id
+ WHERE jobq.may_use_queue(s.queue);
 COMMENT ON VIEW jobq.schedules IS
     'schedules with their next and last fire and the status of the last job fired';

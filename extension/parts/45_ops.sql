@@ -4,7 +4,8 @@
  * Everything here is plain SQL over jobq's tables and the statistics views,
  * for people (psql, the bin/jobq command-line tool) and for monitoring.
  * Nothing here changes a job.  The functions run as their caller
- * (SECURITY INVOKER) with search_path pinned to pg_catalog, pg_temp.
+ * as SECURITY DEFINER with search_path pinned to pg_catalog, pg_temp, and
+ * show only queues the calling role may use (jobq.may_use_queue).
  */
 
 /* ---------------------------------------------------------------------
@@ -19,7 +20,8 @@ SELECT q.name AS queue, q.paused,
        q.breaker_threshold, q.breaker_state, q.breaker_failures,
        q.breaker_tripped_at, q.breaker_reason,
        q.created_at, q.updated_at
-  FROM jobq.queue q;
+  FROM jobq.queue q
+ WHERE jobq.may_use_queue(q.name);
 COMMENT ON VIEW jobq.queues IS
     'one row per queue: every setting of jobq.configure, paused, and the circuit breaker''s state';
 
@@ -57,7 +59,8 @@ SELECT q.name AS queue,
                                                   AND j.finished_at OPERATOR(pg_catalog.>=)
                                                       (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)) AS failed_last_hour
                FROM jobq.job j
-              GROUP BY j.queue) s ON s.queue OPERATOR(pg_catalog.=) q.name;
+              GROUP BY j.queue) s ON s.queue OPERATOR(pg_catalog.=) q.name
+ WHERE jobq.may_use_queue(q.name);
 COMMENT ON VIEW jobq.queue_stats IS
     'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits';
 
@@ -69,9 +72,10 @@ CREATE FUNCTION jobq.job(job_id bigint)
 RETURNS TABLE (attempt integer, outcome text, worker_id text,
                started_at timestamptz, finished_at timestamptz, duration interval,
                error text, lease_expires_at timestamptz, result jsonb)
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY INVOKER
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+SELECT x.* FROM (
 SELECT a.attempt, a.outcome, a.worker_id, a.started_at, a.finished_at,
        a.finished_at OPERATOR(pg_catalog.-) a.started_at,
        a.error, NULL::timestamptz, NULL::jsonb
@@ -85,6 +89,8 @@ SELECT j.attempts, j.status, j.worker_id, j.claimed_at, j.finished_at,
   FROM jobq.job j
  WHERE j.job_id OPERATOR(pg_catalog.=) $1
    AND j.status OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'completed']::text[])
+) x
+ WHERE jobq.may_use_queue((SELECT j.queue FROM jobq.job j WHERE j.job_id OPERATOR(pg_catalog.=) $1))
  ORDER BY 1
 $$;
 COMMENT ON FUNCTION jobq.job(bigint) IS
@@ -98,7 +104,7 @@ RETURNS TABLE (job_id bigint, queue text, kind text, payload jsonb, priority int
                result jsonb, checkpoint jsonb, created_at timestamptz,
                updated_at timestamptz, finished_at timestamptz, attempts integer,
                concurrency_key text, key_expires_at timestamptz)
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SECURITY INVOKER
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 SELECT k.job_id, j.queue, k.kind, j.payload, j.priority, j.status,
@@ -110,6 +116,7 @@ SELECT k.job_id, j.queue, k.kind, j.payload, j.priority, j.status,
   LEFT JOIN jobq.job j ON j.job_id OPERATOR(pg_catalog.=) k.job_id
  WHERE k.kind OPERATOR(pg_catalog.=) $1
    AND k.key OPERATOR(pg_catalog.=) $2
+   AND jobq.may_use_queue(COALESCE(j.queue, '*'))
 $$;
 COMMENT ON FUNCTION jobq.job_by_key(text, text) IS
     'the job holding an idempotency key, as in jobq.jobs; a job already pruned whose key is still reserved has only job_id, kind, idempotency_key and key_expires_at';
@@ -122,7 +129,7 @@ CREATE FUNCTION jobq.kind_stats(period interval DEFAULT '1 hour', queue text DEF
 RETURNS TABLE (kind text, completed bigint, failed bigint, failure_rate numeric,
                failed_attempts bigint, lease_expired bigint, retries bigint,
                mean_duration interval, p95_duration interval, max_duration interval)
-LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY INVOKER
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
@@ -144,6 +151,7 @@ WITH w AS (
      WHERE j.finished_at OPERATOR(pg_catalog.>=) w.since
        AND j.status OPERATOR(pg_catalog.=) ANY (ARRAY['completed', 'failed']::text[])
        AND (kind_stats.queue IS NULL OR j.queue OPERATOR(pg_catalog.=) kind_stats.queue)
+       AND jobq.may_use_queue(j.queue)
     UNION ALL
     -- attempts that ended in a failure or an expired lease in the window;
     -- retried unless it was the last attempt of a job that is failed now
@@ -156,6 +164,7 @@ WITH w AS (
      WHERE a.finished_at OPERATOR(pg_catalog.>=) w.since
        AND a.outcome OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'lease expired']::text[])
        AND (kind_stats.queue IS NULL OR j.queue OPERATOR(pg_catalog.=) kind_stats.queue)
+       AND jobq.may_use_queue(j.queue)
 )
 SELECT ev.kind,
        pg_catalog.count(*) FILTER (WHERE ev.src OPERATOR(pg_catalog.=) 'job'
@@ -212,7 +221,7 @@ CREATE FUNCTION jobq.health(oldest_pending_threshold interval DEFAULT '5 minutes
                             grace interval DEFAULT '1 minute',
                             xmin_threshold interval DEFAULT '10 minutes')
 RETURNS TABLE (check_name text, status text, detail text, hint text)
-LANGUAGE plpgsql VOLATILE PARALLEL RESTRICTED SECURITY INVOKER
+LANGUAGE plpgsql VOLATILE PARALLEL RESTRICTED SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET intervalstyle = postgres    -- the texts read the same whatever the caller's style
 AS $$

@@ -18,16 +18,14 @@ CREATE FUNCTION jobq.register_handler(kind text, handler regprocedure,
                                       allow_superuser boolean DEFAULT false)
 RETURNS void
 AS 'MODULE_PATHNAME', 'jobq_register_handler'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobq.register_handler(text, regprocedure, text, boolean) IS
     'run jobs of kind in the database with handler (payload jsonb [, job jsonb]) -> jsonb, as the calling role';
 
 CREATE FUNCTION jobq.unregister_handler(kind text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'jobq_unregister_handler'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobq.unregister_handler(text) IS 'stop running jobs of kind in the database';
 
 CREATE FUNCTION jobq.snooze(delay interval)
@@ -40,5 +38,6 @@ COMMENT ON FUNCTION jobq.snooze(interval) IS
 CREATE VIEW jobq.handlers AS
 SELECT h.kind, h.handler, h.queue, pg_catalog.pg_get_userbyid(h.run_as) AS run_as,
        h.allow_superuser, h.created_at, h.updated_at
-  FROM jobq.handler h;
+  FROM jobq.handler h
+ WHERE jobq.may_use_queue(h.queue);
 COMMENT ON VIEW jobq.handlers IS 'registered job handlers';

@@ -1,0 +1,319 @@
+/*-------------------------------------------------------------------------
+ *
+ * acl.c
+ *	  Who may do what to which queue.
+ *
+ * Three capabilities per queue, held by roles (directly or through role
+ * membership) in jobq.permission: enqueue (enqueue, enqueue_many), work
+ * (claim, complete, fail, extend, checkpoint, snooze) and administer
+ * (everything, including configure, pause, retry, cancel, purge,
+ * schedules, handlers, and granting).  The queue '*' means every queue.
+ * Superusers and the extension's owner may do everything.
+ *
+ * jobq's C functions are SECURITY INVOKER.  Each one checks the caller's
+ * capability for the queue it acts on, then switches to the extension
+ * owner (jobq_become_owner) for its own table access, like PostgreSQL's
+ * internal operations do; an error anywhere restores the caller's identity
+ * as the (sub)transaction aborts.  Their queries are prepared under a
+ * search_path of pg_catalog alone (spi_plan.c), so nothing a caller
+ * creates is ever run with the owner's rights.
+ *
+ * jobq.grant(queue, role, capability) also grants the role what it needs
+ * to call the functions of that capability: USAGE on schema jobq, EXECUTE
+ * on those functions, SELECT on the views.  The views show only jobs of
+ * queues the querying role may use (jobq.may_use_queue; inside jobq's own
+ * SECURITY DEFINER functions it asks about the role the session acts as).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "jobq.h"
+
+PG_FUNCTION_INFO_V1(jobq_grant);
+PG_FUNCTION_INFO_V1(jobq_revoke);
+PG_FUNCTION_INFO_V1(jobq_may_use_queue);
+
+static const char *const capability_names[] = {"enqueue", "work", "administer"};
+
+static SPIPlanPtr plan_permissions;
+static SPIPlanPtr plan_grant;
+static SPIPlanPtr plan_revoke;
+
+/* The owner of jobq's tables, cached for the current transaction. */
+static Oid
+JobqOwner(void)
+{
+	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
+	static Oid	cached_owner = InvalidOid;
+	Oid			relid;
+	HeapTuple	tup;
+
+	if (cached_lxid == MyProc->lxid && OidIsValid(cached_owner))
+		return cached_owner;
+	relid = get_relname_relid("job", get_namespace_oid("jobq", false));
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "jobq: table jobq.job is missing");
+	cached_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	cached_lxid = MyProc->lxid;
+	return cached_owner;
+}
+
+/* May this role do everything (superuser, or the extension's owner)? */
+static bool
+AllPowerful(Oid role)
+{
+	return superuser_arg(role) || role == JobqOwner();
+}
+
+/*
+ * Switch to the extension owner for jobq's own table access; the caller's
+ * identity is kept in *saved.  No switch when the caller is the owner.
+ */
+void
+jobq_become_owner(JobqSavedUser *saved)
+{
+	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
+	saved->caller = saved->userid;
+	SetUserIdAndSecContext(JobqOwner(), saved->sec_context | SECURITY_LOCAL_USERID_CHANGE);
+}
+
+/* Switch back to the caller. */
+void
+jobq_restore_user(const JobqSavedUser *saved)
+{
+	SetUserIdAndSecContext(saved->userid, saved->sec_context);
+}
+
+/*
+ * Does role hold capability cap on queue (or on '*')?  SPI must be
+ * connected, as the owner.
+ */
+bool
+jobq_may(Oid role, const char *queue, JobqCapability cap)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+
+	if (AllPowerful(role))
+		return true;
+	values[0] = CStringGetTextDatum(queue ? queue : "*");
+	jobq_spi_exec(jobq_plan(&plan_permissions,
+							"SELECT role, capability FROM jobq.permission"
+							" WHERE queue = $1 OR queue = '*'",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Oid			holder = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull));
+		char	   *held = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+
+		if (!has_privs_of_role(role, holder))
+			continue;
+		if (strcmp(held, "administer") == 0 || strcmp(held, capability_names[cap]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Error out unless role holds capability cap on queue (SPI connected). */
+void
+jobq_require(Oid role, const char *queue, JobqCapability cap)
+{
+	if (jobq_may(role, queue, cap))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to %s queue \"%s\"",
+					cap == JOBQ_CAP_ENQUEUE ? "enqueue into" :
+					cap == JOBQ_CAP_WORK ? "work on" : "administer",
+					queue ? queue : "*"),
+			 errdetail("Role \"%s\" does not hold the %s capability on it.",
+					   GetUserNameFromId(role, true) ? GetUserNameFromId(role, true) : "?",
+					   capability_names[cap]),
+			 errhint("An administrator of the queue can run jobq.grant('%s', '%s', '%s').",
+					 queue ? queue : "*",
+					 GetUserNameFromId(role, true) ? GetUserNameFromId(role, true) : "?",
+					 capability_names[cap])));
+}
+
+/* The capability argument, checked. */
+static JobqCapability
+CapabilityArg(FunctionCallInfo fcinfo, int argno)
+{
+	const char *name = jobq_name_arg(fcinfo, argno, "capability", JOBQ_MAX_NAME_LEN, false);
+
+	for (int i = 0; i < lengthof(capability_names); i++)
+		if (strcmp(name, capability_names[i]) == 0)
+			return (JobqCapability) i;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("capability must be enqueue, work or administer"),
+			 errdetail("capability was \"%s\".", name)));
+	return JOBQ_CAP_ENQUEUE;	/* not reached */
+}
+
+/* GRANT what calling the functions of capability cap needs to role. */
+static void
+GrantObjects(Oid role, JobqCapability cap)
+{
+	const char *rolename = quote_identifier(GetUserNameFromId(role, false));
+	const char *enqueue_fns =
+		"jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text),"
+		" jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text),"
+		" jobq.priority(text), jobq.priority_label(integer), jobq.cron_next(text, timestamptz, text),"
+		" jobq.job(bigint), jobq.job_by_key(text, text)";
+	const char *work_fns =
+		"jobq.claim(text, text, integer, interval, text[], interval),"
+		" jobq.complete(bigint, bigint, jsonb), jobq.complete_many(bigint[], bigint[], jsonb[]),"
+		" jobq.fail(bigint, bigint, text, boolean, interval), jobq.extend(bigint, bigint, interval),"
+		" jobq.checkpoint(bigint, bigint, jsonb), jobq.snooze(bigint, bigint, interval),"
+		" jobq.priority(text), jobq.priority_label(integer),"
+		" jobq.job(bigint), jobq.job_by_key(text, text)";
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "GRANT USAGE ON SCHEMA jobq TO %s;", rolename);
+	/* what the views call as the querying role */
+	appendStringInfo(&sql,
+					 "GRANT EXECUTE ON FUNCTION jobq.may_use_queue(text), jobq.worker_status(),"
+					 " jobq.kind_stats(interval, text) TO %s;", rolename);
+	if (cap == JOBQ_CAP_ENQUEUE || cap == JOBQ_CAP_ADMINISTER)
+		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s TO %s;", enqueue_fns, rolename);
+	if (cap == JOBQ_CAP_WORK || cap == JOBQ_CAP_ADMINISTER)
+		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s TO %s;", work_fns, rolename);
+	if (cap == JOBQ_CAP_ADMINISTER)
+		appendStringInfo(&sql, "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA jobq TO %s;", rolename);
+	appendStringInfo(&sql,
+					 "GRANT SELECT ON jobq.jobs, jobq.dead_letter, jobq.queue_stats, jobq.queues,"
+					 " jobq.schedules, jobq.workers, jobq.kind_stats, jobq.handlers TO %s;",
+					 rolename);
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "jobq: could not grant jobq's objects to %s", rolename);
+}
+
+/* jobq.grant(queue, role, capability): may be run by the queue's administrators */
+Datum
+jobq_grant(PG_FUNCTION_ARGS)
+{
+	const char *queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	JobqCapability cap = CapabilityArg(fcinfo, 2);
+	Oid			types[4] = {TEXTOID, OIDOID, TEXTOID, OIDOID};
+	Datum		values[4];
+	Oid			role;
+	JobqSavedUser saved;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("role must not be null")));
+	role = PG_GETARG_OID(1);
+
+	jobq_become_owner(&saved);
+	SPI_connect();
+	jobq_require(saved.caller, strcmp(queue, "*") == 0 ? NULL : queue, JOBQ_CAP_ADMINISTER);
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = ObjectIdGetDatum(role);
+	values[2] = CStringGetTextDatum(capability_names[cap]);
+	values[3] = ObjectIdGetDatum(saved.caller);
+	jobq_spi_exec(jobq_plan(&plan_grant,
+							"INSERT INTO jobq.permission (queue, role, capability, granted_by)"
+							" VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+							4, types),
+				  values, NULL, SPI_OK_INSERT);
+	GrantObjects(role, cap);
+	SPI_finish();
+	jobq_restore_user(&saved);
+	PG_RETURN_VOID();
+}
+
+/* jobq.revoke(queue, role, capability) -> whether the role held it */
+Datum
+jobq_revoke(PG_FUNCTION_ARGS)
+{
+	const char *queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	JobqCapability cap = CapabilityArg(fcinfo, 2);
+	Oid			types[3] = {TEXTOID, OIDOID, TEXTOID};
+	Datum		values[3];
+	JobqSavedUser saved;
+	bool		done;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("role must not be null")));
+	jobq_become_owner(&saved);
+	SPI_connect();
+	jobq_require(saved.caller, strcmp(queue, "*") == 0 ? NULL : queue, JOBQ_CAP_ADMINISTER);
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = PG_GETARG_DATUM(1);
+	values[2] = CStringGetTextDatum(capability_names[cap]);
+	jobq_spi_exec(jobq_plan(&plan_revoke,
+							"DELETE FROM jobq.permission WHERE queue = $1 AND role = $2"
+							" AND capability = $3",
+							3, types),
+				  values, NULL, SPI_OK_DELETE);
+	done = SPI_processed > 0;
+	SPI_finish();
+	jobq_restore_user(&saved);
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * jobq.may_use_queue(queue) -> may the current role see this queue's jobs
+ * (does it hold any capability on it)?  Used by the views; cached per
+ * transaction for the last queue asked about.
+ */
+Datum
+jobq_may_use_queue(PG_FUNCTION_ARGS)
+{
+	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
+	static Oid	cached_role = InvalidOid;
+	static char cached_queue[JOBQ_MAX_NAME_LEN + 1];
+	static bool cached_answer = false;
+	char	   *queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Oid			role = GetUserId();
+	JobqSavedUser saved;
+	bool		may;
+
+	/*
+	 * Inside jobq's SECURITY DEFINER functions the current user is the
+	 * owner: ask about the role the session acts as.
+	 */
+	if (AllPowerful(role))
+		role = GetOuterUserId();
+	if (AllPowerful(role))
+		PG_RETURN_BOOL(true);
+	if (cached_lxid == MyProc->lxid && cached_role == role &&
+		strcmp(cached_queue, queue) == 0)
+		PG_RETURN_BOOL(cached_answer);
+
+	jobq_become_owner(&saved);
+	SPI_connect();
+	may = jobq_may(role, queue, JOBQ_CAP_ENQUEUE) || jobq_may(role, queue, JOBQ_CAP_WORK);
+	SPI_finish();
+	jobq_restore_user(&saved);
+
+	cached_lxid = MyProc->lxid;
+	cached_role = role;
+	strlcpy(cached_queue, queue, sizeof(cached_queue));
+	cached_answer = may;
+	PG_RETURN_BOOL(may);
+}
