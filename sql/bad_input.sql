@@ -236,3 +236,40 @@ SELECT jobq.configure('', max_retries => 1);
 -- enqueue still works after all these errors
 SELECT created FROM jobq.enqueue('after-errors');
 :trace
+
+-- limits: each a setting, with a clear error naming it
+SET jobq.max_result_size = 64;
+SELECT job_id AS lj, lease_token AS ltok FROM jobq.claim() \gset
+SELECT jobq.complete(:lj, :ltok, jsonb_build_object('big', repeat('x', 100)));
+\echo :LAST_ERROR_SQLSTATE
+SELECT jobq.checkpoint(:lj, :ltok, jsonb_build_object('big', repeat('x', 100)));
+\echo :LAST_ERROR_SQLSTATE
+RESET jobq.max_result_size;
+-- a long error text is truncated, not refused
+SET jobq.max_error_length = 64;
+SELECT jobq.fail(:lj, :ltok, repeat('é', 100), retryable => false);
+SELECT octet_length(last_error) <= 64 AS truncated, last_error LIKE 'éé%' AS on_a_character
+  FROM jobq.jobs WHERE job_id = :lj;
+RESET jobq.max_error_length;
+SET jobq.max_name_length = 4;
+SELECT * FROM jobq.enqueue('abcde');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM jobq.claim('abcde');
+\echo :LAST_ERROR_SQLSTATE
+RESET jobq.max_name_length;
+SET jobq.max_key_length = 8;
+SELECT * FROM jobq.enqueue('k', idempotency_key => '123456789');
+\echo :LAST_ERROR_SQLSTATE
+RESET jobq.max_key_length;
+SET jobq.max_cron_length = 10;
+SELECT jobq.schedule('s', '*/5 * * * * *', 'k');
+\echo :LAST_ERROR_SQLSTATE
+RESET jobq.max_cron_length;
+SET jobq.max_schedules = 1;
+SELECT jobq.schedule('s1', '0 0 1 1 *', 'k') > 0 AS first_schedule;
+SELECT jobq.schedule('s1', '0 0 2 1 *', 'k') > 0 AS same_name_updates;
+SELECT jobq.schedule('s2', '0 0 1 1 *', 'k');
+\echo :LAST_ERROR_SQLSTATE
+RESET jobq.max_schedules;
+SELECT count(*) AS schedules FROM jobq.schedule;
+:trace

@@ -213,7 +213,7 @@ GrantObjects(Oid role, JobqCapability cap)
 Datum
 jobq_grant(PG_FUNCTION_ARGS)
 {
-	const char *queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	const char *queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
 	JobqCapability cap = CapabilityArg(fcinfo, 2);
 	Oid			types[4] = {TEXTOID, OIDOID, TEXTOID, OIDOID};
 	Datum		values[4];
@@ -248,7 +248,7 @@ jobq_grant(PG_FUNCTION_ARGS)
 Datum
 jobq_revoke(PG_FUNCTION_ARGS)
 {
-	const char *queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	const char *queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
 	JobqCapability cap = CapabilityArg(fcinfo, 2);
 	Oid			types[3] = {TEXTOID, OIDOID, TEXTOID};
 	Datum		values[3];

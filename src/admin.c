@@ -334,7 +334,7 @@ SetPaused(FunctionCallInfo fcinfo, bool paused)
 	Oid			types[2] = {TEXTOID, BOOLOID};
 	Datum		values[2];
 
-	const char *queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	const char *queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
 	JobqSavedUser saved;
 
 	values[0] = CStringGetTextDatum(queue);
@@ -391,8 +391,8 @@ jobq_purge(PG_FUNCTION_ARGS)
 	int64		n;
 	bool		isnull;
 
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false));
-	status = jobq_name_arg(fcinfo, 1, "status", JOBQ_MAX_NAME_LEN, false);
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false));
+	status = jobq_name_arg(fcinfo, 1, "status", jobq_max_name_length, false);
 	if (strcmp(status, "completed") != 0 && strcmp(status, "failed") != 0 &&
 		strcmp(status, "cancelled") != 0)
 		ereport(ERROR,

@@ -129,8 +129,8 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 {
 	Oid			types[5] = {TEXTOID, OIDOID, TEXTOID, OIDOID, BOOLOID};
 	Datum		values[5];
-	const char *kind = jobq_name_arg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false);
-	const char *queue = jobq_name_arg(fcinfo, 2, "queue", JOBQ_MAX_NAME_LEN, false);
+	const char *kind = jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false);
+	const char *queue = jobq_name_arg(fcinfo, 2, "queue", jobq_max_name_length, false);
 	Oid			handler;
 	bool		allow_superuser;
 	HeapTuple	proctup;
@@ -204,7 +204,7 @@ jobq_unregister_handler(PG_FUNCTION_ARGS)
 	bool		done;
 	JobqSavedUser saved;
 
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false));
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false));
 	jobq_become_owner(&saved);
 	SPI_connect();
 	HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller);

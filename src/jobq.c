@@ -25,6 +25,22 @@ PG_MODULE_MAGIC;
 /* jobq.max_payload_size: largest payload, result or checkpoint (bytes) */
 int			jobq_max_payload_size = 1024 * 1024;
 
+/* jobq.max_result_size: largest result or checkpoint (bytes) */
+int			jobq_max_result_size = 1024 * 1024;
+
+/* jobq.max_error_length: longer error texts are truncated (bytes) */
+int			jobq_max_error_length = 8192;
+
+/* jobq.max_name_length / max_key_length: longest names and keys (bytes) */
+int			jobq_max_name_length = JOBQ_MAX_NAME_LEN;
+int			jobq_max_key_length = JOBQ_MAX_KEY_LEN;
+
+/* jobq.max_cron_length: longest cron expression (bytes) */
+int			jobq_max_cron_length = 256;
+
+/* jobq.max_schedules: most schedules per database */
+int			jobq_max_schedules = 10000;
+
 /* jobq.max_batch: most jobs one claim or complete_many may handle */
 int			jobq_max_batch = 1000;
 
@@ -38,11 +54,53 @@ void
 _PG_init(void)
 {
 	DefineCustomIntVariable("jobq.max_payload_size",
-							"Largest payload, result or checkpoint a job may carry.",
+							"Largest payload a job may carry.",
 							NULL,
 							&jobq_max_payload_size,
 							1024 * 1024, 2, MaxAllocSize / 2,
 							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_result_size",
+							"Largest result or checkpoint a job may store.",
+							NULL,
+							&jobq_max_result_size,
+							1024 * 1024, 2, MaxAllocSize / 2,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_error_length",
+							"Error texts passed to jobq.fail are truncated to this many bytes.",
+							NULL,
+							&jobq_max_error_length,
+							8192, 64, 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_name_length",
+							"Longest kind, queue, worker id or schedule name.",
+							NULL,
+							&jobq_max_name_length,
+							JOBQ_MAX_NAME_LEN, 1, JOBQ_MAX_NAME_LEN,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_key_length",
+							"Longest idempotency key or concurrency key.",
+							NULL,
+							&jobq_max_key_length,
+							JOBQ_MAX_KEY_LEN, 1, JOBQ_MAX_KEY_LEN,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_cron_length",
+							"Longest cron expression.",
+							NULL,
+							&jobq_max_cron_length,
+							256, 9, 256,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_schedules",
+							"Most schedules in one database.",
+							NULL,
+							&jobq_max_schedules,
+							10000, 1, INT_MAX,
+							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.max_batch",
 							"Most jobs that one jobq.claim or jobq.complete_many call may handle.",

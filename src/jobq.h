@@ -34,13 +34,21 @@
 #error "jobq requires PostgreSQL 15 or later"
 #endif
 
-/* Limits on names that are not settings (bytes). */
+/*
+ * Hard upper bounds of the name limits (bytes); the GUCs jobq.max_name_length
+ * and jobq.max_key_length set the limits in force, up to these.
+ */
 #define JOBQ_MAX_NAME_LEN		128
 #define JOBQ_MAX_KEY_LEN		512
-#define JOBQ_MAX_ERROR_LEN		8192
 
 /* GUCs (jobq.c) */
 extern int	jobq_max_payload_size;
+extern int	jobq_max_result_size;
+extern int	jobq_max_error_length;
+extern int	jobq_max_name_length;
+extern int	jobq_max_key_length;
+extern int	jobq_max_cron_length;
+extern int	jobq_max_schedules;
 extern int	jobq_max_batch;
 extern int	jobq_idempotency_retention;
 

@@ -154,22 +154,31 @@ jobq_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname, int maxle
 		ereport(ERROR,
 				(errcode(ERRCODE_NAME_TOO_LONG),
 				 errmsg("%s is too long", argname),
-				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen)));
+				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen),
+				 errhint("%s sets the limit.",
+						 maxlen == jobq_max_key_length ? "jobq.max_key_length" :
+						 maxlen == jobq_max_cron_length ? "jobq.max_cron_length" :
+						 "jobq.max_name_length")));
 	return text_to_cstring(t);
 }
 
-/* Check a JSON document's size against jobq.max_payload_size. */
+/*
+ * Check a JSON document's size against a limit: jobq.max_payload_size for
+ * payloads, jobq.max_result_size for results and checkpoints.
+ */
 static void
-CheckJsonSize(Jsonb *doc, const char *argname)
+CheckJsonSize(Jsonb *doc, const char *argname, bool is_payload)
 {
 	Size		size = VARSIZE(doc) - VARHDRSZ;
+	int			limit = is_payload ? jobq_max_payload_size : jobq_max_result_size;
 
-	if (size > (Size) jobq_max_payload_size)
+	if (size > (Size) limit)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("%s is too large", argname),
-				 errdetail("It takes %zu bytes; jobq.max_payload_size is %d bytes.",
-						   size, jobq_max_payload_size),
+				 errdetail("It takes %zu bytes; %s is %d bytes.", size,
+						   is_payload ? "jobq.max_payload_size" : "jobq.max_result_size",
+						   limit),
 				 errhint("Store large data elsewhere and put a reference to it in the job.")));
 }
 
@@ -184,7 +193,7 @@ jobq_payload_arg(Datum d, const char *argname)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be a JSON object", argname),
 				 errhint("Wrap the value in an object, for example '{\"value\": 42}'.")));
-	CheckJsonSize(payload, argname);
+	CheckJsonSize(payload, argname, true);
 	return payload;
 }
 
@@ -506,8 +515,8 @@ PutJobRow(ReturnSetInfo *rsinfo, int64 job_id, bool created)
 static void
 NewJobCommonArgs(FunctionCallInfo fcinfo, JobqNewJob *job)
 {
-	job->kind = jobq_name_arg(fcinfo, 0, "kind", JOBQ_MAX_NAME_LEN, false);
-	job->queue = jobq_name_arg(fcinfo, 2, "queue", JOBQ_MAX_NAME_LEN, false);
+	job->kind = jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false);
+	job->queue = jobq_name_arg(fcinfo, 2, "queue", jobq_max_name_length, false);
 	job->priority = PriorityArg(fcinfo, 3);
 	RequireArg(fcinfo, 4, "run_at");
 	job->run_at = PG_GETARG_TIMESTAMPTZ(4);
@@ -516,7 +525,7 @@ NewJobCommonArgs(FunctionCallInfo fcinfo, JobqNewJob *job)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("run_at must be a finite timestamp")));
 	MaxRetriesArg(fcinfo, 5, &job->has_max_retries, &job->max_retries);
-	job->concurrency_key = jobq_name_arg(fcinfo, 7, "concurrency_key", JOBQ_MAX_KEY_LEN, true);
+	job->concurrency_key = jobq_name_arg(fcinfo, 7, "concurrency_key", jobq_max_key_length, true);
 }
 
 /*
@@ -535,7 +544,7 @@ jobq_enqueue(PG_FUNCTION_ARGS)
 	NewJobCommonArgs(fcinfo, &job);
 	RequireArg(fcinfo, 1, "payload");
 	job.payload = jobq_payload_arg(PG_GETARG_DATUM(1), "payload");
-	job.key = jobq_name_arg(fcinfo, 6, "idempotency_key", JOBQ_MAX_KEY_LEN, true);
+	job.key = jobq_name_arg(fcinfo, 6, "idempotency_key", jobq_max_key_length, true);
 
 	InitMaterializedSRF(fcinfo, 0);
 	jobq_become_owner(&saved);
@@ -598,12 +607,13 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("%s must not be empty", argname),
 						 errhint("Use NULL for a job without an idempotency key.")));
-			if (len > JOBQ_MAX_KEY_LEN)
+			if (len > jobq_max_key_length)
 				ereport(ERROR,
 						(errcode(ERRCODE_NAME_TOO_LONG),
 						 errmsg("%s is too long", argname),
 						 errdetail("It is %d bytes long; the limit is %d bytes.",
-								   len, JOBQ_MAX_KEY_LEN)));
+								   len, jobq_max_key_length),
+						 errhint("jobq.max_key_length sets the limit.")));
 		}
 	}
 
@@ -1014,8 +1024,8 @@ jobq_claim(PG_FUNCTION_ARGS)
 	bool		promoted;
 	JobqSavedUser saved;
 
-	args.queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
-	args.worker_id = jobq_name_arg(fcinfo, 1, "worker_id", JOBQ_MAX_NAME_LEN, true);
+	args.queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
+	args.worker_id = jobq_name_arg(fcinfo, 1, "worker_id", jobq_max_name_length, true);
 	RequireArg(fcinfo, 2, "batch");
 	args.batch = PG_GETARG_INT32(2);
 	if (args.batch < 1 || args.batch > jobq_max_batch)
@@ -1135,7 +1145,7 @@ jobq_complete(PG_FUNCTION_ARGS)
 		nulls[2] = 'n';
 	else
 	{
-		CheckJsonSize(PG_GETARG_JSONB_P(2), "result");
+		CheckJsonSize(PG_GETARG_JSONB_P(2), "result", false);
 		values[2] = PG_GETARG_DATUM(2);
 	}
 	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -1196,7 +1206,7 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 		CheckSameLength(n, "job_ids", nresults, "results");
 		for (int i = 0; i < nresults; i++)
 			if (!elem_nulls[i])
-				CheckJsonSize(DatumGetJsonbP(elems[i]), "results");
+				CheckJsonSize(DatumGetJsonbP(elems[i]), "results", false);
 		values[2] = PG_GETARG_DATUM(2);
 	}
 	else
@@ -1236,15 +1246,15 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(done);
 }
 
-/* Clip an error message to JOBQ_MAX_ERROR_LEN bytes on a character boundary. */
+/* Clip an error message to jobq.max_error_length bytes on a character boundary. */
 text *
 jobq_clip_error(text *error)
 {
 	int			len = VARSIZE_ANY_EXHDR(error);
 
-	if (len <= JOBQ_MAX_ERROR_LEN)
+	if (len <= jobq_max_error_length)
 		return error;
-	len = pg_mbcliplen(VARDATA_ANY(error), len, JOBQ_MAX_ERROR_LEN);
+	len = pg_mbcliplen(VARDATA_ANY(error), len, jobq_max_error_length);
 	return cstring_to_text_with_len(VARDATA_ANY(error), len);
 }
 
@@ -1541,7 +1551,7 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 		nulls[2] = 'n';
 	else
 	{
-		CheckJsonSize(PG_GETARG_JSONB_P(2), "data");
+		CheckJsonSize(PG_GETARG_JSONB_P(2), "data", false);
 		values[2] = PG_GETARG_DATUM(2);
 	}
 	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
@@ -1633,7 +1643,7 @@ jobq_configure(PG_FUNCTION_ARGS)
 	JobqSavedUser saved;
 
 	memset(nulls, ' ', sizeof(nulls));
-	queue = jobq_name_arg(fcinfo, 0, "queue", JOBQ_MAX_NAME_LEN, false);
+	queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
 	values[0] = CStringGetTextDatum(queue);
 	if (PG_ARGISNULL(1))
 		nulls[1] = 'n';

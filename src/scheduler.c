@@ -51,6 +51,7 @@ int			jobq_misfire_max_fires = 100;
 
 static SPIPlanPtr plan_upsert;
 static SPIPlanPtr plan_schedule_queue;
+static SPIPlanPtr plan_schedule_count;
 static SPIPlanPtr plan_unschedule;
 static SPIPlanPtr plan_pause;
 static SPIPlanPtr plan_resume_lock;
@@ -253,6 +254,31 @@ jobq_fire_due_schedules(TimestampTz *next_due)
 	return fired;
 }
 
+/* Error out when another schedule would exceed jobq.max_schedules. */
+static void
+ScheduleCountCheck(Datum name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	int64		others;
+
+	values[0] = name;
+	jobq_spi_exec(jobq_plan(&plan_schedule_count,
+							"SELECT count(*) FROM jobq.schedule WHERE name <> $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	others = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (others >= jobq_max_schedules)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many schedules"),
+				 errdetail_plural("This database has %lld schedule; jobq.max_schedules is %d.",
+								  "This database has %lld schedules; jobq.max_schedules is %d.",
+								  others, (long long) others, jobq_max_schedules),
+				 errhint("Remove schedules with jobq.unschedule, or raise jobq.max_schedules.")));
+}
+
 /* The misfire argument, checked. */
 static const char *
 MisfireArg(FunctionCallInfo fcinfo, int argno)
@@ -294,16 +320,16 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	bool		isnull;
 
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
-	cron = jobq_name_arg(fcinfo, 1, "cron", CRON_MAX_TEXT_LEN, false);
-	values[2] = CStringGetTextDatum(jobq_name_arg(fcinfo, 2, "kind", JOBQ_MAX_NAME_LEN, false));
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
+	cron = jobq_name_arg(fcinfo, 1, "cron", jobq_max_cron_length, false);
+	values[2] = CStringGetTextDatum(jobq_name_arg(fcinfo, 2, "kind", jobq_max_name_length, false));
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("payload must not be null")));
 	values[3] = JsonbPGetDatum(jobq_payload_arg(PG_GETARG_DATUM(3), "payload"));
-	values[4] = CStringGetTextDatum(jobq_name_arg(fcinfo, 4, "queue", JOBQ_MAX_NAME_LEN, false));
-	timezone = jobq_name_arg(fcinfo, 5, "timezone", JOBQ_MAX_NAME_LEN, false);
+	values[4] = CStringGetTextDatum(jobq_name_arg(fcinfo, 4, "queue", jobq_max_name_length, false));
+	timezone = jobq_name_arg(fcinfo, 5, "timezone", jobq_max_name_length, false);
 	values[6] = CStringGetTextDatum(MisfireArg(fcinfo, 6));
 	if (PG_ARGISNULL(7))
 		ereport(ERROR,
@@ -326,6 +352,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_require(saved.caller, TextDatumGetCString(values[4]), JOBQ_CAP_ADMINISTER);
+	ScheduleCountCheck(values[0]);
 	jobq_spi_exec(jobq_plan(&plan_upsert,
 							"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
 							" misfire, priority, next_fire_at)"
@@ -369,7 +396,7 @@ jobq_unschedule(PG_FUNCTION_ARGS)
 	Datum		values[1];
 	bool		done;
 
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_become_owner(&saved);
 	SPI_connect();
 	ScheduleRequire(saved.caller, values[0]);
@@ -392,7 +419,7 @@ jobq_pause_schedule(PG_FUNCTION_ARGS)
 	Datum		values[1];
 	bool		done;
 
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_become_owner(&saved);
 	SPI_connect();
 	ScheduleRequire(saved.caller, values[0]);
@@ -421,7 +448,7 @@ jobq_resume_schedule(PG_FUNCTION_ARGS)
 	Datum		values[1];
 	bool		done = false;
 
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", JOBQ_MAX_NAME_LEN, false));
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_become_owner(&saved);
 	SPI_connect();
 	ScheduleRequire(saved.caller, values[0]);
