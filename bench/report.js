@@ -150,6 +150,19 @@ const scale = of('scale');
   }
 }
 
+// profile
+{
+  const s = of('profile').sort((a, b) => byOrder(a.contender, b.contender));
+  if (s.length) {
+    tables.push({
+      id: 8, title: 'Where the time goes: claim + complete at batch 10, 8 clients, 5 s on a 100k backlog, per job (pg_stat_statements)',
+      head: ['contender', 'jobs/s', 'server µs per job', 'WAL bytes per job', 'WAL records per job', 'buffer accesses per job'],
+      body: s.map((r) => [NAMES[r.contender], fmt(r.jobs_per_s), fmt(r.server_us_per_job, 1), fmt(r.wal_bytes_per_job),
+        fmt(r.wal_records_per_job, 2), fmt(r.buffers_per_job, 1)]),
+    });
+  }
+}
+
 // ------------------------------------------------------------ targets
 const targets = [];
 {

@@ -8,6 +8,6 @@ WITH c AS (UPDATE seed_job SET status = 'running', locked_by = 'w' || :client_id
            RETURNING id, payload)
 SELECT array_agg(id) AS ids FROM c \gset
 UPDATE seed_job SET status = 'completed', finished_at = now(), lease_expires_at = NULL
- WHERE id = ANY (:ids::bigint[]) AND status = 'running';
+ WHERE id = ANY (NULLIF(:ids, '')::bigint[]) AND status = 'running';
 INSERT INTO seed_job (kind, payload) SELECT 'bench', '{"n": 1}' FROM generate_series(1, 10);
 COMMIT;
