@@ -1126,6 +1126,29 @@ jobq_claim(PG_FUNCTION_ARGS)
  * Complete, fail, extend, checkpoint
  * ---------------------------------------------------------------- */
 
+/*
+ * The arguments of complete and checkpoint, (job_id, lease_token, a JSON
+ * document or NULL), into values/nulls [0..2]; [3] is now.
+ */
+static void
+TokenJsonArgs(FunctionCallInfo fcinfo, const char *jsonname, Datum *values, char *nulls)
+{
+	RequireArg(fcinfo, 0, "job_id");
+	RequireArg(fcinfo, 1, "lease_token");
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	nulls[0] = nulls[1] = nulls[3] = ' ';
+	if (PG_ARGISNULL(2))
+		nulls[2] = 'n';
+	else
+	{
+		CheckJsonSize(PG_GETARG_JSONB_P(2), jsonname, false);
+		values[2] = PG_GETARG_DATUM(2);
+		nulls[2] = ' ';
+	}
+	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+}
+
 /* jobq.complete(job_id, lease_token, result) -> boolean */
 Datum
 jobq_complete(PG_FUNCTION_ARGS)
@@ -1137,18 +1160,7 @@ jobq_complete(PG_FUNCTION_ARGS)
 	bool		isnull;
 	JobqSavedUser saved;
 
-	RequireArg(fcinfo, 0, "job_id");
-	RequireArg(fcinfo, 1, "lease_token");
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = PG_GETARG_DATUM(1);
-	if (PG_ARGISNULL(2))
-		nulls[2] = 'n';
-	else
-	{
-		CheckJsonSize(PG_GETARG_JSONB_P(2), "result", false);
-		values[2] = PG_GETARG_DATUM(2);
-	}
-	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+	TokenJsonArgs(fcinfo, "result", values, nulls);
 
 	jobq_become_owner(&saved);
 	SPI_connect();
@@ -1383,6 +1395,33 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 }
 
 /*
+ * Lock a running job by id and lease token for an attempt's end, and check
+ * that caller may work on its queue; false for a stale or wrong token.
+ * SPI connected.
+ */
+static bool
+LockRunningJob(int64 job_id, int64 lease_token, Oid caller, JobqAttempt *attempt)
+{
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = Int64GetDatum(lease_token);
+	jobq_spi_exec(jobq_plan(&plan_fail_lock,
+							"SELECT " JOBQ_ATTEMPT_COLUMNS
+							" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+							" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
+							" FOR UPDATE OF j",
+							2, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, attempt);
+	jobq_require(caller, attempt->queue, JOBQ_CAP_WORK);
+	return true;
+}
+
+/*
  * jobq.fail(job_id, lease_token, error, retryable, retry_in) -> new status
  *
  * With retries left and retryable, the job goes back to pending with
@@ -1392,8 +1431,6 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 Datum
 jobq_fail(PG_FUNCTION_ARGS)
 {
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2];
 	text	   *error;
 	bool		retryable;
 	Interval   *retry_in = NULL;
@@ -1418,23 +1455,12 @@ jobq_fail(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = PG_GETARG_DATUM(1);
-	jobq_spi_exec(jobq_plan(&plan_fail_lock,
-							"SELECT " JOBQ_ATTEMPT_COLUMNS
-							" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
-							" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
-							" FOR UPDATE OF j",
-							2, types),
-				  values, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (!LockRunningJob(PG_GETARG_INT64(0), PG_GETARG_INT64(1), saved.caller, &attempt))
 	{
 		SPI_finish();
 		jobq_restore_user(&saved);
 		PG_RETURN_NULL();
 	}
-	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &attempt);
-	jobq_require(saved.caller, attempt.queue, JOBQ_CAP_WORK);
 	status = jobq_end_attempt(&attempt, error, retryable, retry_in, "failed",
 							  GetCurrentTimestamp());
 	SPI_finish();
@@ -1451,8 +1477,6 @@ jobq_fail(PG_FUNCTION_ARGS)
 Datum
 jobq_snooze(PG_FUNCTION_ARGS)
 {
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2];
 	Interval   *delay;
 	JobqAttempt attempt;
 	JobqSavedUser saved;
@@ -1469,23 +1493,12 @@ jobq_snooze(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = PG_GETARG_DATUM(1);
-	jobq_spi_exec(jobq_plan(&plan_fail_lock,
-							"SELECT " JOBQ_ATTEMPT_COLUMNS
-							" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
-							" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
-							" FOR UPDATE OF j",
-							2, types),
-				  values, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	if (!LockRunningJob(PG_GETARG_INT64(0), PG_GETARG_INT64(1), saved.caller, &attempt))
 	{
 		SPI_finish();
 		jobq_restore_user(&saved);
 		PG_RETURN_NULL();
 	}
-	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &attempt);
-	jobq_require(saved.caller, attempt.queue, JOBQ_CAP_WORK);
 	now = GetCurrentTimestamp();
 	(void) jobq_end_attempt(&attempt, cstring_to_text("snoozed"), true, delay,
 							"snoozed", now);
@@ -1543,18 +1556,7 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 	bool		done;
 	JobqSavedUser saved;
 
-	RequireArg(fcinfo, 0, "job_id");
-	RequireArg(fcinfo, 1, "lease_token");
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = PG_GETARG_DATUM(1);
-	if (PG_ARGISNULL(2))
-		nulls[2] = 'n';
-	else
-	{
-		CheckJsonSize(PG_GETARG_JSONB_P(2), "data", false);
-		values[2] = PG_GETARG_DATUM(2);
-	}
-	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+	TokenJsonArgs(fcinfo, "data", values, nulls);
 
 	jobq_become_owner(&saved);
 	SPI_connect();
