@@ -94,3 +94,9 @@ SELECT kind FROM jobq.claim(batch => 10);
 
 -- a claim without worker_id leaves it NULL
 SELECT worker_id IS NULL AS no_worker_id FROM jobq.jobs WHERE kind = 'in-default';
+
+-- enqueue_many mixing jobs with and without keys: job ids follow the input
+-- order, so claims come back in input order (FIFO within a priority)
+SELECT count(*) FROM jobq.enqueue_many('mix', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": 4}', '{"n": 5}']::jsonb[],
+                                       queue => 'mixq', idempotency_keys => ARRAY[NULL, 'm-a', NULL, 'm-a', NULL]);
+SELECT payload->>'n' AS n FROM jobq.claim('mixq', batch => 10);

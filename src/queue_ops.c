@@ -92,6 +92,8 @@ static SPIPlanPtr plan_key_reserve;
 static SPIPlanPtr plan_key_lookup;
 static SPIPlanPtr plan_insert_ready;
 static SPIPlanPtr plan_insert_scheduled;
+static SPIPlanPtr plan_bulk_ready;
+static SPIPlanPtr plan_bulk_scheduled;
 static SPIPlanPtr plan_requeue_ready;
 static SPIPlanPtr plan_requeue_scheduled;
 static SPIPlanPtr plan_promote;
@@ -499,6 +501,84 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 		jobq_state_note_scheduled(job->queue, job->run_at);
 }
 
+/* qsort comparator for job ids. */
+static int
+Int64Compare(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+/*
+ * Enqueue n jobs without idempotency keys that differ only by payload, in
+ * one statement (SPI connected).  ids[] gets their ids in payload order:
+ * nextval runs in array order, after the ORDER BY.
+ */
+static void
+EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int64 *ids)
+{
+	Oid			types[8] = {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, JSONBARRAYOID};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	JobqQueue	q;
+	bool		ready = job->run_at <= now;
+	bool		isnull;
+
+	QueueGetOrCreate(job->queue, &q);
+	values[0] = CStringGetTextDatum(job->queue);
+	values[1] = CStringGetTextDatum(job->kind);
+	values[2] = Int32GetDatum(job->priority);
+	values[3] = Int32GetDatum(job->has_max_retries ? job->max_retries : q.max_retries);
+	values[4] = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
+	nulls[4] = job->concurrency_key ? ' ' : 'n';
+	values[5] = TimestampTzGetDatum(job->run_at);
+	values[6] = TimestampTzGetDatum(now);
+	values[7] = PointerGetDatum(construct_array(payloads, n, JSONBOID, -1, false, TYPALIGN_INT));
+
+	if (ready)
+		jobq_spi_exec(jobq_plan(&plan_bulk_ready,
+								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+								" status, max_retries, concurrency_key, run_at, created_at, updated_at)"
+								" SELECT nextval('jobq.job_id_seq'), $1, $2, u.p, $3, 'pending', $4, $5,"
+								" $6, $7, $7 FROM unnest($8) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
+								" RETURNING job_id)"
+								" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+								" concurrency_key) SELECT $1, -$3, $6, j.job_id, $2, $5 FROM j"
+								" RETURNING job_id",
+								8, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
+	else
+		jobq_spi_exec(jobq_plan(&plan_bulk_scheduled,
+								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+								" status, max_retries, concurrency_key, run_at, created_at, updated_at)"
+								" SELECT nextval('jobq.job_id_seq'), $1, $2, u.p, $3, 'pending', $4, $5,"
+								" $6, $7, $7 FROM unnest($8) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
+								" RETURNING job_id)"
+								" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
+								" concurrency_key) SELECT $1, $3, $6, j.job_id, $2, $5 FROM j"
+								" RETURNING job_id",
+								8, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
+	if (SPI_processed != (uint64) n)
+		elog(ERROR, "jobq: bulk enqueue wrote %llu jobs of %d",
+			 (unsigned long long) SPI_processed, n);
+	for (int i = 0; i < n; i++)
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	qsort(ids, n, sizeof(int64), Int64Compare);
+
+	if (ready)
+	{
+		JobqClaimPos pos = {-job->priority, job->run_at, ids[0]};
+
+		jobq_state_note_ready(job->queue, &pos);
+	}
+	else
+		jobq_state_note_scheduled(job->queue, job->run_at);
+}
+
 /* Emit one (job_id, created) row. */
 static void
 PutJobRow(ReturnSetInfo *rsinfo, int64 job_id, bool created)
@@ -575,6 +655,10 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 	Jsonb	  **docs;
 	TimestampTz now;
 	JobqSavedUser saved;
+	Datum	   *keyless;
+	int			nkeyless = 0;
+	int64	   *ids;
+	bool	   *created;
 
 	NewJobCommonArgs(fcinfo, &job);
 	RequireArg(fcinfo, 1, "payloads");
@@ -587,6 +671,7 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 
 	/* validate every element before writing anything */
 	docs = palloc(sizeof(Jsonb *) * Max(n, 1));
+	keyless = palloc(sizeof(Datum) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		char		argname[64];
@@ -622,16 +707,38 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 	SPI_connect();
 	jobq_require(saved.caller, job.queue, JOBQ_CAP_ENQUEUE);
 	now = GetCurrentTimestamp();
-	for (int i = 0; i < n; i++)
-	{
-		int64		job_id;
-		bool		created;
 
-		job.payload = docs[i];
-		job.key = (keys != NULL && !key_nulls[i]) ? TextDatumGetCString(keys[i]) : NULL;
-		jobq_enqueue_job(&job, now, &job_id, &created);
-		PutJobRow(rsinfo, job_id, created);
+	/*
+	 * In input order, so job ids (FIFO within a priority) follow it: each
+	 * run of jobs without a key in one statement, jobs with a key one by
+	 * one, through the unique index.
+	 */
+	ids = palloc(sizeof(int64) * Max(n, 1));
+	created = palloc(sizeof(bool) * Max(n, 1));
+	for (int i = 0; i < n;)
+	{
+		if (keys == NULL || key_nulls[i])
+		{
+			int			start = i;
+
+			nkeyless = 0;
+			while (i < n && (keys == NULL || key_nulls[i]))
+			{
+				keyless[nkeyless++] = PointerGetDatum(docs[i]);
+				created[i++] = true;
+			}
+			EnqueueBulk(&job, keyless, nkeyless, now, &ids[start]);
+		}
+		else
+		{
+			job.payload = docs[i];
+			job.key = TextDatumGetCString(keys[i]);
+			jobq_enqueue_job(&job, now, &ids[i], &created[i]);
+			i++;
+		}
 	}
+	for (int i = 0; i < n; i++)
+		PutJobRow(rsinfo, ids[i], created[i]);
 	SPI_finish();
 	jobq_restore_user(&saved);
 	return (Datum) 0;
