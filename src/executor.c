@@ -621,6 +621,8 @@ jobq_executor_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	/* a reload signalled before our handler was in place is lost: re-read */
+	ProcessConfigFile(PGC_SIGHUP);
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 	pgstat_report_appname("jobq executor");
 	in_executor = true;

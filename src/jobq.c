@@ -44,7 +44,7 @@ int			jobq_max_schedules = 10000;
 /* jobq.max_batch: most jobs one claim or complete_many may handle */
 int			jobq_max_batch = 1000;
 
-/* jobq.idempotency_retention: how long a key outlives its pruned job (s) */
+/* jobq.idempotency_retention: how long a key stays reserved after its job finished (s) */
 int			jobq_idempotency_retention = 7 * 24 * 3600;
 
 void		_PG_init(void);
@@ -110,7 +110,7 @@ _PG_init(void)
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.idempotency_retention",
-							"How long an idempotency key stays reserved after its finished job is pruned.",
+							"How long an idempotency key stays reserved after its job finished, even if the job is pruned earlier.",
 							NULL,
 							&jobq_idempotency_retention,
 							7 * 24 * 3600, 0, INT_MAX,

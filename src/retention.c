@@ -4,8 +4,8 @@
  *	  Pruning: finished jobs leave jobq.job after their queue's retention
  *	  (completed and cancelled: retention_completed, default 1 day; failed:
  *	  retention_failed, default 30 days), and idempotency keys leave
- *	  jobq.idempotency_key jobq.idempotency_retention after their job was
- *	  pruned.
+ *	  jobq.idempotency_key once their job is pruned and
+ *	  jobq.idempotency_retention has passed since it finished.
  *
  * Work is done in batches of a few hundred rows, each batch one short
  * transaction in the background worker, with SKIP LOCKED so pruning never

@@ -93,6 +93,7 @@ typedef struct JobqDbSlot
 	TimestampTz last_cycle_at;	/* when the worker last finished a cycle */
 	TimestampTz no_extension_at;	/* a worker found no jobq here then */
 	TimestampTz blocked_until;	/* a command needs the database alone */
+	TimestampTz wake_at;		/* a CREATE EXTENSION jobq committed then */
 	int64		reaped;			/* expired leases reaped since start */
 	int64		pruned;			/* rows pruned since start */
 	int64		fired;			/* schedule fires since start */
@@ -438,7 +439,12 @@ LauncherCycle(void)
 		if (slot->last_start != 0 &&
 			!TimestampDifferenceExceeds(slot->last_start, now, JOBQ_RESTART_DELAY_MS))
 			continue;
-		if (slot->no_extension_at != 0 &&
+		/*
+		 * A database found without jobq is looked at again after the recheck
+		 * interval, or at once if CREATE EXTENSION committed after the look
+		 * began.
+		 */
+		if (slot->no_extension_at != 0 && slot->no_extension_at > slot->wake_at &&
 			!TimestampDifferenceExceeds(slot->no_extension_at, now,
 										jobq_database_recheck_s * 1000))
 			continue;
@@ -477,6 +483,8 @@ jobq_launcher_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	/* a reload signalled before our handler was in place is lost: re-read */
+	ProcessConfigFile(PGC_SIGHUP);
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("jobq launcher");
 
@@ -528,6 +536,32 @@ WorkerDetach(int code, Datum arg)
 	LWLockRelease(JobqWorkerLock);
 }
 
+/* Is this database (still) one jobq.databases lets a worker serve? */
+static bool
+WorkerDatabaseListed(void)
+{
+	char	   *rawlist;
+	List	   *wanted = NIL;
+	char	   *dbname;
+	ListCell   *lc;
+	bool		listed = false;
+
+	if (jobq_databases == NULL || jobq_databases[0] == '\0')
+		return true;
+	rawlist = pstrdup(jobq_databases);
+	if (!SplitIdentifierString(rawlist, ',', &wanted))
+		return true;			/* the launcher logs the bad syntax */
+	StartTransactionCommand();
+	dbname = get_database_name(MyDatabaseId);
+	foreach(lc, wanted)
+	{
+		if (dbname != NULL && strcmp((char *) lfirst(lc), dbname) == 0)
+			listed = true;
+	}
+	CommitTransactionCommand();
+	return listed;
+}
+
 /* Find this database's slot and put our pid in it; false if it is taken. */
 static bool
 WorkerAttach(void)
@@ -541,7 +575,8 @@ WorkerAttach(void)
 
 		if (slot->dbid != MyDatabaseId)
 			continue;
-		if (slot->pid == 0)
+		/* a DROP DATABASE or the like wants the database: go away */
+		if (slot->pid == 0 && slot->blocked_until <= GetCurrentTimestamp())
 		{
 			slot->pid = MyProcPid;
 			slot->latch = MyLatch;
@@ -749,10 +784,13 @@ jobq_worker_main(Datum main_arg)
 	TimestampTz next_due = 0;
 	long		sleep_ms;
 	bool		usable;
+	TimestampTz looked_at;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	/* a reload signalled before our handler was in place is lost: re-read */
+	ProcessConfigFile(PGC_SIGHUP);
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 	pgstat_report_appname("jobq worker");
 
@@ -760,10 +798,11 @@ jobq_worker_main(Datum main_arg)
 		proc_exit(0);			/* another worker serves this database */
 	on_shmem_exit(WorkerDetach, (Datum) 0);
 
+	looked_at = GetCurrentTimestamp();
 	if (!WorkerExtensionPresent(&usable))
 	{
 		LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
-		WorkerShared->slots[MySlot].no_extension_at = GetCurrentTimestamp();
+		WorkerShared->slots[MySlot].no_extension_at = looked_at;
 		WorkerShared->slots[MySlot].has_jobq = false;
 		LWLockRelease(JobqWorkerLock);
 		proc_exit(0);
@@ -781,10 +820,16 @@ jobq_worker_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		looked_at = GetCurrentTimestamp();
+		if (!WorkerDatabaseListed())
+		{
+			ereport(LOG, (errmsg("jobq worker exiting: the database is no longer in jobq.databases")));
+			proc_exit(0);
+		}
 		if (!WorkerRound(&last_prune, &next_due))
 		{
 			LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
-			WorkerShared->slots[MySlot].no_extension_at = GetCurrentTimestamp();
+			WorkerShared->slots[MySlot].no_extension_at = looked_at;
 			WorkerShared->slots[MySlot].has_jobq = false;
 			LWLockRelease(JobqWorkerLock);
 			ereport(LOG, (errmsg("jobq worker exiting: the extension is no longer installed")));
@@ -1113,7 +1158,7 @@ jobq_worker_xact_callback(XactEvent event, void *arg)
 		{
 			if (WorkerShared->slots[i].dbid == MyDatabaseId)
 			{
-				WorkerShared->slots[i].no_extension_at = 0;
+				WorkerShared->slots[i].wake_at = GetCurrentTimestamp();
 				WorkerShared->slots[i].last_start = 0;
 			}
 		}

@@ -145,7 +145,7 @@ CREATE TABLE jobq.idempotency_key (
     PRIMARY KEY (kind, key)
 );
 COMMENT ON TABLE jobq.idempotency_key IS
-    'reserved (kind, idempotency key) pairs; kept while the job exists and for jobq.idempotency_retention after it is pruned';
+    'reserved (kind, idempotency key) pairs; kept while the job exists and for jobq.idempotency_retention after it finished';
 COMMENT ON COLUMN jobq.idempotency_key.expires_at IS 'NULL while the job row exists';
 
 CREATE TABLE jobq.attempt (
