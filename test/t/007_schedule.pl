@@ -1,0 +1,427 @@
+# Cron schedules fire on time from the background worker: every run_at is a
+# fire time of the cron (in the schedule's time zone), each fire time fires
+# once, and the fire latency (created_at - run_at) is small.  Pausing stops
+# fires; at resume the missed times follow the misfire policy.  A crash in
+# the middle of a fire (of the jobq worker, and of the postmaster) fires no
+# time twice, and leaves no gap that the misfire policy does not explain.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $grace = 5;    # jobq.misfire_grace, the default
+
+my $node = PostgreSQL::Test::Cluster->new('schedule');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'jobq'\njobq.misfire_grace = $grace\n"
+	  # PostgreSQL::Test::Cluster turns it off; the crash below needs it
+	  . "restart_after_crash = on\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION jobq');
+
+# The pid of the jobq worker of database postgres, once there is one.
+sub worker_pid
+{
+	$node->poll_query_until(
+		'postgres', q{
+		SELECT count(*) = 1 FROM jobq.workers WHERE role = 'worker' AND database = 'postgres'})
+	  or die 'no jobq worker for database postgres';
+	return $node->safe_psql('postgres', q{
+		SELECT pid FROM jobq.workers WHERE role = 'worker' AND database = 'postgres'});
+}
+
+# The idempotency key of the fire of schedule $id at the SQL timestamptz
+# expression $t.
+sub key_sql
+{
+	my ($id, $t) = @_;
+	return qq{('jobq:schedule:' || $id || ':'
+	           || ((extract(epoch FROM $t) - 946684800) * 1000000)::bigint)};
+}
+
+# What every fire of a schedule must satisfy, as one line of booleans (all
+# 't' when it holds): run_at values distinct and each a whole second and a
+# fire time of the cron in the zone, keys distinct and naming the schedule
+# and the fire time, no job created before its fire time.
+sub fires_sane
+{
+	my ($name) = @_;
+	my $key = key_sql('s.schedule_id', 'j.run_at');
+	return $node->safe_psql(
+		'postgres', qq{
+		SELECT count(DISTINCT j.run_at) = count(*),
+		       count(DISTINCT j.idempotency_key) = count(*),
+		       bool_and(date_trunc('second', j.run_at) = j.run_at),
+		       bool_and(j.run_at = jobq.cron_next(s.cron, j.run_at - interval '1 microsecond',
+		                                          s.timezone)),
+		       bool_and(j.idempotency_key = $key),
+		       bool_and(j.created_at >= j.run_at)
+		  FROM jobq.job j JOIN jobq.schedule s ON s.kind = j.kind
+		 WHERE s.name = '$name'});
+}
+
+my $all_true = 't|t|t|t|t|t';
+
+#
+# on time: every second, every other second, and in Asia/Kathmandu
+#
+worker_pid();
+
+# Kathmandu is UTC+05:45.  The third schedule fires every other second during
+# the current and the next minute of Kathmandu's wall clock; read as UTC
+# those minutes are others, so its fires show that the zone is applied.
+my $ktm_minute = $node->safe_psql('postgres',
+	q{SELECT extract(minute FROM now() AT TIME ZONE 'Asia/Kathmandu')::int});
+my $ktm_cron = sprintf('*/2 %d,%d * * * *', $ktm_minute, ($ktm_minute + 1) % 60);
+
+$node->safe_psql(
+	'postgres', qq{
+	SELECT jobq.schedule('sec', '* * * * * *', 'sec');
+	SELECT jobq.schedule('two', '*/2 * * * * *', 'two');
+	SELECT jobq.schedule('ktm', '$ktm_cron', 'ktm', timezone => 'Asia/Kathmandu');
+});
+
+ok( $node->poll_query_until(
+		'postgres', q{
+	SELECT count(*) FILTER (WHERE kind = 'sec') >= 5
+	   AND count(*) FILTER (WHERE kind = 'two') >= 3
+	   AND count(*) FILTER (WHERE kind = 'ktm') >= 3
+	  FROM jobq.job}),
+	'the three schedules fire');
+
+foreach my $name ('sec', 'two', 'ktm')
+{
+	is(fires_sane($name), $all_true, "$name: each fire time once, whole seconds of the cron");
+
+	# No fire time skipped: the first fire is the first one after the
+	# schedule was created, each next one follows its predecessor.
+	is( $node->safe_psql(
+			'postgres', qq{
+		WITH f AS (
+			SELECT j.run_at, s.cron, s.timezone, s.created_at AS scheduled_at,
+			       lag(j.run_at) OVER (ORDER BY j.run_at) AS prev
+			  FROM jobq.job j JOIN jobq.schedule s ON s.kind = j.kind
+			 WHERE s.name = '$name')
+		SELECT bool_and(CASE WHEN prev IS NOT NULL
+		                     THEN run_at = jobq.cron_next(cron, prev, timezone)
+		                     -- the first one: jobq.schedule() takes its own clock
+		                     -- reading, just after the transaction's now()
+		                     ELSE run_at IN (jobq.cron_next(cron, scheduled_at, timezone),
+		                                     jobq.cron_next(cron, scheduled_at + interval '1 ms',
+		                                                    timezone)) END)
+		  FROM f}),
+		't',
+		"$name: the first fire after scheduling, and every fire time after it");
+
+	my ($n, $max_ms, $avg_ms) = split /\|/,
+	  $node->safe_psql(
+		'postgres', qq{
+		SELECT count(*),
+		       round(extract(epoch FROM max(created_at - run_at)) * 1000, 1),
+		       round(extract(epoch FROM avg(created_at - run_at)) * 1000, 1)
+		  FROM jobq.job WHERE kind = '$name'});
+	diag(sprintf('fire latency (created_at - run_at) of %s over %d fires: max %s ms, avg %s ms',
+		$name, $n, $max_ms, $avg_ms));
+	cmp_ok($max_ms, '<', 2000, "$name: every fire within 2 s of its time");
+}
+
+is( $node->safe_psql(
+		'postgres',
+		sprintf(q{
+	SELECT count(*) FROM jobq.job
+	 WHERE kind = 'ktm'
+	   AND extract(minute FROM run_at AT TIME ZONE 'Asia/Kathmandu')::int NOT IN (%d, %d)},
+			$ktm_minute, ($ktm_minute + 1) % 60)),
+	'0', 'ktm: every fire in one of the two minutes of Kathmandu wall-clock time');
+
+cmp_ok(
+	$node->safe_psql(
+		'postgres', q{
+	SELECT fired FROM jobq.workers WHERE role = 'worker' AND database = 'postgres'}),
+	'>=', 10,
+	'jobq.workers counts the fires');
+
+$node->safe_psql('postgres',
+	q{SELECT jobq.unschedule(n) FROM unnest(ARRAY['sec', 'two', 'ktm']) n});
+
+#
+# pause, and resume with each misfire policy
+#
+$node->safe_psql(
+	'postgres', q{
+	SELECT jobq.schedule('p_' || m, '* * * * * *', 'p_' || m, misfire => m)
+	  FROM unnest(ARRAY['skip', 'run_once', 'run_all']) m});
+ok( $node->poll_query_until(
+		'postgres', q{
+	SELECT count(DISTINCT kind) = 3 FROM jobq.job WHERE kind LIKE 'p\_%'}),
+	'the p_ schedules fire');
+
+$node->safe_psql('postgres',
+	q{SELECT jobq.pause_schedule(n) FROM unnest(ARRAY['p_skip', 'p_run_once', 'p_run_all']) n});
+# the last fire of each before the pause
+my %last;
+foreach my $m ('skip', 'run_once', 'run_all')
+{
+	$last{$m} = $node->safe_psql('postgres',
+		"SELECT max(run_at) FROM jobq.job WHERE kind = 'p_$m'");
+}
+my $jobs_at_pause = $node->safe_psql('postgres',
+	q{SELECT count(*) FROM jobq.job WHERE kind LIKE 'p\_%'});
+
+# Let four fire times pass.
+$node->poll_query_until(
+	'postgres', qq{
+	SELECT clock_timestamp() > greatest('$last{skip}'::timestamptz, '$last{run_once}',
+	                                    '$last{run_all}') + interval '4.2 s'})
+  or die 'the clock stands still';
+is( $node->safe_psql(
+		'postgres', q{SELECT count(*) FROM jobq.job WHERE kind LIKE 'p\_%'}),
+	$jobs_at_pause, 'paused schedules fire nothing');
+foreach my $m ('skip', 'run_once', 'run_all')
+{
+	is( $node->safe_psql(
+			'postgres', qq{
+		SELECT paused, next_fire_at = '$last{$m}'::timestamptz + interval '1 s',
+		       last_fire_at = '$last{$m}'
+		  FROM jobq.schedule WHERE name = 'p_$m'}),
+		't|t|t', "p_$m: paused, its next fire is the one after its last");
+}
+
+# Resume one schedule and look at its jobs in the same transaction: its row
+# stays locked until commit, so the worker cannot fire it meanwhile.  R, the
+# time of the resume, is between before and after.
+sub resume_and_look
+{
+	my ($m, $look) = @_;
+	my $out = $node->safe_psql(
+		'postgres', qq{
+		BEGIN;
+		SELECT clock_timestamp() AS before \\gset
+		SELECT jobq.resume_schedule('p_$m');
+		SELECT clock_timestamp() AS after \\gset
+		$look
+		COMMIT;
+	});
+	my ($resumed, @rest) = split /\n/, $out;
+	is($resumed, 't', "p_$m: resume_schedule returns true");
+	return join("\n", @rest);
+}
+
+my $offset = -s $node->logfile;
+
+# skip: nothing fires; the next fire is the first after R
+is( resume_and_look(
+		'skip', qq{
+		SELECT (SELECT count(*) FROM jobq.job WHERE kind = 'p_skip' AND run_at > '$last{skip}'),
+		       next_fire_at > :'before' AND next_fire_at <= :'after'::timestamptz + interval '1 s',
+		       last_fire_at = '$last{skip}', paused
+		  FROM jobq.schedule WHERE name = 'p_skip';}),
+	'0|t|t|f',
+	'p_skip: resume fires none of the missed times');
+
+# run_once: one job, for the latest missed time (the last whole second before R)
+is( resume_and_look(
+		'run_once', qq{
+		SELECT count(*), min(run_at) = date_trunc('second', min(created_at)),
+		       min(created_at) BETWEEN :'before' AND :'after',
+		       min(run_at) >= '$last{run_once}'::timestamptz + interval '4 s'
+		  FROM jobq.job WHERE kind = 'p_run_once' AND run_at > '$last{run_once}';}),
+	'1|t|t|t',
+	'p_run_once: resume fires one job, for the latest missed time');
+
+# run_all: one job for each second from the last fire to R
+my ($all_check, $all_missed) = split /\n/,
+  resume_and_look(
+	'run_all', qq{
+	SELECT count(*) = extract(epoch FROM date_trunc('second', min(created_at))
+	                                     - '$last{run_all}'::timestamptz)::int,
+	       count(DISTINCT run_at) = count(*),
+	       min(run_at) = '$last{run_all}'::timestamptz + interval '1 s',
+	       max(run_at) = date_trunc('second', min(created_at)),
+	       min(created_at) = max(created_at) AND min(created_at) BETWEEN :'before' AND :'after'
+	  FROM jobq.job WHERE kind = 'p_run_all' AND run_at > '$last{run_all}';
+	SELECT count(*) FROM jobq.job WHERE kind = 'p_run_all' AND run_at > '$last{run_all}';});
+is($all_check, 't|t|t|t|t',
+	'p_run_all: resume fires one job for each missed second, together');
+cmp_ok($all_missed, '>=', 4, "p_run_all: $all_missed missed times fired");
+ok( $node->wait_for_log(
+		qr/schedule "p_run_all" missed $all_missed fire times; misfire policy run_all fired $all_missed/,
+		$offset),
+	'p_run_all: the missed round is logged');
+ok( $node->log_contains(
+		qr/schedule "p_run_once" missed \d+ fire times; misfire policy run_once fired 1/, $offset),
+	'p_run_once: the missed round is logged');
+ok( $node->log_contains(
+		qr/schedule "p_skip" missed \d+ fire times; misfire policy skip fired 0/, $offset),
+	'p_skip: the missed round is logged');
+
+# After resume each fires on time again.
+my $resumed_at = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
+ok( $node->poll_query_until(
+		'postgres', qq{
+	SELECT bool_and(EXISTS (SELECT FROM jobq.job j
+	                         WHERE j.kind = s.kind
+	                           AND j.run_at > '$resumed_at'::timestamptz + interval '1 s'))
+	  FROM jobq.schedule s WHERE s.name LIKE 'p\\_%'}),
+	'after resume the schedules fire again');
+foreach my $m ('skip', 'run_once', 'run_all')
+{
+	is(fires_sane("p_$m"), $all_true, "p_$m: each fire time once, whole seconds of the cron");
+	# fires after resume are on time, one per second
+	is( $node->safe_psql(
+			'postgres', qq{
+		WITH f AS (
+			SELECT j.run_at, j.created_at, lag(j.run_at) OVER (ORDER BY j.run_at) AS prev
+			  FROM jobq.job j JOIN jobq.schedule s ON s.kind = j.kind
+			 WHERE s.name = 'p_$m' AND j.run_at > '$resumed_at')
+		SELECT bool_and(prev IS NULL OR run_at = prev + interval '1 s'),
+		       max(created_at - run_at) < interval '2 s'
+		  FROM f}),
+		't|t', "p_$m: after resume, fires every second on time");
+}
+$node->safe_psql('postgres',
+	q{SELECT jobq.unschedule(n) FROM unnest(ARRAY['p_skip', 'p_run_once', 'p_run_all']) n});
+
+#
+# crashes while firing
+#
+# An every-second schedule fires.  A session reserves the idempotency key of
+# a fire time two seconds ahead in an open transaction: when the worker fires
+# that time its enqueue waits for that session, in the middle of its firing
+# transaction (the schedule row locked, the jobs of the other schedules of
+# the round enqueued).  Then the crash.
+$node->safe_psql(
+	'postgres', q{
+	SELECT jobq.schedule('crash', '* * * * * *', 'crash', misfire => 'run_once');
+	SELECT jobq.schedule('crash_all', '* * * * * *', 'crash_all', misfire => 'run_all');
+});
+my ($crash_id) = $node->safe_psql('postgres',
+	q{SELECT schedule_id FROM jobq.schedule WHERE name = 'crash'});
+
+# Block the worker's fire of schedule crash; returns the session and the
+# blocked fire time (timestamptz, and seconds since the epoch).
+sub block_next_fire
+{
+	my $blocker = $node->background_psql('postgres', on_error_stop => 0);
+	my ($t, $t_epoch) = split /\|/,
+	  $blocker->query_safe(q{
+		SELECT t, extract(epoch FROM t)
+		  FROM (SELECT date_trunc('second', clock_timestamp()) + interval '2 s' AS t) x});
+	my $key = key_sql($crash_id, "'$t'::timestamptz");
+	$blocker->query_safe('BEGIN');
+	$blocker->query_safe(
+		qq{INSERT INTO jobq.idempotency_key (kind, key, job_id) VALUES ('crash', $key, 0)});
+	ok( $node->poll_query_until(
+			'postgres', q{
+		SELECT wait_event_type = 'Lock' FROM pg_stat_activity
+		 WHERE backend_type = 'jobq worker'}),
+		"the worker waits in its fire of $t");
+	return ($blocker, $t, $t_epoch);
+}
+
+# Check the fires of both schedules after a crash at fire time $t: each
+# time at most once; every gap in the fires is one misfire catch-up: the job
+# after the gap fired as the latest missed time (more than grace late, less
+# than grace + 1 s) in the same round as the on-time fire after it.
+sub check_after_crash
+{
+	my ($what, $t, $crash_gaps) = @_;
+
+	ok( $node->poll_query_until(
+			'postgres', qq{
+		SELECT count(*) = 2 FROM (
+			SELECT kind FROM jobq.job
+			 WHERE kind IN ('crash', 'crash_all')
+			   AND run_at > '$t'::timestamptz + interval '1 s'
+			 GROUP BY kind HAVING count(*) >= 2) k}),
+		"$what: the schedules fire again after the crash");
+
+	foreach my $name ('crash', 'crash_all')
+	{
+		is(fires_sane($name), $all_true, "$what: $name: no fire time twice");
+		my ($n, $gaps, $bad_gaps, $detail) = split /\|/,
+		  $node->safe_psql(
+			'postgres', qq{
+			WITH f AS (
+				SELECT run_at, created_at,
+				       lead(run_at) OVER w AS next_run_at,
+				       lead(created_at) OVER w AS next_created,
+				       lead(created_at, 2) OVER w AS next2_created,
+				       lead(run_at, 2) OVER w AS next2_run_at
+				  FROM jobq.job WHERE kind = '$name' WINDOW w AS (ORDER BY run_at))
+			SELECT count(*),
+			       count(*) FILTER (WHERE next_run_at > run_at + interval '1 s'),
+			       count(*) FILTER (WHERE next_run_at > run_at + interval '1 s'
+			           AND NOT (next_created - next_run_at > interval '$grace s'
+			                    AND next_created - next_run_at <= interval '$grace s' + interval '1 s'
+			                    AND next2_run_at = next_run_at + interval '1 s'
+			                    AND next2_created = next_created)),
+			       COALESCE(string_agg(to_char(run_at, 'HH24:MI:SS') || ' -> '
+			                           || to_char(next_run_at, 'HH24:MI:SS'), ', ')
+			                  FILTER (WHERE next_run_at > run_at + interval '1 s'), 'none')
+			  FROM f});
+		diag("$what: $name: $n fires, gaps: $detail");
+		if ($name eq 'crash')
+		{
+			is($gaps, $crash_gaps, "$what: $name: $crash_gaps gap(s) in the fires (run_once catch-ups)");
+			is($bad_gaps, '0', "$what: $name: a gap is a run_once catch-up of the latest missed time");
+		}
+		else
+		{
+			is($gaps, '0', "$what: $name: run_all leaves no gap");
+		}
+	}
+}
+
+# (a) kill -9 of the jobq worker in its fire
+{
+	ok( $node->poll_query_until(
+			'postgres', q{SELECT count(*) >= 2 FROM jobq.job WHERE kind = 'crash'}),
+		'a: the crash schedule fires');
+	my $worker = worker_pid();
+	my ($blocker, $t) = block_next_fire();
+	my $offset = -s $node->logfile;
+	kill 'KILL', $worker;
+	$node->wait_for_log(
+		qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s,
+		$offset);
+	ok( $node->log_contains(
+			qr/background worker "jobq worker" \(PID $worker\) was terminated by signal 9/,
+			$offset),
+		'a: the postmaster saw the jobq worker die');
+	$blocker->{run}->finish;
+	$node->poll_query_until('postgres', 'SELECT true')
+	  or die 'server did not come back';
+	# back within the grace: every fire time fires, no gap
+	check_after_crash('a', $t, 0);
+}
+
+# (b) kill -9 of the postmaster while the worker is in its fire
+{
+	my ($blocker, $t, $t_epoch) = block_next_fire();
+	my @pids = split /\n/,
+	  $node->safe_psql('postgres', 'SELECT pid FROM pg_stat_activity');
+	my $postmaster = $node->{_pid};
+	$node->kill9;
+	foreach my $pid ($postmaster, @pids)
+	{
+		foreach (1 .. 10 * $PostgreSQL::Test::Utils::timeout_default)
+		{
+			last unless kill(0, $pid);
+			usleep(100_000);
+		}
+		die "server process $pid did not exit" if kill(0, $pid);
+	}
+	$blocker->{run}->finish;
+	# down for longer than the grace: the blocked fire time and the next are
+	# missed; run_once fires the latest of them only (one gap), run_all each
+	usleep(100_000) while time() < $t_epoch + $grace + 1.5;
+	$node->start;
+	check_after_crash('b', $t, 1);
+}
+
+$node->stop;
+done_testing();
