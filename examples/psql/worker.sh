@@ -184,6 +184,7 @@ run_job() {
 			deadline=$((NOW + SHUTDOWN_US))
 		fi
 		if [ "$abandon" = 1 ] || { [ -n "$deadline" ] && [ "$NOW" -gt "$deadline" ]; }; then
+			pkill -TERM -P "$hpid" 2>/dev/null # the handler's own children first
 			kill "$hpid" 2>/dev/null
 			wait "$hpid" 2>/dev/null
 			sql -v id="${ids[i]}" -v token="${tokens[i]}" >/dev/null <<-'SQL' ||

@@ -13,6 +13,7 @@ jobq delivers a job at least once: see "Writing a worker" in the README.
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -110,7 +111,13 @@ def main():
     w = Worker(HANDLERS, queue=a.queue, conninfo=a.dsn, worker_id=a.worker_id,
                batch=a.batch, concurrency=a.concurrency, lease=a.lease, wait=a.wait,
                shutdown_timeout=a.shutdown_timeout)
-    return w.run()
+    code = w.run()
+    if code != 0:
+        # handlers abandoned at shutdown still run in their threads, which
+        # would keep the interpreter alive: leave without waiting for them
+        logging.shutdown()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

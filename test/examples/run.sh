@@ -22,7 +22,9 @@
 #     without losing it (heartbeat), and a kind without a handler is never
 #     claimed;
 #   * SIGTERM while a slow job runs: the worker claims nothing more, the job
-#     completes, the worker exits 0.
+#     completes, the worker exits 0;
+#   * (direct only) a second SIGTERM abandons a running job at once: exit 1,
+#     the job is pending again with the attempt counted.
 #
 # Needs python3 with psycopg (Debian: python3-psycopg) and python3-yaml,
 # node and npm (npm ci installs examples/node's locked dependencies when
@@ -297,6 +299,35 @@ example() {
 	check "$t: nothing is claimed after SIGTERM" \
 		is "SELECT status || ' ' || (claimed_at IS NULL) FROM jobq.jobs
 		     WHERE queue = '$Q' AND idempotency_key = '$Q-late'" "pending true"
+
+	# a second SIGTERM abandons the running job: it is released to run again
+	if [ "$via" = direct ]; then
+		q "SELECT jobq.enqueue('report.build', '{\"seconds\": 30}', '$Q', idempotency_key => '$Q-abandon')" >/dev/null
+		env "${env_via[@]}" "${worker[@]}" --queue "$Q" --worker-id "$lang-$via-2" --lease 1 --wait 5 \
+			>>"$log" 2>&1 &
+		worker_pid=$!
+		check "$t: a 30-second job is claimed" \
+			poll 10 "SELECT status = 'running' FROM jobq.jobs WHERE queue = '$Q' AND idempotency_key = '$Q-abandon'"
+		kill -TERM "$worker_pid"
+		end=$((SECONDS + 5))
+		until [ "$(grep -c 'no more claims' "$log")" = 2 ] || [ "$SECONDS" -ge "$end" ]; do sleep 0.05; done
+		kill -TERM "$worker_pid"
+		end=$((SECONDS + 10))
+		while kill -0 "$worker_pid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.1; done
+		rc=0
+		if kill -0 "$worker_pid" 2>/dev/null; then
+			kill -KILL "$worker_pid"
+			rc=timeout
+		fi
+		wait "$worker_pid" || rc=$?
+		worker_pid=
+		got="exit status $rc; log: $(tail -n 3 "$log")"
+		check "$t: a second SIGTERM abandons the running job at once: exit 1" test "$rc" = 1
+		check "$t: the abandoned job is pending again, that attempt counted" \
+			is "SELECT status || ' ' || retry_count || ' ' || last_error FROM jobq.jobs
+			     WHERE queue = '$Q' AND idempotency_key = '$Q-abandon'" "pending 1 abandoned at shutdown"
+	fi
+
 	if [ "$failed" -gt 0 ]; then
 		echo "# $lang/$via worker log (last 20 lines):"
 		tail -n 20 "$log" | sed 's/^/#   /'
