@@ -147,7 +147,7 @@ SELECT s.name, s.paused,
                            AND j.run_at = date_trunc('year', now())) AS last_job_is_latest,
        s.last_job_status
   FROM jobq.schedules s WHERE s.name LIKE 'ny-%' ORDER BY s.name;
--- resuming again: not paused any more
+-- resuming again: true (the schedule exists), and nothing fires again
 SELECT jobq.resume_schedule('ny-run_all');
 SELECT count(*) = extract(year FROM now()) - 2019 AS unchanged
   FROM jobq.job WHERE payload->>'policy' = 'run_all';
@@ -169,9 +169,9 @@ SELECT count(*) AS jobs,
 SELECT next_fire_at = date_trunc('year', now()) + interval '1 year' AS next_january_1st,
        last_fire_at = date_trunc('year', now()) AS last_fire_this_year
   FROM jobq.schedules WHERE name = 'ny-skip';
--- a fire time that already fired cannot fire again: its key is taken (what
--- run_schedules() returns here is not shown: it counts the fire times it went
--- through, taken keys included)
+-- a fire time that already fired cannot fire again: it is not after the
+-- schedule's last fire, and its key is taken (what run_schedules() returns
+-- is not shown: another schedule of this file may be due meanwhile)
 BEGIN;
 UPDATE jobq.schedule SET next_fire_at = '2020-01-01 00:00:00+00', misfire = 'run_all'
  WHERE name = 'ny-run_all';

@@ -72,10 +72,12 @@ typedef struct JobqSchedule
 	char	   *misfire;
 	int32		priority;
 	TimestampTz next_fire_at;
+	TimestampTz last_fire_at;	/* 0: never fired */
 } JobqSchedule;
 
 #define JOBQ_SCHEDULE_COLUMNS \
-	"schedule_id, name, cron, kind, payload, queue, timezone, misfire, priority, next_fire_at"
+	"schedule_id, name, cron, kind, payload, queue, timezone, misfire, priority," \
+	" next_fire_at, last_fire_at"
 
 /* Read JOBQ_SCHEDULE_COLUMNS from an SPI tuple. */
 static void
@@ -93,15 +95,24 @@ ScheduleFromTuple(HeapTuple tup, TupleDesc desc, JobqSchedule *s)
 	s->misfire = SPI_getvalue(tup, desc, 8);
 	s->priority = DatumGetInt32(SPI_getbinval(tup, desc, 9, &isnull));
 	s->next_fire_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 10, &isnull));
+	s->last_fire_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 11, &isnull));
+	if (isnull)
+		s->last_fire_at = 0;
 }
 
-/* Enqueue the job standing for one fire time; returns its job id. */
-static int64
-FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now)
+/*
+ * Enqueue the job standing for one fire time into *job_id; false when the
+ * fire's key was taken already (it fired before) or the time is not after
+ * the schedule's last fire, which never fires twice whatever else changed.
+ */
+static bool
+FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now, int64 *job_id)
 {
 	JobqNewJob	job;
-	int64		job_id;
 	bool		created;
+
+	if (s->last_fire_at != 0 && fire_time <= s->last_fire_at)
+		return false;
 
 	job.kind = s->kind;
 	job.payload = s->payload;
@@ -113,8 +124,8 @@ FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now)
 	job.concurrency_key = NULL;
 	job.key = psprintf("jobq:schedule:%lld:%lld", (long long) s->id,
 					   (long long) fire_time);
-	jobq_enqueue_job(&job, now, &job_id, &created);
-	return job_id;
+	jobq_enqueue_job(&job, now, job_id, &created);
+	return created;
 }
 
 /*
@@ -135,6 +146,7 @@ FireSchedule(const JobqSchedule *s, TimestampTz now, bool all_missed)
 	TimestampTz last_fired = 0;
 	int64		last_job = 0;
 	int			fired = 0;
+	int			missed_fired = 0;
 	bool		has_next;
 	int			scanned = 0;
 	Oid			types[4] = {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID};
@@ -151,9 +163,11 @@ FireSchedule(const JobqSchedule *s, TimestampTz now, bool all_missed)
 	{
 		if (!all_missed && t >= grace_start)
 		{
-			last_job = FireOnce(s, t, now);
-			last_fired = t;
-			fired++;
+			if (FireOnce(s, t, now, &last_job))
+			{
+				last_fired = t;
+				fired++;
+			}
 		}
 		else
 			missed[nmissed++ % keep] = t;
@@ -177,10 +191,13 @@ FireSchedule(const JobqSchedule *s, TimestampTz now, bool all_missed)
 		{
 			TimestampTz mt = missed[(nmissed - n + i) % keep];
 
-			last_job = FireOnce(s, mt, now);
-			if (mt > last_fired)
-				last_fired = mt;
-			fired++;
+			if (FireOnce(s, mt, now, &last_job))
+			{
+				if (mt > last_fired)
+					last_fired = mt;
+				fired++;
+				missed_fired++;
+			}
 		}
 	}
 
@@ -201,9 +218,7 @@ FireSchedule(const JobqSchedule *s, TimestampTz now, bool all_missed)
 	if (nmissed > 0)
 		ereport(LOG,
 				(errmsg("jobq: schedule \"%s\" missed %d fire time%s; misfire policy %s fired %d",
-						s->name, nmissed, nmissed == 1 ? "" : "s", s->misfire,
-						strcmp(s->misfire, "skip") == 0 ? 0 :
-						strcmp(s->misfire, "run_once") == 0 ? 1 : Min(nmissed, keep))));
+						s->name, nmissed, nmissed == 1 ? "" : "s", s->misfire, missed_fired)));
 	return fired;
 }
 
@@ -435,7 +450,7 @@ jobq_pause_schedule(PG_FUNCTION_ARGS)
 }
 
 /*
- * jobq.resume_schedule(name) -> boolean
+ * jobq.resume_schedule(name) -> boolean (whether the schedule exists)
  *
  * The fire times that passed while it was paused are missed: they are
  * dealt with now, per the misfire policy.
@@ -453,19 +468,25 @@ jobq_resume_schedule(PG_FUNCTION_ARGS)
 	SPI_connect();
 	ScheduleRequire(saved.caller, values[0]);
 	jobq_spi_exec(jobq_plan(&plan_resume_lock,
-							"UPDATE jobq.schedule SET paused = false, updated_at = now()"
-							" WHERE name = $1 AND paused"
-							" RETURNING " JOBQ_SCHEDULE_COLUMNS,
+							"WITH old AS (SELECT schedule_id, paused FROM jobq.schedule"
+							" WHERE name = $1 FOR UPDATE)"
+							" UPDATE jobq.schedule s SET paused = false, updated_at = now()"
+							" FROM old WHERE s.schedule_id = old.schedule_id"
+							" RETURNING s.schedule_id, s.name, s.cron, s.kind, s.payload, s.queue,"
+							" s.timezone, s.misfire, s.priority, s.next_fire_at, s.last_fire_at,"
+							" old.paused",
 							1, types),
 				  values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed > 0)
 	{
 		JobqSchedule s;
 		bool		isnull;
+		bool		was_paused;
 
 		ScheduleFromTuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &s);
+		was_paused = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 12, &isnull));
 		(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 10, &isnull);
-		if (!isnull)
+		if (was_paused && !isnull)
 			FireSchedule(&s, GetCurrentTimestamp(), true);
 		done = true;
 	}
