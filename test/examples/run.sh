@@ -276,7 +276,7 @@ example() {
 	q "SELECT jobq.enqueue('report.build', '{\"seconds\": 2}', '$Q', idempotency_key => '$Q-term')" >/dev/null
 	check "$t: the slow job is claimed" \
 		poll 10 "SELECT status = 'running' FROM jobq.jobs WHERE queue = '$Q' AND idempotency_key = '$Q-term'"
-	sleep 0.3
+	sleep 0.5 # claimed is not started yet for the bash worker, which runs a batch in turn
 	kill -TERM "$worker_pid"
 	local end=$((SECONDS + 5))
 	until grep -q 'no more claims' "$log" || [ "$SECONDS" -ge "$end" ]; do sleep 0.05; done
@@ -308,6 +308,7 @@ example() {
 		worker_pid=$!
 		check "$t: a 30-second job is claimed" \
 			poll 10 "SELECT status = 'running' FROM jobq.jobs WHERE queue = '$Q' AND idempotency_key = '$Q-abandon'"
+		sleep 0.5
 		kill -TERM "$worker_pid"
 		end=$((SECONDS + 5))
 		until [ "$(grep -c 'no more claims' "$log")" = 2 ] || [ "$SECONDS" -ge "$end" ]; do sleep 0.05; done
