@@ -24,8 +24,8 @@
 #        on stdout (default 1 second); no retry is spent
 #   any other: jobq.fail(..., retryable => true) with the last line of its stderr
 #
-# While a handler runs, the leases of the batch's jobs are extended every
-# lease/3 seconds (jobq.extend).
+# The leases of the batch's jobs that are not finished are extended every
+# lease/3 seconds (jobq.extend), while a handler runs and between jobs.
 #
 # SIGTERM or SIGINT: no more claims.  The running job finishes and is
 # reported; the batch's jobs that have not started are handed back at once
@@ -147,6 +147,18 @@ extend_leases() {
 	[ -z "$lost" ] || log WARNING "lease lost: job(s) $(echo $lost)"
 }
 
+# heartbeat FIRST: extend the leases from index FIRST on when the next
+# heartbeat is due (every lease/3 from the claim, between jobs as well as
+# while one runs: the batch's waiting jobs hold leases too)
+NEXT_BEAT=0
+heartbeat() {
+	now
+	if [ "$NOW" -gt "$NEXT_BEAT" ]; then
+		extend_leases "$1"
+		NEXT_BEAT=$((NOW + BEAT_US))
+	fi
+}
+
 # hand_back FIRST: give the batch's jobs from index FIRST on back, unstarted
 hand_back() {
 	local first=$1
@@ -163,7 +175,7 @@ hand_back() {
 # run_job I: run job I of the batch and report its outcome; returns 1 when
 # the job was abandoned
 run_job() {
-	local i=$1 fn hpid rc t0 beat deadline out err outcome status
+	local i=$1 fn hpid rc t0 deadline out err outcome status
 	fn=${HANDLERS[${kinds[i]}]}
 	now
 	t0=$NOW
@@ -175,7 +187,6 @@ run_job() {
 		"$fn"
 	) >"$TMP/out" 2>"$TMP/err" </dev/null &
 	hpid=$!
-	beat=$((t0 + BEAT_US))
 	deadline=
 	while kill -0 "$hpid" 2>/dev/null; do
 		sleep 0.05
@@ -194,10 +205,7 @@ run_job() {
 			log WARNING "job ${ids[i]} (${kinds[i]}) abandoned, to run again"
 			return 1
 		fi
-		if [ "$NOW" -gt "$beat" ]; then
-			extend_leases "$i"
-			beat=$((NOW + BEAT_US))
-		fi
+		heartbeat "$i"
 	done
 	rc=0
 	wait "$hpid" || rc=$?
@@ -269,11 +277,14 @@ while [ "$stopping" = 0 ]; do
 		ids+=("$id") tokens+=("$token") kinds+=("$kind") retries+=("$retry")
 		payloads+=("$payload") checkpoints+=("$checkpoint")
 	done <"$TMP/claim"
+	now
+	NEXT_BEAT=$((NOW + BEAT_US))
 	for i in "${!ids[@]}"; do
 		if [ "$stopping" = 1 ]; then
 			hand_back "$i"
 			break
 		fi
+		heartbeat "$i"
 		if ! run_job "$i"; then
 			hand_back $((i + 1))
 			status=1

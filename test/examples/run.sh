@@ -14,7 +14,8 @@
 # For each example and each connection (direct, then through pgbouncer):
 #   * the producer commits orders with their jobs, and a rolled-back order
 #     leaves neither order nor job;
-#   * the worker runs 52 jobs of six kinds: every kind completes, a handler
+#   * the worker runs 52 jobs of six kinds (the three examples side by side,
+#     each in its own queue): every kind completes, a handler
 #     that always fails with a retryable error ends in jobq.dead_letter with
 #     retry_count 2, a permanent error fails at once, a rate-limited job is
 #     snoozed (no retry spent) then completes, a job that fails halfway
@@ -43,6 +44,7 @@ failed=0
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/jobq-examples.XXXXXX")
 worker_pid=
 bouncer_pid=
+sub_pids=()
 
 # q SQL: run SQL (no user input) on the server directly, unaligned
 q() {
@@ -91,24 +93,31 @@ drained() {
 }
 
 cleanup() {
-	[ -n "$worker_pid" ] && kill -KILL "$worker_pid" 2>/dev/null
+	local p
+	for p in "${sub_pids[@]}"; do
+		kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null
+	done
 	[ -n "$bouncer_pid" ] && kill -TERM "$bouncer_pid" 2>/dev/null && wait "$bouncer_pid" 2>/dev/null
 	q "SELECT count(jobq.cancel(job_id)) FROM jobq.jobs
 	    WHERE starts_with(queue, '$P') AND status IN ('pending', 'running');
 	   SELECT count(jobq.purge(name, s, '0')) FROM jobq.queue,
 	          unnest(ARRAY['completed', 'failed', 'cancelled']) s
 	    WHERE starts_with(name, '$P');
+	   DELETE FROM example_orders o USING jobq.job j
+	    WHERE starts_with(j.queue, '$P') AND j.kind = 'order.confirm'
+	      AND j.payload->>'order_id' = o.id::text;
 	   DELETE FROM jobq.idempotency_key WHERE starts_with(key, '$P');
 	   DELETE FROM jobq.queue WHERE starts_with(name, '$P');" >/dev/null 2>&1
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # --- set up ----------------------------------------------------------------
 
 DIRECT_HOST=${PGHOST:-/var/run/postgresql}
 DIRECT_PORT=${PGPORT:-5432}
-if ! q "SELECT 1" >/dev/null; then
+if ! START=$(q "SELECT now()"); then
 	echo "cannot connect with the PG* variables" >&2
 	echo "0 passed, 1 failed"
 	exit 1
@@ -185,10 +194,13 @@ check "pgbouncer in transaction mode answers" test "$BOUNCER_OK" = 1
 
 # --- one example through one connection ---------------------------------------
 
-# example LANG VIA: the producer, the job flow and SIGTERM for one example
+# example LANG VIA: the producer, the job flow and SIGTERM for one example;
+# run in a subshell of its own (the examples run side by side)
 example() {
-	local lang=$1 via=$2 Q=$P${1}_$2 t=$1/$2 worker producer log orders rc
+	local lang=$1 via=$2 Q=$P${1}_$2 t=$1/$2 worker producer log rc failed0=$failed
 	local -a env_via
+	trap '[ -n "$worker_pid" ] && kill -KILL "$worker_pid" 2>/dev/null' EXIT
+	trap 'exit 1' TERM
 	case $lang in
 		python)
 			worker=("$PY" "$ROOT/examples/python/worker.py")
@@ -212,15 +224,18 @@ example() {
 	echo "# $lang through $via (queue $Q)"
 
 	# the producer: three committed orders, one rolled back
-	env "${env_via[@]}" "${producer[@]}" --queue "$Q" --orders 3 >"$TMP/producer.out" 2>&1
-	got=$(cat "$TMP/producer.out")
+	env "${env_via[@]}" "${producer[@]}" --queue "$Q" --orders 3 >"$TMP/producer-$lang-$via.out" 2>&1
+	got=$(cat "$TMP/producer-$lang-$via.out")
 	check "$t: producer commits three orders with their jobs" \
-		test "$(grep -c 'committed with job' "$TMP/producer.out")" = 3
-	orders=$(q "SELECT count(*) FROM example_orders")
-	env "${env_via[@]}" "${producer[@]}" --queue "$Q" --orders 1 --fail >"$TMP/producer.out" 2>&1
-	check "$t: a rolled-back order leaves no order and no job" \
-		is "SELECT count(*) = $orders AND (SELECT count(*) FROM jobq.job WHERE queue = '$Q') = 3
-		      FROM example_orders" t
+		test "$(grep -c 'committed with job' "$TMP/producer-$lang-$via.out")" = 3
+	env "${env_via[@]}" "${producer[@]}" --queue "$Q" --orders 1 --fail >"$TMP/producer-$lang-$via.out" 2>&1
+	got=$(cat "$TMP/producer-$lang-$via.out")
+	check "$t: the failing producer rolls back" grep -q 'rolled back' "$TMP/producer-$lang-$via.out"
+	check "$t: a rolled-back order leaves no job, and no order is without its job" \
+		is "SELECT (SELECT count(*) FROM jobq.job WHERE queue = '$Q') || ' ' ||
+		           (SELECT count(*) FROM example_orders o WHERE o.created_at >= '$START'
+		               AND NOT EXISTS (SELECT FROM jobq.job j WHERE j.kind = 'order.confirm'
+		                                  AND j.payload->>'order_id' = o.id::text))" "3 0"
 
 	# the jobs
 	q "SELECT jobq.configure('$Q', max_retries => 2, backoff_base => '50 ms', backoff_cap => '100 ms');
@@ -235,9 +250,9 @@ example() {
 	   SELECT jobq.enqueue('report.build', '{\"seconds\": 2.5}', '$Q', idempotency_key => '$Q-slow');
 	   SELECT jobq.enqueue('video.transcode', '{}', '$Q');" >/dev/null
 
-	# the worker: a 1-second lease, so the 2.5-second job needs the heartbeat
+	# the worker: a 1.5-second lease, so the 2.5-second job needs the heartbeat
 	env "${env_via[@]}" "${worker[@]}" --queue "$Q" --worker-id "$lang-$via" --batch 10 \
-		--lease 1 --wait 5 >"$log" 2>&1 &
+		--lease 1.5 --wait 5 >"$log" 2>&1 &
 	worker_pid=$!
 	check "$t: the queue drains (every handled job completed or failed)" \
 		drained "$Q"
@@ -268,6 +283,8 @@ example() {
 		is "SELECT status || ' ' || retry_count || ' ' ||
 		           (SELECT count(*) FROM jobq.attempt a WHERE a.job_id = j.job_id)
 		      FROM jobq.jobs j WHERE queue = '$Q' AND idempotency_key = '$Q-slow'" "completed 0 0"
+	got=$(grep 'lease lost' "$log" | head -n 3)
+	check "$t: no lease was lost" test -z "$got"
 	check "$t: a kind without a handler is never claimed" \
 		is "SELECT status || ' ' || (claimed_at IS NULL) FROM jobq.jobs
 		     WHERE queue = '$Q' AND kind = 'video.transcode'" "pending true"
@@ -303,7 +320,7 @@ example() {
 	# a second SIGTERM abandons the running job: it is released to run again
 	if [ "$via" = direct ]; then
 		q "SELECT jobq.enqueue('report.build', '{\"seconds\": 30}', '$Q', idempotency_key => '$Q-abandon')" >/dev/null
-		env "${env_via[@]}" "${worker[@]}" --queue "$Q" --worker-id "$lang-$via-2" --lease 1 --wait 5 \
+		env "${env_via[@]}" "${worker[@]}" --queue "$Q" --worker-id "$lang-$via-2" --lease 1.5 --wait 5 \
 			>>"$log" 2>&1 &
 		worker_pid=$!
 		check "$t: a 30-second job is claimed" \
@@ -329,17 +346,40 @@ example() {
 			     WHERE queue = '$Q' AND idempotency_key = '$Q-abandon'" "pending 1 abandoned at shutdown"
 	fi
 
-	if [ "$failed" -gt 0 ]; then
+	if [ "$failed" -gt "$failed0" ]; then
 		echo "# $lang/$via worker log (last 20 lines):"
 		tail -n 20 "$log" | sed 's/^/#   /'
 	fi
 }
 
+# The three examples side by side (in queues of their own), first directly,
+# then through pgbouncer.
 for via in direct pgbouncer; do
 	[ "$via" = pgbouncer ] && [ "$BOUNCER_OK" = 0 ] && continue
-	[ -n "$PY" ] && example python "$via"
-	[ "$NODE_OK" = 1 ] && example node "$via"
-	example psql "$via"
+	langs=(psql)
+	[ -n "$PY" ] && langs+=(python)
+	[ "$NODE_OK" = 1 ] && langs+=(node)
+	sub_pids=()
+	for lang in "${langs[@]}"; do
+		(
+			s0=$SECONDS
+			example "$lang" "$via"
+			echo "# end of $lang/$via ($((SECONDS - s0)) s)"
+		) >"$TMP/result-$lang-$via" 2>&1 &
+		sub_pids+=($!)
+	done
+	wait "${sub_pids[@]}"
+	sub_pids=()
+	for lang in "${langs[@]}"; do
+		r=$TMP/result-$lang-$via
+		cat "$r"
+		passed=$((passed + $(grep -c '^ok - ' "$r")))
+		failed=$((failed + $(grep -c '^not ok - ' "$r")))
+		if ! grep -q "^# end of $lang/$via" "$r"; then
+			echo "not ok - $lang/$via: the test itself did not finish"
+			failed=$((failed + 1))
+		fi
+	done
 done
 
 # --- the postgres_exporter queries ---------------------------------------------
