@@ -32,7 +32,7 @@ PSQL=${PSQL:-psql}
 
 for i in $(seq 0 $((ORDERS - 1))); do
 	"$PSQL" -X -q -A -t -v ON_ERROR_STOP=1 -v queue="$QUEUE" -v customer="customer-$i" \
-		-v amount=$((10 + i)) -v fail="$FAIL" <<-'SQL'
+		-v amount=$((10 + i)) -v fail="$FAIL" <<-'SQL' || exit 1
 			BEGIN;
 			INSERT INTO example_orders (customer, amount) VALUES (:'customer', :'amount')
 			RETURNING id AS order_id \gset
@@ -48,5 +48,4 @@ for i in $(seq 0 $((ORDERS - 1))); do
 				\echo order :order_id committed with job :job_id
 			\endif
 		SQL
-	[ $? = 0 ] || exit 1
 done

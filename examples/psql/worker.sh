@@ -144,7 +144,7 @@ extend_leases() {
 			 WHERE jobq.extend(t.id, t.token, :'lease') IS NULL
 		SQL
 	) || { log ERROR "heartbeat failed"; return 0; }
-	[ -z "$lost" ] || log WARNING "lease lost: job(s) $(echo $lost)"
+	[ -z "$lost" ] || log WARNING "lease lost: job(s) ${lost//$'\n'/ }"
 }
 
 # heartbeat FIRST: extend the leases from index FIRST on when the next
