@@ -9,6 +9,9 @@
 # The whole test suite, with packages, a server and a non-root user set up,
 # is scripts/test; the demo is scripts/demo.
 
+# PGXS defines "all"; the install-script rule below must not become the default.
+.DEFAULT_GOAL := all
+
 EXTENSION = jobq
 MODULE_big = jobq
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
@@ -54,3 +57,6 @@ include $(PGXS)
 .PHONY: format
 format:
 	clang-format -i --style=file src/*.c src/*.h
+
+# make dist: a versioned archive of HEAD (after PGXS, so "all" stays the default)
+include $(srcdir)/dist.mk

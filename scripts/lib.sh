@@ -98,7 +98,7 @@ BUILD_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" make gc
 # The packages the test suites need on top of the build ones.
 # shellcheck disable=SC2034
 TEST_PACKAGES=("postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
-	clang libclang-rt-14-dev python3 tzdata pgbouncer)
+	clang libclang-rt-14-dev python3 tzdata pgbouncer python3-psycopg python3-yaml)
 
 # Copy the source tree $1 into the existing directory $2: the files git knows
 # about (tracked, plus untracked ones that are not ignored), or, outside a git

@@ -205,8 +205,7 @@ GrantObjects(Oid role, JobqCapability cap)
 					 "GRANT SELECT ON jobq.jobs, jobq.dead_letter, jobq.queue_stats, jobq.queues,"
 					 " jobq.schedules, jobq.workers, jobq.kind_stats, jobq.handlers TO %s;",
 					 rolename);
-	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "jobq: could not grant jobq's objects to %s", rolename);
+	jobq_spi_exec_sql(sql.data, false, SPI_OK_UTILITY);
 }
 
 /* jobq.grant(queue, role, capability): may be run by the queue's administrators */

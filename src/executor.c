@@ -678,7 +678,6 @@ jobq_database_has_handlers(void)
 {
 	bool		isnull;
 
-	if (SPI_execute("SELECT EXISTS (SELECT FROM jobq.handler)", true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "jobq: could not look for handlers");
+	jobq_spi_exec_sql("SELECT EXISTS (SELECT FROM jobq.handler)", true, SPI_OK_SELECT);
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }

@@ -196,5 +196,6 @@ extern SPIPlanPtr jobq_plan(SPIPlanPtr *cache, const char *sql, int nargs,
 							Oid *argtypes);
 extern void jobq_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
 						  int expected);
+extern void jobq_spi_exec_sql(const char *sql, bool read_only, int expected);
 
 #endif							/* JOBQ_H */
