@@ -295,22 +295,26 @@ sub sync_reaped
 	my $n = 0;
 	foreach my $r (split /\n/, $rows)
 	{
-		my ($id, $status, $rc, $run_at, $natt) = split /\|/, $r;
-		my $j = $jobs{$id};
-		# reaped: one more attempt in the history (the job may be claimed
-		# again since, by the claim that made us look)
-		next if $natt == @{ $j->{outcomes} };
-		my $want = end_attempt($j, 1, 'lease expired');
-		violation("job $id: reaped to $status/$rc, model says $want/$j->{rc}")
-		  if ($status ne $want && !($status eq 'running' && $want eq 'pending')) || $rc != $j->{rc};
-		violation("job $id: reaped but its history has $natt attempts, model "
-			  . scalar(@{ $j->{outcomes} }))
-		  if $natt != @{ $j->{outcomes} };
-		$j->{run_at} = $run_at;
-		$count{bg_reaps}++;
-		$n++;
+		$n += absorb_reap(split /\|/, $r);
 	}
 	return $n;
+}
+
+# If the database shows that the background worker reaped committed job $id
+# (one more attempt in its history; it may be claimed again since, by the
+# claim that made us look), apply that reap to the model.
+sub absorb_reap
+{
+	my ($id, $status, $rc, $run_at, $natt) = @_;
+	my $j = $jobs{$id};
+	return 0 unless $phase eq 'B' && $j->{status} eq 'running' && $natt == @{ $j->{outcomes} } + 1;
+	violation("job $id: reaped before its lease expired at $j->{lease_exp}") unless reapable($j, $EPS);
+	my $want = end_attempt($j, 1, 'lease expired');
+	violation("job $id: reaped to $status/$rc, model says $want/$j->{rc}")
+	  if ($status ne $want && !($status eq 'running' && $want eq 'pending')) || $rc != $j->{rc};
+	$j->{run_at} = $run_at;
+	$count{bg_reaps}++;
+	return 1;
 }
 
 sub commit_txn
@@ -499,7 +503,8 @@ sub apply_claim
 		push @token_pool, [ $id, $token ];
 		$count{claimed}++;
 	}
-	$txn[$i]{claimed}{$queue} = 1 if defined $txn[$i] && @$rows;
+	# a claim may have promoted due jobs of the queue, locked until the end
+	$txn[$i]{claimed}{$queue} = 1 if defined $txn[$i];
 }
 
 sub claim_sql
@@ -867,16 +872,20 @@ sub compare_state
 		       (SELECT count(*) FROM jobq.ready r WHERE r.job_id = j.job_id),
 		       (SELECT count(*) FROM jobq.scheduled s WHERE s.job_id = j.job_id),
 		       coalesce((SELECT string_agg(outcome, ',' ORDER BY attempt) FROM jobq.attempt a
-		                  WHERE a.job_id = j.job_id), '')
+		                  WHERE a.job_id = j.job_id), ''),
+		       us(j.run_at), (SELECT count(*) FROM jobq.attempt a WHERE a.job_id = j.job_id)
 		  FROM jobq.job j ORDER BY j.job_id});
 	my %seen;
 	my $bad = 0;
 	foreach my $line (split /\n/, $out)
 	{
 		my ($id, $queue, $kind, $key, $prio, $status, $rc, $maxr, $att, $token, $lexp, $ckpt, $nready,
-			$nsched, $outcomes) = split /\|/, $line, -1;
+			$nsched, $outcomes, $run_at, $natt) = split /\|/, $line, -1;
 		$seen{$id} = 1;
 		my $j = $jobs{$id};
+		# reaped by the background worker since the last look
+		absorb_reap($id, $status, $rc, $run_at, $natt)
+		  if defined $j && !grep { defined $_ && exists $_->{jobs}{$id} } @txn;
 		if (!defined $j)
 		{
 			diag("$label: job $id ($status) exists in the database, not in the model");
