@@ -1059,6 +1059,7 @@ sub step
 }
 
 my $t_start = Time::HiRes::time();
+my $walk_secs = 0;
 my $ok = eval {
 	foreach my $n (1 .. $NOPS)
 	{
@@ -1082,6 +1083,7 @@ my $ok = eval {
 	}
 
 	# finish the open transactions, then drain everything to a final state
+	$walk_secs = Time::HiRes::time() - $t_start;
 	$opno = 'drain';
 	end_txn($_, rand() < 0.7) foreach grep { defined $txn[$_] } 0 .. $NSESS - 1;
 	my $deadline = Time::HiRes::time() + 60;
@@ -1127,7 +1129,8 @@ if ($ok)
 my $final = $node->safe_psql('postgres',
 	"SELECT string_agg(status || '=' || n, ' ' ORDER BY status) FROM"
 	  . " (SELECT status, count(*) AS n FROM jobq.job GROUP BY status) s");
-diag(sprintf("model: %d operations in %.1f s, seed %d; jobs: %s", $NOPS, $secs, $seed, $final));
+diag(sprintf("model: %d operations in %.1f s, drained in %.1f s, seed %d; jobs: %s",
+		$NOPS, $walk_secs, $secs - $walk_secs, $seed, $final));
 diag("model counts: " . join(' ', map { "$_=$count{$_}" } sort keys %count));
 
 $_->quit foreach @S;
