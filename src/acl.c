@@ -46,6 +46,15 @@
 PG_FUNCTION_INFO_V1(jobq_grant);
 PG_FUNCTION_INFO_V1(jobq_revoke);
 PG_FUNCTION_INFO_V1(jobq_may_use_queue);
+PG_FUNCTION_INFO_V1(jobq_may_sql);
+
+/*
+ * Bumped whenever permissions may have changed under this backend's cached
+ * answers: its own grant or revoke, a subtransaction abort (which may undo
+ * one).  Other backends' changes show at the next transaction.
+ */
+static uint64 acl_generation = 0;
+static bool acl_callback_registered = false;
 
 static const char *const capability_names[] = {"enqueue", "work", "administer"};
 
@@ -193,7 +202,8 @@ GrantObjects(Oid role, JobqCapability cap)
 	appendStringInfo(&sql, "GRANT USAGE ON SCHEMA jobq TO %s;", rolename);
 	/* what the views call as the querying role */
 	appendStringInfo(&sql,
-					 "GRANT EXECUTE ON FUNCTION jobq.may_use_queue(text), jobq.worker_status(),"
+					 "GRANT EXECUTE ON FUNCTION jobq.may_use_queue(text), jobq.may(text, text),"
+					 " jobq.worker_status(),"
 					 " jobq.kind_stats(interval, text) TO %s;", rolename);
 	if (cap == JOBQ_CAP_ENQUEUE || cap == JOBQ_CAP_ADMINISTER)
 		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s TO %s;", enqueue_fns, rolename);
@@ -214,7 +224,7 @@ jobq_grant(PG_FUNCTION_ARGS)
 {
 	const char *queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
 	JobqCapability cap = CapabilityArg(fcinfo, 2);
-	Oid			types[4] = {TEXTOID, OIDOID, TEXTOID, OIDOID};
+	Oid			types[4] = {TEXTOID, REGROLEOID, TEXTOID, REGROLEOID};
 	Datum		values[4];
 	Oid			role;
 	JobqSavedUser saved;
@@ -238,6 +248,7 @@ jobq_grant(PG_FUNCTION_ARGS)
 							4, types),
 				  values, NULL, SPI_OK_INSERT);
 	GrantObjects(role, cap);
+	acl_generation++;
 	SPI_finish();
 	jobq_restore_user(&saved);
 	PG_RETURN_VOID();
@@ -249,7 +260,7 @@ jobq_revoke(PG_FUNCTION_ARGS)
 {
 	const char *queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
 	JobqCapability cap = CapabilityArg(fcinfo, 2);
-	Oid			types[3] = {TEXTOID, OIDOID, TEXTOID};
+	Oid			types[3] = {TEXTOID, REGROLEOID, TEXTOID};
 	Datum		values[3];
 	JobqSavedUser saved;
 	bool		done;
@@ -270,9 +281,52 @@ jobq_revoke(PG_FUNCTION_ARGS)
 							3, types),
 				  values, NULL, SPI_OK_DELETE);
 	done = SPI_processed > 0;
+	acl_generation++;
 	SPI_finish();
 	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
+}
+
+/* A subtransaction abort may undo a grant or revoke: forget cached answers. */
+static void
+AclSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+				   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		acl_generation++;
+}
+
+/* The role whose rights a view or a SECURITY DEFINER function of jobq asks about. */
+static Oid
+AskingRole(void)
+{
+	Oid			role = GetUserId();
+
+	/*
+	 * Inside jobq's SECURITY DEFINER functions the current user is the
+	 * owner: ask about the role the session acts as.
+	 */
+	return AllPowerful(role) ? GetOuterUserId() : role;
+}
+
+/* jobq.may(queue, capability) -> does the asking role hold it? */
+Datum
+jobq_may_sql(PG_FUNCTION_ARGS)
+{
+	const char *queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
+	JobqCapability cap = CapabilityArg(fcinfo, 1);
+	Oid			role = AskingRole();
+	JobqSavedUser saved;
+	bool		may;
+
+	if (AllPowerful(role))
+		PG_RETURN_BOOL(true);
+	jobq_become_owner(&saved);
+	SPI_connect();
+	may = jobq_may(role, strcmp(queue, "*") == 0 ? NULL : queue, cap);
+	SPI_finish();
+	jobq_restore_user(&saved);
+	PG_RETURN_BOOL(may);
 }
 
 /*
@@ -284,24 +338,24 @@ Datum
 jobq_may_use_queue(PG_FUNCTION_ARGS)
 {
 	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
+	static uint64 cached_generation = 0;
 	static Oid	cached_role = InvalidOid;
 	static char cached_queue[JOBQ_MAX_NAME_LEN + 1];
 	static bool cached_answer = false;
 	char	   *queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	Oid			role = GetUserId();
+	Oid			role = AskingRole();
 	JobqSavedUser saved;
 	bool		may;
 
-	/*
-	 * Inside jobq's SECURITY DEFINER functions the current user is the
-	 * owner: ask about the role the session acts as.
-	 */
-	if (AllPowerful(role))
-		role = GetOuterUserId();
 	if (AllPowerful(role))
 		PG_RETURN_BOOL(true);
-	if (cached_lxid == MyProc->lxid && cached_role == role &&
-		strcmp(cached_queue, queue) == 0)
+	if (!acl_callback_registered)
+	{
+		RegisterSubXactCallback(AclSubXactCallback, NULL);
+		acl_callback_registered = true;
+	}
+	if (cached_lxid == MyProc->lxid && cached_generation == acl_generation &&
+		cached_role == role && strcmp(cached_queue, queue) == 0)
 		PG_RETURN_BOOL(cached_answer);
 
 	jobq_become_owner(&saved);
@@ -311,6 +365,7 @@ jobq_may_use_queue(PG_FUNCTION_ARGS)
 	jobq_restore_user(&saved);
 
 	cached_lxid = MyProc->lxid;
+	cached_generation = acl_generation;
 	cached_role = role;
 	strlcpy(cached_queue, queue, sizeof(cached_queue));
 	cached_answer = may;

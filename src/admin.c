@@ -65,9 +65,9 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 	values[0] = Int64GetDatum(job_id);
 	values[1] = TimestampTzGetDatum(now);
 	jobq_spi_exec(jobq_plan(&plan_retry_lock,
-							"SELECT queue, kind, priority, concurrency_key FROM jobq.job"
-							" WHERE job_id = $1 AND status IN ('failed', 'cancelled')"
-							" FOR UPDATE",
+							"SELECT queue, kind, priority, concurrency_key,"
+							" status IN ('failed', 'cancelled') FROM jobq.job"
+							" WHERE job_id = $1 FOR UPDATE",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
@@ -78,7 +78,10 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 	kind = SPI_getvalue(tup, desc, 2);
 	priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 	concurrency_key = SPI_getvalue(tup, desc, 4);
+	/* the permission first: a job's state is nobody else's business */
 	jobq_require(caller, queue, JOBQ_CAP_ADMINISTER);
+	if (!DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull)))
+		return false;
 
 	jobq_spi_exec(jobq_plan(&plan_retry_update,
 							"UPDATE jobq.job SET status = 'pending', retry_count = 0,"
@@ -312,9 +315,12 @@ jobq_cancel(PG_FUNCTION_ARGS)
 			if (CancelRunning(job_id, now))
 			{
 				/* an executor running it in the database gets interrupted */
-				interrupt_at_commit = lappend(interrupt_at_commit,
-											  MemoryContextAlloc(TopMemoryContext, sizeof(int64)));
-				*(int64 *) llast(interrupt_at_commit) = job_id;
+				MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+				int64	   *id = palloc(sizeof(int64));
+
+				*id = job_id;
+				interrupt_at_commit = lappend(interrupt_at_commit, id);
+				MemoryContextSwitchTo(old);
 				done = true;
 				break;
 			}

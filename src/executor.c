@@ -127,7 +127,7 @@ HandlerOwnerCheck(const char *kind, Oid role)
 Datum
 jobq_register_handler(PG_FUNCTION_ARGS)
 {
-	Oid			types[5] = {TEXTOID, OIDOID, TEXTOID, OIDOID, BOOLOID};
+	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, REGROLEOID, BOOLOID};
 	Datum		values[5];
 	const char *kind = jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false);
 	const char *queue = jobq_name_arg(fcinfo, 2, "queue", jobq_max_name_length, false);
@@ -174,7 +174,7 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 				 errhint("Register it as an ordinary role (SET ROLE), or pass allow_superuser => true if it really must.")));
 
 	values[0] = CStringGetTextDatum(kind);
-	values[1] = ObjectIdGetDatum(handler);
+	values[1] = CStringGetTextDatum(format_procedure_qualified(handler));
 	values[2] = CStringGetTextDatum(queue);
 	values[3] = ObjectIdGetDatum(run_as);
 	values[4] = BoolGetDatum(allow_superuser);
@@ -290,9 +290,9 @@ LoadHandlers(MemoryContext cxt)
 	List	   *handlers = NIL;
 
 	jobq_spi_exec(jobq_plan(&plan_handlers,
-							"SELECT h.kind, h.queue, h.handler::oid, p.pronargs, h.run_as,"
+							"SELECT h.kind, h.queue, p.oid, p.pronargs, h.run_as,"
 							" h.allow_superuser FROM jobq.handler h"
-							" JOIN pg_catalog.pg_proc p ON p.oid = h.handler::oid"
+							" JOIN pg_catalog.pg_proc p ON p.oid = to_regprocedure(h.handler)"
 							" ORDER BY h.queue, h.kind",
 							0, NULL),
 				  NULL, NULL, SPI_OK_SELECT);

@@ -199,10 +199,20 @@ jobq_payload_arg(Datum d, const char *argname)
 	return payload;
 }
 
-/* Total length of an interval in microseconds (a month counts 30 days). */
+/*
+ * Total length of an interval in microseconds (a month counts 30 days),
+ * clamped to the int64 range: months and days can add up past it.
+ */
 int64
 jobq_interval_usecs(const Interval *iv)
 {
+	double		total = (double) iv->time + (double) iv->day * USECS_PER_DAY +
+		(double) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+
+	if (total >= (double) PG_INT64_MAX)
+		return PG_INT64_MAX;
+	if (total <= (double) PG_INT64_MIN)
+		return PG_INT64_MIN;
 	return iv->time + (int64) iv->day * USECS_PER_DAY +
 		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
 }

@@ -263,6 +263,23 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start)
 		start->run_at = DT_NOBEGIN;
 		start->job_id = PG_INT64_MIN;
 	}
+	else
+	{
+		/*
+		 * Rows this transaction made ready are visible to it before its
+		 * commit moves the position back: start no later than they are.
+		 */
+		ListCell   *lc;
+
+		foreach(lc, jobq_notes)
+		{
+			JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+			if (strcmp(note->queue, queue) == 0 && note->has_inserted &&
+				ClaimPosCompare(&note->min_inserted, start) < 0)
+				*start = note->min_inserted;
+		}
+	}
 	return epoch;
 }
 

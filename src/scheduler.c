@@ -59,6 +59,8 @@ static SPIPlanPtr plan_due;
 static SPIPlanPtr plan_fired;
 static SPIPlanPtr plan_next_fire;
 
+static void ScheduleRequire(Oid role, Datum name, bool missing_ok);
+
 /* What firing needs of a schedule row. */
 typedef struct JobqSchedule
 {
@@ -367,6 +369,8 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_require(saved.caller, TextDatumGetCString(values[4]), JOBQ_CAP_ADMINISTER);
+	/* re-scheduling an existing name also needs its current queue */
+	ScheduleRequire(saved.caller, values[0], true);
 	ScheduleCountCheck(values[0]);
 	jobq_spi_exec(jobq_plan(&plan_upsert,
 							"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
@@ -385,9 +389,12 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(id);
 }
 
-/* Error out unless role administers the queue of the schedule named name. */
+/*
+ * Error out unless role administers the queue of the schedule named name
+ * (a missing schedule: unless missing_ok, administering every queue).
+ */
 static void
-ScheduleRequire(Oid role, Datum name)
+ScheduleRequire(Oid role, Datum name, bool missing_ok)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
@@ -397,6 +404,8 @@ ScheduleRequire(Oid role, Datum name)
 							"SELECT queue FROM jobq.schedule WHERE name = $1",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0 && missing_ok)
+		return;
 	jobq_require(role, SPI_processed > 0 ?
 				 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
 				 JOBQ_CAP_ADMINISTER);
@@ -414,7 +423,7 @@ jobq_unschedule(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_become_owner(&saved);
 	SPI_connect();
-	ScheduleRequire(saved.caller, values[0]);
+	ScheduleRequire(saved.caller, values[0], false);
 	jobq_spi_exec(jobq_plan(&plan_unschedule,
 							"DELETE FROM jobq.schedule WHERE name = $1",
 							1, types),
@@ -437,7 +446,7 @@ jobq_pause_schedule(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_become_owner(&saved);
 	SPI_connect();
-	ScheduleRequire(saved.caller, values[0]);
+	ScheduleRequire(saved.caller, values[0], false);
 	jobq_spi_exec(jobq_plan(&plan_pause,
 							"UPDATE jobq.schedule SET paused = true, updated_at = now()"
 							" WHERE name = $1",
@@ -466,7 +475,7 @@ jobq_resume_schedule(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_become_owner(&saved);
 	SPI_connect();
-	ScheduleRequire(saved.caller, values[0]);
+	ScheduleRequire(saved.caller, values[0], false);
 	jobq_spi_exec(jobq_plan(&plan_resume_lock,
 							"WITH old AS (SELECT schedule_id, paused FROM jobq.schedule"
 							" WHERE name = $1 FOR UPDATE)"

@@ -175,9 +175,9 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.job_id_seq', '');
 
 CREATE TABLE jobq.permission (
     queue      text COLLATE "C" NOT NULL,
-    role       oid NOT NULL,
+    role       regrole NOT NULL,
     capability text NOT NULL,
-    granted_by oid NOT NULL,
+    granted_by regrole NOT NULL,
     granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (queue, role, capability),
     CONSTRAINT permission_capability_check CHECK (capability OPERATOR(pg_catalog.=) ANY
@@ -193,6 +193,13 @@ AS 'MODULE_PATHNAME', 'jobq_may_use_queue'
 LANGUAGE C STABLE STRICT PARALLEL RESTRICTED;
 COMMENT ON FUNCTION jobq.may_use_queue(text) IS
     'may the current role see this queue''s jobs (does it hold a capability on it)?';
+
+CREATE FUNCTION jobq.may(queue text, capability text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_may_sql'
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION jobq.may(text, text) IS
+    'does the current role hold capability (enqueue, work, administer) on queue (''*'': every queue)?';
 
 CREATE FUNCTION jobq.grant(queue text, role regrole, capability text)
 RETURNS void
@@ -360,7 +367,7 @@ COMMENT ON FUNCTION jobq.prune(integer) IS
  * Views
  * ------------------------------------------------------------------- */
 
-CREATE VIEW jobq.jobs AS
+CREATE VIEW jobq.jobs WITH (security_barrier) AS
 SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
        j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
        j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
@@ -370,7 +377,7 @@ SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
  WHERE jobq.may_use_queue(j.queue);
 COMMENT ON VIEW jobq.jobs IS 'one row per job';
 
-CREATE VIEW jobq.dead_letter AS
+CREATE VIEW jobq.dead_letter WITH (security_barrier) AS
 SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
        j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
        j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,

@@ -1,7 +1,11 @@
 /* extension/parts/35_schedule.sql -- cron schedules */
 
+CREATE SEQUENCE jobq.schedule_id_seq AS bigint;
+COMMENT ON SEQUENCE jobq.schedule_id_seq IS 'schedule ids';
+SELECT pg_catalog.pg_extension_config_dump('jobq.schedule_id_seq', '');
+
 CREATE TABLE jobq.schedule (
-    schedule_id  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    schedule_id  bigint PRIMARY KEY DEFAULT pg_catalog.nextval('jobq.schedule_id_seq'),
     name         text NOT NULL UNIQUE,
     cron         text NOT NULL,
     kind         text NOT NULL,
@@ -67,7 +71,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobq.run_schedules() IS
     'fire due schedules now (the background worker does this on time); returns jobs enqueued';
 
-CREATE VIEW jobq.schedules AS
+CREATE VIEW jobq.schedules WITH (security_barrier) AS
 SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue,
        s.priority, s.payload, s.paused, s.next_fire_at, s.last_fire_at,
        s.last_job_id, j.status AS last_job_status, s.created_at, s.updated_at

@@ -12,7 +12,7 @@
  * Queues
  * ------------------------------------------------------------------- */
 
-CREATE VIEW jobq.queues AS
+CREATE VIEW jobq.queues WITH (security_barrier) AS
 SELECT q.name AS queue, q.paused,
        q.max_retries, q.lease, q.backoff_base, q.backoff_cap, q.backoff_jitter,
        q.retention_completed, q.retention_failed,
@@ -25,7 +25,7 @@ SELECT q.name AS queue, q.paused,
 COMMENT ON VIEW jobq.queues IS
     'one row per queue: every setting of jobq.configure, paused, and the circuit breaker''s state';
 
-CREATE VIEW jobq.queue_stats AS
+CREATE VIEW jobq.queue_stats WITH (security_barrier) AS
 SELECT q.name AS queue,
        COALESCE(s.pending, 0) AS pending,
        COALESCE(s.running, 0) AS running,
@@ -239,6 +239,12 @@ DECLARE
     most       bigint;
     list       text;
 BEGIN
+    -- it reports on every queue: only for those who administer every queue
+    IF NOT jobq.may('*', 'administer') THEN
+        RAISE EXCEPTION 'permission denied to read the health of every queue'
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'jobq.health() needs the administer capability on ''*''.';
+    END IF;
     IF oldest_pending_threshold IS NULL OR grace IS NULL OR xmin_threshold IS NULL THEN
         RAISE EXCEPTION '% must not be null',
             CASE WHEN oldest_pending_threshold IS NULL THEN 'oldest_pending_threshold'

@@ -2,15 +2,17 @@
 
 CREATE TABLE jobq.handler (
     kind            text PRIMARY KEY,
-    handler         regprocedure NOT NULL,
+    handler         text NOT NULL,
     queue           text COLLATE "C" NOT NULL,
-    run_as          oid NOT NULL,
+    run_as          regrole NOT NULL,
     allow_superuser boolean NOT NULL DEFAULT false,
     created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at      timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 COMMENT ON TABLE jobq.handler IS
     'kinds whose jobs executors run inside the database: the SQL function and the role it runs as';
+COMMENT ON COLUMN jobq.handler.handler IS
+    'the function''s schema-qualified signature (text, not regprocedure: dumps by name and passes pg_upgrade)';
 SELECT pg_catalog.pg_extension_config_dump('jobq.handler', '');
 
 CREATE FUNCTION jobq.register_handler(kind text, handler regprocedure,
@@ -35,8 +37,8 @@ LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobq.snooze(interval) IS
     'inside a handler: end it and run the job again after delay, without spending a retry';
 
-CREATE VIEW jobq.handlers AS
-SELECT h.kind, h.handler, h.queue, pg_catalog.pg_get_userbyid(h.run_as) AS run_as,
+CREATE VIEW jobq.handlers WITH (security_barrier) AS
+SELECT h.kind, h.handler, h.queue, h.run_as::text AS run_as,
        h.allow_superuser, h.created_at, h.updated_at
   FROM jobq.handler h
  WHERE jobq.may_use_queue(h.queue);

@@ -23,9 +23,9 @@
 -- second pass proves the capability checks inside the functions alone
 -- (the error must then be jobq's "permission denied to ... queue").
 --
--- Known holes are marked TODO (see doc/security.md and the issue tracker):
--- they report as "not ok ... # TODO" without failing the suite, and as
--- unexpectedly passing once fixed, when the todo() line can go.
+-- The holes this suite once found (views without security_barrier, health
+-- of every queue for any administrator, schedule takeover across queues, a
+-- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
 SELECT plan(417);
@@ -267,7 +267,6 @@ BEGIN
     PERFORM count(*) FROM jobq.handlers WHERE pg_temp.leak(queue);
 END $$;
 RESET ROLE;
-SELECT todo('FINDING: the filtering views are not security_barrier views', 1);
 SELECT is((SELECT count(*) FROM leaked WHERE queue = 'q2'), 0::bigint,
           'a leaky function in a worker''s WHERE clause never sees q2''s rows through the views');
 
@@ -298,15 +297,12 @@ SELECT ok((SELECT count(*) FROM jobq.job_by_key('view.keyed', 'key-q1')) = 1,
           'admin: jobq.job_by_key finds a q1 job');
 RESET ROLE;
 
--- jobq.health (EXECUTE for administrators) names no queue the caller may not use
+-- jobq.health reports on every queue: an administrator of q1 alone is refused
 SELECT NULL FROM jobq.enqueue('view.waiting', '{}', 'q2');
 SET LOCAL ROLE priv_admin;
-CREATE TEMP TABLE health_seen AS
-SELECT check_name, detail FROM jobq.health(oldest_pending_threshold => '0');
+SELECT throws_ok($$SELECT * FROM jobq.health(oldest_pending_threshold => '0')$$, '42501', NULL,
+                 'admin of q1 only: jobq.health (which reports every queue) is refused');
 RESET ROLE;
-SELECT todo('FINDING: jobq.health is SECURITY DEFINER and reports every queue', 1);
-SELECT is((SELECT string_agg(check_name, ', ') FROM health_seen WHERE detail LIKE '%''q2''%'), NULL,
-          'admin of q1: jobq.health names no q2 queue');
 
 --
 -- the matrix, pass 1: what jobq.grant gave
@@ -338,7 +334,6 @@ SELECT throws_ok($$SELECT jobq.unschedule('no such schedule')$$, '42501', NULL,
 SELECT throws_ok($$SELECT jobq.register_handler('view.q1.handled', 'public.priv_handler(jsonb)', 'q1')$$, '42501', NULL,
                  'admin of q1: taking over another role''s handler is denied (42501)');
 -- re-scheduling a name of q2's schedule into q1 would take q2's schedule over
-SELECT todo('FINDING: jobq.schedule checks the new queue only, not the queue of the schedule it updates', 2);
 SELECT throws_ok($$SELECT jobq.schedule('view.q2', '* * * * *', 'evil', queue => 'q1')$$, '42501', NULL,
                  'admin of q1: re-scheduling q2''s schedule into q1 is denied (42501)');
 RESET ROLE;
@@ -400,7 +395,6 @@ SELECT is((SELECT status FROM jobq.job WHERE job_id = (SELECT job_id FROM tok WH
 SET LOCAL ROLE priv_worker;
 -- (the views call jobq.may_use_queue; which rows see the stale answer
 -- depends on the queue it was asked about last)
-SELECT todo('FINDING: jobq.may_use_queue caches its answer for the transaction; a revoke in it is not seen', 1);
 SELECT is(jobq.may_use_queue('q1'), false, 'after the revoke: jobq.may_use_queue(q1) is false for worker (same transaction)');
 SELECT is((SELECT count(*) FROM jobq.jobs WHERE queue = 'q1'), 0::bigint,
           'after the revoke: worker sees no q1 jobs in jobq.jobs (same transaction)');

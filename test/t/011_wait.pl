@@ -53,12 +53,16 @@ diag("enqueue -> claim with wait: ${latency}s");
 
 # 2. woken when a delayed job becomes due
 ($h, $out, $err) = start_waiter(
-	q{SELECT kind, extract(epoch FROM clock_timestamp() - j.run_at) FROM jobq.claim('w', wait => '30 s') c JOIN jobq.job j USING (job_id)});
+	q{SELECT kind FROM jobq.claim('w', wait => '30 s')});
 $node->safe_psql('postgres',
 	q{SELECT job_id FROM jobq.enqueue('later', queue => 'w', run_at => clock_timestamp() + interval '1.5 s')});
 $h->finish;
-like($$out, qr/^later\|/, 'waiting claim got the delayed job once it was due');
-my ($late) = $$out =~ /\|([-\d.e]+)$/;
+chomp $$out;
+is($$out, 'later', 'waiting claim got the delayed job once it was due');
+# (the claim's own statement could not join jobq.job for it: its snapshot
+# predates the job)
+my $late = $node->safe_psql('postgres',
+	q{SELECT extract(epoch FROM claimed_at - run_at) FROM jobq.job WHERE kind = 'later'});
 cmp_ok($late, '>=', 0, 'not before its run_at');
 cmp_ok($late, '<', 4, "soon after its run_at (${late}s late)");
 
@@ -94,6 +98,7 @@ $node->safe_psql('postgres', q{
 	SELECT jobq.complete(job_id, lease_token) FROM jobq.job WHERE queue = 'lim' AND status = 'running';
 	SELECT job_id FROM jobq.enqueue('next', queue => 'lim')});
 $h->finish;
+chomp $$out;
 is($$out, '1', 'the waiter on the limited queue got the next job');
 
 $node->stop;

@@ -19,9 +19,7 @@ $node->safe_psql('postgres', q{
 	CREATE EXTENSION jobq;
 	CREATE ROLE app;
 	CREATE SCHEMA app AUTHORIZATION app;
-	GRANT USAGE ON SCHEMA jobq TO app;
-	GRANT EXECUTE ON FUNCTION jobq.register_handler(text, regprocedure, text, boolean),
-	                          jobq.unregister_handler(text), jobq.snooze(interval) TO app;
+	SELECT jobq.grant('default', 'app', 'administer');
 	SELECT jobq.configure('default', backoff_base => '50 ms', backoff_cap => '100 ms');
 	SET ROLE app;
 	CREATE TABLE app.effects (job_id bigint, note text);
@@ -97,8 +95,7 @@ is($node->safe_psql('postgres', "SELECT status, retry_count, run_at > now() + in
 my ($ret, $out, $err) = $node->psql('postgres',
 	q{SELECT jobq.register_handler('root', 'app.bad(jsonb)')});
 like($err, qr/would run as a superuser/, 'a superuser registering a handler is refused');
-$node->safe_psql('postgres', q{CREATE ROLE other; GRANT USAGE ON SCHEMA jobq TO other; GRANT EXECUTE ON FUNCTION
-	jobq.register_handler(text, regprocedure, text, boolean) TO other;
+$node->safe_psql('postgres', q{CREATE ROLE other; SELECT jobq.grant('default', 'other', 'administer');
 	GRANT USAGE ON SCHEMA app TO other; GRANT EXECUTE ON FUNCTION app.bad(jsonb) TO other});
 ($ret, $out, $err) = $node->psql('postgres',
 	q{SET ROLE other; SELECT jobq.register_handler('work', 'app.bad(jsonb)')});
