@@ -1539,6 +1539,30 @@ LockRunningJob(int64 job_id, int64 lease_token, Oid caller, JobqAttempt *attempt
 }
 
 /*
+ * End the attempt of the running job named by the call's (job_id,
+ * lease_token) arguments, as the job's queue's worker; false for a stale
+ * or wrong token.  *status gets the job's new status.
+ */
+static bool
+EndAttemptByToken(FunctionCallInfo fcinfo, text *error, bool retryable,
+				  const Interval *retry_in, const char *outcome, TimestampTz now,
+				  const char **status)
+{
+	JobqAttempt attempt;
+	JobqSavedUser saved;
+	bool		found;
+
+	jobq_become_owner(&saved);
+	SPI_connect();
+	found = LockRunningJob(PG_GETARG_INT64(0), PG_GETARG_INT64(1), saved.caller, &attempt);
+	if (found)
+		*status = jobq_end_attempt(&attempt, error, retryable, retry_in, outcome, now);
+	SPI_finish();
+	jobq_restore_user(&saved);
+	return found;
+}
+
+/*
  * jobq.fail(job_id, lease_token, error, retryable, retry_in) -> new status
  *
  * With retries left and retryable, the job goes back to pending with
@@ -1551,8 +1575,6 @@ jobq_fail(PG_FUNCTION_ARGS)
 	text	   *error;
 	bool		retryable;
 	Interval   *retry_in = NULL;
-	JobqAttempt attempt;
-	JobqSavedUser saved;
 	const char *status;
 
 	RequireArg(fcinfo, 0, "job_id");
@@ -1570,18 +1592,9 @@ jobq_fail(PG_FUNCTION_ARGS)
 					 errmsg("retry_in must not be negative")));
 	}
 
-	jobq_become_owner(&saved);
-	SPI_connect();
-	if (!LockRunningJob(PG_GETARG_INT64(0), PG_GETARG_INT64(1), saved.caller, &attempt))
-	{
-		SPI_finish();
-		jobq_restore_user(&saved);
+	if (!EndAttemptByToken(fcinfo, error, retryable, retry_in, "failed",
+						   GetCurrentTimestamp(), &status))
 		PG_RETURN_NULL();
-	}
-	status = jobq_end_attempt(&attempt, error, retryable, retry_in, "failed",
-							  GetCurrentTimestamp());
-	SPI_finish();
-	jobq_restore_user(&saved);
 	PG_RETURN_TEXT_P(cstring_to_text(status));
 }
 
@@ -1595,9 +1608,8 @@ Datum
 jobq_snooze(PG_FUNCTION_ARGS)
 {
 	Interval   *delay;
-	JobqAttempt attempt;
-	JobqSavedUser saved;
 	TimestampTz now;
+	const char *status;
 
 	RequireArg(fcinfo, 0, "job_id");
 	RequireArg(fcinfo, 1, "lease_token");
@@ -1608,19 +1620,10 @@ jobq_snooze(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("delay must not be negative")));
 
-	jobq_become_owner(&saved);
-	SPI_connect();
-	if (!LockRunningJob(PG_GETARG_INT64(0), PG_GETARG_INT64(1), saved.caller, &attempt))
-	{
-		SPI_finish();
-		jobq_restore_user(&saved);
-		PG_RETURN_NULL();
-	}
 	now = GetCurrentTimestamp();
-	(void) jobq_end_attempt(&attempt, cstring_to_text("snoozed"), true, delay,
-							"snoozed", now);
-	SPI_finish();
-	jobq_restore_user(&saved);
+	if (!EndAttemptByToken(fcinfo, cstring_to_text("snoozed"), true, delay, "snoozed",
+						   now, &status))
+		PG_RETURN_NULL();
 	PG_RETURN_TIMESTAMPTZ(now + jobq_interval_usecs(delay));
 }
 
