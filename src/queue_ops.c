@@ -874,7 +874,8 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 	if (q->max_concurrency > 0 || q->throttled)
 	{
 		jobq_spi_exec(jobq_plan(&plan_count_running,
-								"SELECT count(*) FROM jobq.job WHERE queue = $1 AND status = 'running'",
+								"SELECT count(*) FROM jobq.job WHERE queue = $1"
+								" AND lease_expires_at IS NOT NULL AND status = 'running'",
 								1, types),
 					  values, NULL, SPI_OK_SELECT);
 		running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -1034,7 +1035,8 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	else
 		jobq_spi_exec(jobq_plan(&plan_claim_per_key,
 								"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
-								" FROM jobq.job j WHERE j.queue = $1 AND j.status = 'running'"
+								" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
+								" AND j.status = 'running'"
 								" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
 								" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
 								" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"

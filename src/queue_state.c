@@ -23,11 +23,16 @@
  *	- the entry is new, or jobq.ready was re-created (no position: scan from
  *	  the head once).
  *
- * A claim remembers the epoch it started under and moves the position only
- * if the epoch is unchanged when it is done.  The callbacks run after the
- * transaction's commit or abort is visible to other backends (after
- * ProcArrayEndTransaction), so a claim either started its snapshot after a
- * row became visible (and so saw it), or its epoch no longer matches.  Rows
+ * A claim remembers the epoch it started under.  When it is done it moves
+ * the position to the last row it claimed, but never past a key lowered
+ * since it started (the last JOBQ_LOWERED_KEPT lowerings are remembered
+ * with their epochs; after more than that, it does not move the position).
+ * The callbacks run after the transaction's commit or abort is visible to
+ * other backends (after ProcArrayEndTransaction), so a claim either took
+ * its snapshot after a row became visible (and so saw it), or that row's
+ * lowering is after the claim's epoch and bounds the position.  New jobs
+ * that sort after the claimed rows (the usual FIFO case) do not hold the
+ * position back.  Rows
  * that a claim skipped because another transaction held them are that
  * transaction's business: it either consumes them or, aborting, lowers the
  * position.  A crash of any backend re-initialises shared memory, which
@@ -64,6 +69,12 @@
 
 #include "jobq.h"
 
+/*
+ * How many recent lowerings a queue remembers: a claim during which more
+ * happened does not move the position.
+ */
+#define JOBQ_LOWERED_KEPT	16
+
 /* Hash key: one queue of one database. */
 typedef struct JobqStateKey
 {
@@ -80,6 +91,8 @@ typedef struct JobqQueueState
 	uint64		epoch;			/* bumped when pos may move backwards */
 	bool		pos_valid;		/* false: scan from the head */
 	JobqClaimPos pos;			/* no claimable row sorts before this */
+	JobqClaimPos lowered[JOBQ_LOWERED_KEPT];	/* key of lowering number n
+												 * (epoch n) at n % KEPT */
 	Oid			due_relid;		/* jobq.ready's OID when next_due was set */
 	uint64		due_epoch;		/* bumped when next_due may move earlier */
 	bool		due_valid;		/* false: probe jobq.scheduled */
@@ -285,27 +298,40 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start)
 
 /*
  * A claim that started under epoch has claimed every claimable row up to
- * *last (or skipped rows other transactions hold): move the position there
- * unless something moved it backwards meanwhile.
+ * *last (or skipped rows other transactions hold): move the position there,
+ * but not past any row made claimable since the claim began (which it may
+ * not have seen): those lowerings are remembered with their epochs.
  */
 void
 jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 					 const JobqClaimPos *last)
 {
 	JobqQueueState *entry = StateLookup(queue, false);
+	JobqClaimPos target;
 
 	if (entry == NULL)
 		return;
 	SpinLockAcquire(&entry->mutex);
-	if (entry->epoch == epoch)
+	target = *last;
+	if (entry->epoch - epoch > JOBQ_LOWERED_KEPT)
 	{
-		if (!entry->pos_valid || entry->relid != relid ||
-			ClaimPosCompare(&entry->pos, last) < 0)
-		{
-			entry->pos = *last;
-			entry->relid = relid;
-			entry->pos_valid = true;
-		}
+		/* too much happened meanwhile to know what we may have missed */
+		SpinLockRelease(&entry->mutex);
+		return;
+	}
+	for (uint64 e = epoch + 1; e <= entry->epoch; e++)
+	{
+		const JobqClaimPos *low = &entry->lowered[e % JOBQ_LOWERED_KEPT];
+
+		if (ClaimPosCompare(low, &target) < 0)
+			target = *low;
+	}
+	if (!entry->pos_valid || entry->relid != relid ||
+		ClaimPosCompare(&entry->pos, &target) < 0)
+	{
+		entry->pos = target;
+		entry->relid = relid;
+		entry->pos_valid = true;
 	}
 	SpinLockRelease(&entry->mutex);
 }
@@ -423,6 +449,7 @@ StateLower(const char *queue, const JobqClaimPos *pos)
 	if (entry->pos_valid && ClaimPosCompare(pos, &entry->pos) < 0)
 		entry->pos = *pos;
 	entry->epoch++;
+	entry->lowered[entry->epoch % JOBQ_LOWERED_KEPT] = *pos;
 	SpinLockRelease(&entry->mutex);
 	/* rows became claimable: wake waiting claims, and executors */
 	ConditionVariableBroadcast(&entry->cv);

@@ -94,8 +94,12 @@ CREATE TABLE jobq.job (
 ) WITH (fillfactor = 80);
 COMMENT ON TABLE jobq.job IS 'one row per job, for its whole life';
 
+-- lease_expires_at is set exactly while a job runs.  The predicate is on it,
+-- not on status, so that complete/fail (status = 'running' AND job_id = ...)
+-- are never planned over this index, which collects dead entries under a
+-- long-held snapshot: they take the primary key.
 CREATE INDEX job_running_lease_idx ON jobq.job (queue, lease_expires_at)
-    WHERE status OPERATOR(pg_catalog.=) 'running';
+    WHERE lease_expires_at IS NOT NULL;
 COMMENT ON INDEX jobq.job_running_lease_idx IS 'running jobs per queue by lease expiry, for the reaper and concurrency limits';
 
 CREATE INDEX job_finished_idx ON jobq.job (finished_at)
