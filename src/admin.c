@@ -33,6 +33,7 @@ PG_FUNCTION_INFO_V1(jobq_purge);
 /* How often cancel re-reads a job that changed state under it. */
 #define JOBQ_CANCEL_TRIES	10
 
+static SPIPlanPtr plan_retry_queue;
 static SPIPlanPtr plan_retry_lock;
 static SPIPlanPtr plan_retry_update;
 static SPIPlanPtr plan_retry_failed_ids;
@@ -64,10 +65,24 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = TimestampTzGetDatum(now);
+
+	/*
+	 * The permission first (a job's state is nobody else's business), from
+	 * a plain read: only a job that can be retried gets locked.
+	 */
+	jobq_spi_exec(jobq_plan(&plan_retry_queue,
+							"SELECT queue FROM jobq.job WHERE job_id = $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	jobq_require(caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+				 JOBQ_CAP_ADMINISTER);
+
 	jobq_spi_exec(jobq_plan(&plan_retry_lock,
-							"SELECT queue, kind, priority, concurrency_key,"
-							" status IN ('failed', 'cancelled') FROM jobq.job"
-							" WHERE job_id = $1 FOR UPDATE",
+							"SELECT queue, kind, priority, concurrency_key FROM jobq.job"
+							" WHERE job_id = $1 AND status IN ('failed', 'cancelled')"
+							" FOR UPDATE",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
@@ -78,10 +93,6 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 	kind = SPI_getvalue(tup, desc, 2);
 	priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 	concurrency_key = SPI_getvalue(tup, desc, 4);
-	/* the permission first: a job's state is nobody else's business */
-	jobq_require(caller, queue, JOBQ_CAP_ADMINISTER);
-	if (!DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull)))
-		return false;
 
 	jobq_spi_exec(jobq_plan(&plan_retry_update,
 							"UPDATE jobq.job SET status = 'pending', retry_count = 0,"
