@@ -122,10 +122,10 @@ jobq_may(Oid role, const char *queue, JobqCapability cap)
 	if (AllPowerful(role))
 		return true;
 	values[0] = CStringGetTextDatum(queue ? queue : "*");
-	jobq_spi_exec(jobq_plan(&plan_permissions,
-							"SELECT role, capability FROM jobq.permission"
-							" WHERE queue = $1 OR queue = '*'",
-							1, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_permissions,
+									"SELECT role, capability FROM jobq.permission"
+									" WHERE queue = $1 OR queue = '*'",
+									1, types),
 				  values, NULL, SPI_OK_SELECT);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{

@@ -345,10 +345,10 @@ ExecClaim(const char *queue, List *handlers, JobqExecJob *job, MemoryContext cxt
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = CStringGetTextDatum(psprintf("jobq executor %d", MyProcPid));
 	values[2] = PointerGetDatum(construct_array(kinds, nkinds, TEXTOID, -1, false, TYPALIGN_INT));
-	jobq_spi_exec(jobq_plan(&plan_exec_claim,
-							"SELECT job_id, lease_token, kind, payload, lease_expires_at"
-							" FROM jobq.claim($1, $2, 1, NULL, $3)",
-							3, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_exec_claim,
+									"SELECT job_id, lease_token, kind, payload, lease_expires_at"
+									" FROM jobq.claim($1, $2, 1, NULL, $3)",
+									3, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
@@ -470,9 +470,9 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 		values[1] = Int64GetDatum(job->lease_token);
 		values[2] = result;
 		nulls[2] = result_null ? 'n' : ' ';
-		jobq_spi_exec(jobq_plan(&plan_exec_complete,
-								"SELECT jobq.complete($1, $2, $3)",
-								3, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_exec_complete,
+										"SELECT jobq.complete($1, $2, $3)",
+										3, types),
 					  values, nulls, SPI_OK_SELECT);
 		completed = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (!completed)
@@ -488,9 +488,9 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 		values[0] = Int64GetDatum(job->job_id);
 		values[1] = Int64GetDatum(job->lease_token);
 		values[2] = IntervalPGetDatum(&snooze_delay);
-		jobq_spi_exec(jobq_plan(&plan_exec_snooze,
-								"SELECT jobq.snooze($1, $2, $3)",
-								3, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_exec_snooze,
+										"SELECT jobq.snooze($1, $2, $3)",
+										3, types),
 					  values, NULL, SPI_OK_SELECT);
 	}
 	else
@@ -504,9 +504,9 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 		values[1] = Int64GetDatum(job->lease_token);
 		values[2] = CStringGetTextDatum(message);
 		values[3] = BoolGetDatum(!PermanentError(edata->sqlerrcode));
-		jobq_spi_exec(jobq_plan(&plan_exec_fail,
-								"SELECT jobq.fail($1, $2, $3, $4)",
-								4, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_exec_fail,
+										"SELECT jobq.fail($1, $2, $3, $4)",
+										4, types),
 					  values, NULL, SPI_OK_SELECT);
 		FreeErrorData(edata);
 	}

@@ -194,6 +194,10 @@ extern int64 jobq_backoff_usecs(int64 base_us, int64 cap_us, double jitter,
 /* spi_plan.c */
 extern SPIPlanPtr jobq_plan(SPIPlanPtr *cache, const char *sql, int nargs,
 							Oid *argtypes);
+extern SPIPlanPtr jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs,
+									Oid *argtypes);
+extern void jobq_spi_exec_ordered(SPIPlanPtr plan, Datum *values, const char *nulls,
+								  int expected);
 extern void jobq_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
 						  int expected);
 extern void jobq_spi_exec_sql(const char *sql, bool read_only, int expected);

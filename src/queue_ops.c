@@ -307,12 +307,12 @@ QueueGet(const char *queue, JobqQueue *q)
 	TupleDesc	desc;
 
 	values[0] = CStringGetTextDatum(queue);
-	jobq_spi_exec(jobq_plan(&plan_queue_get,
-							"SELECT max_retries, lease, paused, COALESCE(max_concurrency, 0),"
-							" COALESCE(max_per_key, 0), COALESCE(rate_limit, 0), rate_period,"
-							" breaker_state IN ('throttled', 'half_open')"
-							" FROM jobq.queue WHERE name = $1",
-							1, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_queue_get,
+									"SELECT max_retries, lease, paused, COALESCE(max_concurrency, 0),"
+									" COALESCE(max_per_key, 0), COALESCE(rate_limit, 0), rate_period,"
+									" breaker_state IN ('throttled', 'half_open')"
+									" FROM jobq.queue WHERE name = $1",
+									1, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
@@ -381,20 +381,20 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
 		JobqClaimPos pos = {-priority, run_at, job_id};
 
 		values[1] = Int32GetDatum(-priority);
-		jobq_spi_exec(jobq_plan(&plan_requeue_ready,
-								"INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
-								" concurrency_key) VALUES ($1, $2, $3, $4, $5, $6)",
-								6, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_requeue_ready,
+										"INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+										" concurrency_key) VALUES ($1, $2, $3, $4, $5, $6)",
+										6, types),
 					  values, nulls, SPI_OK_INSERT);
 		jobq_state_note_ready(queue, &pos);
 	}
 	else
 	{
 		values[1] = Int32GetDatum(priority);
-		jobq_spi_exec(jobq_plan(&plan_requeue_scheduled,
-								"INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
-								" concurrency_key) VALUES ($1, $2, $3, $4, $5, $6)",
-								6, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_requeue_scheduled,
+										"INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
+										" concurrency_key) VALUES ($1, $2, $3, $4, $5, $6)",
+										6, types),
 					  values, nulls, SPI_OK_INSERT);
 		jobq_state_note_scheduled(queue, run_at);
 	}
@@ -429,18 +429,18 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 
 		kvalues[0] = CStringGetTextDatum(job->kind);
 		kvalues[1] = CStringGetTextDatum(job->key);
-		jobq_spi_exec(jobq_plan(&plan_key_reserve,
-								"INSERT INTO jobq.idempotency_key (kind, key, job_id)"
-								" VALUES ($1, $2, nextval('jobq.job_id_seq'))"
-								" ON CONFLICT DO NOTHING RETURNING job_id",
-								2, ktypes),
+		jobq_spi_exec(jobq_plan_generic(&plan_key_reserve,
+										"INSERT INTO jobq.idempotency_key (kind, key, job_id)"
+										" VALUES ($1, $2, nextval('jobq.job_id_seq'))"
+										" ON CONFLICT DO NOTHING RETURNING job_id",
+										2, ktypes),
 					  kvalues, NULL, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 0)
 		{
-			jobq_spi_exec(jobq_plan(&plan_key_lookup,
-									"SELECT job_id FROM jobq.idempotency_key"
-									" WHERE kind = $1 AND key = $2",
-									2, ktypes),
+			jobq_spi_exec(jobq_plan_generic(&plan_key_lookup,
+											"SELECT job_id FROM jobq.idempotency_key"
+											" WHERE kind = $1 AND key = $2",
+											2, ktypes),
 						  kvalues, NULL, SPI_OK_SELECT);
 			if (SPI_processed == 0)
 				elog(ERROR, "jobq: idempotency key conflict without a row");
@@ -473,28 +473,28 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	nulls[9] = job->concurrency_key ? ' ' : 'n';
 
 	if (ready)
-		jobq_spi_exec(jobq_plan(&plan_insert_ready,
-								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
-								" status, max_retries, idempotency_key, concurrency_key, run_at,"
-								" created_at, updated_at)"
-								" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
-								" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
-								" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
-								" concurrency_key)"
-								" SELECT $2, -$5, $8, j.job_id, $3, $10 FROM j RETURNING job_id",
-								10, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_insert_ready,
+										"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+										" status, max_retries, idempotency_key, concurrency_key, run_at,"
+										" created_at, updated_at)"
+										" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
+										" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
+										" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+										" concurrency_key)"
+										" SELECT $2, -$5, $8, j.job_id, $3, $10 FROM j RETURNING job_id",
+										10, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
 	else
-		jobq_spi_exec(jobq_plan(&plan_insert_scheduled,
-								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
-								" status, max_retries, idempotency_key, concurrency_key, run_at,"
-								" created_at, updated_at)"
-								" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
-								" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
-								" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
-								" concurrency_key)"
-								" SELECT $2, $5, $8, j.job_id, $3, $10 FROM j RETURNING job_id",
-								10, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_insert_scheduled,
+										"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+										" status, max_retries, idempotency_key, concurrency_key, run_at,"
+										" created_at, updated_at)"
+										" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
+										" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
+										" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
+										" concurrency_key)"
+										" SELECT $2, $5, $8, j.job_id, $3, $10 FROM j RETURNING job_id",
+										10, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
 
 	*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -549,28 +549,28 @@ EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int6
 	values[7] = PointerGetDatum(construct_array(payloads, n, JSONBOID, -1, false, TYPALIGN_INT));
 
 	if (ready)
-		jobq_spi_exec(jobq_plan(&plan_bulk_ready,
-								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
-								" status, max_retries, concurrency_key, run_at, created_at, updated_at)"
-								" SELECT nextval('jobq.job_id_seq'), $1, $2, u.p, $3, 'pending', $4, $5,"
-								" $6, $7, $7 FROM unnest($8) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
-								" RETURNING job_id)"
-								" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
-								" concurrency_key) SELECT $1, -$3, $6, j.job_id, $2, $5 FROM j"
-								" RETURNING job_id",
-								8, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_bulk_ready,
+										"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+										" status, max_retries, concurrency_key, run_at, created_at, updated_at)"
+										" SELECT nextval('jobq.job_id_seq'), $1, $2, u.p, $3, 'pending', $4, $5,"
+										" $6, $7, $7 FROM unnest($8) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
+										" RETURNING job_id)"
+										" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+										" concurrency_key) SELECT $1, -$3, $6, j.job_id, $2, $5 FROM j"
+										" RETURNING job_id",
+										8, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
 	else
-		jobq_spi_exec(jobq_plan(&plan_bulk_scheduled,
-								"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
-								" status, max_retries, concurrency_key, run_at, created_at, updated_at)"
-								" SELECT nextval('jobq.job_id_seq'), $1, $2, u.p, $3, 'pending', $4, $5,"
-								" $6, $7, $7 FROM unnest($8) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
-								" RETURNING job_id)"
-								" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
-								" concurrency_key) SELECT $1, $3, $6, j.job_id, $2, $5 FROM j"
-								" RETURNING job_id",
-								8, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_bulk_scheduled,
+										"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+										" status, max_retries, concurrency_key, run_at, created_at, updated_at)"
+										" SELECT nextval('jobq.job_id_seq'), $1, $2, u.p, $3, 'pending', $4, $5,"
+										" $6, $7, $7 FROM unnest($8) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
+										" RETURNING job_id)"
+										" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
+										" concurrency_key) SELECT $1, $3, $6, j.job_id, $2, $5 FROM j"
+										" RETURNING job_id",
+										8, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed != (uint64) n)
 		elog(ERROR, "jobq: bulk enqueue wrote %llu jobs of %d",
@@ -779,18 +779,18 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(JOBQ_PROMOTE_BATCH);
-	jobq_spi_exec(jobq_plan(&plan_promote,
-							"WITH due AS (DELETE FROM jobq.scheduled s"
-							" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
-							" WHERE d.queue = $1 AND d.run_at <= $2"
-							" ORDER BY d.run_at, d.job_id LIMIT $3 FOR UPDATE SKIP LOCKED))"
-							" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind, s.concurrency_key)"
-							" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
-							" concurrency_key)"
-							" SELECT queue, -priority, run_at, job_id, kind, concurrency_key FROM due"
-							" RETURNING neg_priority, run_at, job_id",
-							3, types),
-				  values, NULL, SPI_OK_INSERT_RETURNING);
+	jobq_spi_exec_ordered(jobq_plan_generic(&plan_promote,
+											"WITH due AS (DELETE FROM jobq.scheduled s"
+											" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
+											" WHERE d.queue = $1 AND d.run_at <= $2"
+											" ORDER BY d.run_at, d.job_id LIMIT $3 FOR UPDATE SKIP LOCKED))"
+											" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind, s.concurrency_key)"
+											" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+											" concurrency_key)"
+											" SELECT queue, -priority, run_at, job_id, kind, concurrency_key FROM due"
+											" RETURNING neg_priority, run_at, job_id",
+											3, types),
+						  values, NULL, SPI_OK_INSERT_RETURNING);
 	promoted = SPI_processed > 0;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -811,11 +811,11 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 	}
 
 	/* remember when the next scheduled row is due */
-	jobq_spi_exec(jobq_plan(&plan_next_due,
-							"SELECT run_at FROM jobq.scheduled WHERE queue = $1"
-							" ORDER BY run_at LIMIT 1",
-							1, types),
-				  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec_ordered(jobq_plan_generic(&plan_next_due,
+											"SELECT run_at FROM jobq.scheduled WHERE queue = $1"
+											" ORDER BY run_at LIMIT 1",
+											1, types),
+						  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		jobq_state_set_next_due(relid, queue, due_epoch, DT_NOEND);
 	else
@@ -866,18 +866,18 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now - jobq_interval_usecs(&q->rate_period));
-	jobq_spi_exec(jobq_plan(&plan_queue_lock,
-							"SELECT 1 FROM jobq.queue WHERE name = $1 FOR NO KEY UPDATE",
-							1, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_queue_lock,
+									"SELECT 1 FROM jobq.queue WHERE name = $1 FOR NO KEY UPDATE",
+									1, types),
 				  values, NULL, SPI_OK_SELECT);
 
 	if (q->max_concurrency > 0 || q->throttled)
 	{
-		jobq_spi_exec(jobq_plan(&plan_count_running,
-								"SELECT count(*) FROM jobq.job WHERE queue = $1"
-								" AND lease_expires_at IS NOT NULL AND status = 'running'",
-								1, types),
-					  values, NULL, SPI_OK_SELECT);
+		jobq_spi_exec_ordered(jobq_plan_generic(&plan_count_running,
+												"SELECT count(*) FROM jobq.job WHERE queue = $1"
+												" AND lease_expires_at IS NOT NULL AND status = 'running'",
+												1, types),
+							  values, NULL, SPI_OK_SELECT);
 		running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (q->max_concurrency > 0)
 			batch = (int32) Max(0, Min(batch, q->max_concurrency - running));
@@ -888,13 +888,13 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 	{
 		int64		used;
 
-		jobq_spi_exec(jobq_plan(&plan_rate_trim,
-								"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
-								2, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_rate_trim,
+										"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
+										2, types),
 					  values, NULL, SPI_OK_DELETE);
-		jobq_spi_exec(jobq_plan(&plan_rate_count,
-								"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
-								1, types),
+		jobq_spi_exec(jobq_plan_generic(&plan_rate_count,
+										"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
+										1, types),
 					  values, NULL, SPI_OK_SELECT);
 		used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		batch = (int32) Max(0, Min(batch, q->rate_limit - used));
@@ -912,10 +912,10 @@ RateSpend(const char *queue, int n, TimestampTz now)
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(n);
-	jobq_spi_exec(jobq_plan(&plan_rate_spend,
-							"INSERT INTO jobq.rate_window (queue, claimed_at)"
-							" SELECT $1, $2 FROM generate_series(1, $3)",
-							3, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_rate_spend,
+									"INSERT INTO jobq.rate_window (queue, claimed_at)"
+									" SELECT $1, $2 FROM generate_series(1, $3)",
+									3, types),
 				  values, NULL, SPI_OK_INSERT);
 }
 
@@ -1023,35 +1023,35 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	 */
 	per_key = q.max_per_key > 0;
 	if (!per_key)
-		jobq_spi_exec(jobq_plan(&plan_claim,
-								"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
-								" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
-								" AND ($3 IS NULL OR r.kind = ANY ($3))"
-								" ORDER BY r.neg_priority, r.run_at, r.job_id"
-								" LIMIT $2 FOR UPDATE SKIP LOCKED),"
-								JOBQ_CLAIM_TAIL,
-								12, types),
-					  values, nulls, SPI_OK_UPDATE_RETURNING);
+		jobq_spi_exec_ordered(jobq_plan_generic(&plan_claim,
+												"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
+												" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+												" AND ($3 IS NULL OR r.kind = ANY ($3))"
+												" ORDER BY r.neg_priority, r.run_at, r.job_id"
+												" LIMIT $2 FOR UPDATE SKIP LOCKED),"
+												JOBQ_CLAIM_TAIL,
+												12, types),
+							  values, nulls, SPI_OK_UPDATE_RETURNING);
 	else
-		jobq_spi_exec(jobq_plan(&plan_claim_per_key,
-								"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
-								" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
-								" AND j.status = 'running'"
-								" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
-								" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
-								" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
-								" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
-								" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
-								" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
-								" AND ($3 IS NULL OR r.kind = ANY ($3))"
-								" ORDER BY r.neg_priority, r.run_at, r.job_id LIMIT $11) c),"
-								" picked AS (SELECT c.ctid FROM cand c"
-								" LEFT JOIN running ru ON ru.k = c.concurrency_key"
-								" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $12"
-								" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2),"
-								JOBQ_CLAIM_TAIL,
-								12, types),
-					  values, nulls, SPI_OK_UPDATE_RETURNING);
+		jobq_spi_exec_ordered(jobq_plan_generic(&plan_claim_per_key,
+												"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
+												" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
+												" AND j.status = 'running'"
+												" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
+												" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
+												" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
+												" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
+												" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
+												" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+												" AND ($3 IS NULL OR r.kind = ANY ($3))"
+												" ORDER BY r.neg_priority, r.run_at, r.job_id LIMIT $11) c),"
+												" picked AS (SELECT c.ctid FROM cand c"
+												" LEFT JOIN running ru ON ru.k = c.concurrency_key"
+												" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $12"
+												" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2),"
+												JOBQ_CLAIM_TAIL,
+												12, types),
+							  values, nulls, SPI_OK_UPDATE_RETURNING);
 
 	/* later SPI calls (RateSpend) replace SPI_tuptable: keep ours */
 	claimed = SPI_tuptable;
@@ -1283,14 +1283,14 @@ jobq_complete(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	jobq_spi_exec(jobq_plan(&plan_complete,
-							"WITH j AS (UPDATE jobq.job SET status = 'completed', result = $3,"
-							" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
-							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-							" RETURNING queue), "
-							JOBQ_BREAKER_SUCCESS
-							" SELECT count(*), min(queue) FROM j",
-							4, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_complete,
+									"WITH j AS (UPDATE jobq.job SET status = 'completed', result = $3,"
+									" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
+									" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+									" RETURNING queue), "
+									JOBQ_BREAKER_SUCCESS
+									" SELECT count(*), min(queue) FROM j",
+									4, types),
 				  values, nulls, SPI_OK_SELECT);
 	done = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0;
 	if (done)
@@ -1348,16 +1348,16 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	jobq_spi_exec(jobq_plan(&plan_complete_many,
-							"WITH j AS (UPDATE jobq.job j SET status = 'completed', result = u.result,"
-							" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
-							" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
-							" ARRAY[cardinality($1)]))) AS u(job_id, lease_token, result)"
-							" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
-							" AND j.status = 'running' RETURNING j.queue), "
-							JOBQ_BREAKER_SUCCESS
-							" SELECT count(*), array_agg(DISTINCT queue) FROM j",
-							4, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_complete_many,
+									"WITH j AS (UPDATE jobq.job j SET status = 'completed', result = u.result,"
+									" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
+									" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
+									" ARRAY[cardinality($1)]))) AS u(job_id, lease_token, result)"
+									" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
+									" AND j.status = 'running' RETURNING j.queue), "
+									JOBQ_BREAKER_SUCCESS
+									" SELECT count(*), array_agg(DISTINCT queue) FROM j",
+									4, types),
 				  values, nulls, SPI_OK_SELECT);
 	done = (int32) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											   SPI_tuptable->tupdesc, 1, &isnull));
@@ -1406,23 +1406,23 @@ BreakerFailure(const char *queue, text *error, TimestampTz now)
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = PointerGetDatum(error);
-	jobq_spi_exec(jobq_plan(&plan_breaker_fail,
-							"UPDATE jobq.queue SET"
-							" breaker_state = CASE WHEN breaker_state = 'half_open' THEN 'open'"
-							" WHEN breaker_failures + 1 < breaker_threshold THEN breaker_state"
-							" WHEN breaker_state = 'closed' THEN 'throttled' ELSE 'open' END,"
-							" breaker_failures = CASE WHEN breaker_state <> 'half_open'"
-							" AND breaker_failures + 1 < breaker_threshold"
-							" THEN breaker_failures + 1 ELSE 0 END,"
-							" paused = paused OR " JOBQ_BREAKER_OPENS ","
-							" breaker_tripped_at = CASE WHEN " JOBQ_BREAKER_OPENS
-							" THEN $2 ELSE breaker_tripped_at END,"
-							" breaker_reason = CASE WHEN " JOBQ_BREAKER_OPENS
-							" THEN $3 ELSE breaker_reason END,"
-							" updated_at = $2"
-							" WHERE name = $1 AND breaker_threshold IS NOT NULL"
-							" AND breaker_state <> 'open'",
-							3, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_breaker_fail,
+									"UPDATE jobq.queue SET"
+									" breaker_state = CASE WHEN breaker_state = 'half_open' THEN 'open'"
+									" WHEN breaker_failures + 1 < breaker_threshold THEN breaker_state"
+									" WHEN breaker_state = 'closed' THEN 'throttled' ELSE 'open' END,"
+									" breaker_failures = CASE WHEN breaker_state <> 'half_open'"
+									" AND breaker_failures + 1 < breaker_threshold"
+									" THEN breaker_failures + 1 ELSE 0 END,"
+									" paused = paused OR " JOBQ_BREAKER_OPENS ","
+									" breaker_tripped_at = CASE WHEN " JOBQ_BREAKER_OPENS
+									" THEN $2 ELSE breaker_tripped_at END,"
+									" breaker_reason = CASE WHEN " JOBQ_BREAKER_OPENS
+									" THEN $3 ELSE breaker_reason END,"
+									" updated_at = $2"
+									" WHERE name = $1 AND breaker_threshold IS NOT NULL"
+									" AND breaker_state <> 'open'",
+									3, types),
 				  values, NULL, SPI_OK_UPDATE);
 }
 
@@ -1492,18 +1492,18 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	values[9] = TimestampTzGetDatum(now);
 	nulls[9] = retry ? 'n' : ' ';
 	values[10] = CStringGetTextDatum(outcome);
-	jobq_spi_exec(jobq_plan(&plan_end_attempt,
-							"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
-							" started_at, finished_at, outcome, error)"
-							" VALUES ($1, $2, $3, $4, $5, $11, $6))"
-							" UPDATE jobq.job SET status = $7, retry_count = $8,"
-							" run_at = COALESCE($9, run_at),"
-							" last_error = CASE WHEN $11 = 'snoozed' THEN last_error ELSE $6 END,"
-							" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
-							" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
-							" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
-							" WHERE job_id = $1",
-							11, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_end_attempt,
+									"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
+									" started_at, finished_at, outcome, error)"
+									" VALUES ($1, $2, $3, $4, $5, $11, $6))"
+									" UPDATE jobq.job SET status = $7, retry_count = $8,"
+									" run_at = COALESCE($9, run_at),"
+									" last_error = CASE WHEN $11 = 'snoozed' THEN last_error ELSE $6 END,"
+									" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
+									" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
+									" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
+									" WHERE job_id = $1",
+									11, types),
 				  values, nulls, SPI_OK_UPDATE);
 	if (retry)
 		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, a->concurrency_key,
@@ -1526,12 +1526,12 @@ LockRunningJob(int64 job_id, int64 lease_token, Oid caller, JobqAttempt *attempt
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = Int64GetDatum(lease_token);
-	jobq_spi_exec(jobq_plan(&plan_fail_lock,
-							"SELECT " JOBQ_ATTEMPT_COLUMNS
-							" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
-							" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
-							" FOR UPDATE OF j",
-							2, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_fail_lock,
+									"SELECT " JOBQ_ATTEMPT_COLUMNS
+									" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+									" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
+									" FOR UPDATE OF j",
+									2, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
@@ -1649,11 +1649,11 @@ jobq_extend(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	jobq_spi_exec(jobq_plan(&plan_extend,
-							"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
-							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-							" RETURNING lease_expires_at, queue",
-							4, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_extend,
+									"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
+									" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+									" RETURNING lease_expires_at, queue",
+									4, types),
 				  values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed > 0)
 	{
@@ -1682,11 +1682,11 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	jobq_spi_exec(jobq_plan(&plan_checkpoint,
-							"UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
-							" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-							" RETURNING queue",
-							4, types),
+	jobq_spi_exec(jobq_plan_generic(&plan_checkpoint,
+									"UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
+									" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+									" RETURNING queue",
+									4, types),
 				  values, nulls, SPI_OK_UPDATE_RETURNING);
 	done = SPI_processed > 0;
 	if (done)
