@@ -186,6 +186,7 @@ extern ConditionVariable *jobq_state_wait_cv(const char *queue);
 extern TimestampTz jobq_state_next_due(const char *queue);
 extern uint64 jobq_state_wake_seq(const char *queue);
 extern void jobq_state_mark_handled(const char *queue);
+extern uint64 jobq_state_settings_gen(void);
 
 /* backoff.c */
 extern int64 jobq_backoff_usecs(int64 base_us, int64 cap_us, double jitter,

@@ -31,6 +31,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -296,7 +297,73 @@ CheckSameLength(int n1, const char *name1, int n2, const char *name2)
  * Queues
  * ---------------------------------------------------------------- */
 
-/* Read a queue's settings; false when the queue does not exist. */
+/* One queue's settings as this backend last read them. */
+typedef struct QueueCacheEntry
+{
+	char		name[JOBQ_MAX_NAME_LEN + 1];	/* hash key */
+	uint64		gen;			/* jobq_state_settings_gen() when read */
+	Oid			relid;			/* jobq.queue's OID when read */
+	JobqQueue	q;
+} QueueCacheEntry;
+
+/* Queues this backend caches before it starts over. */
+#define JOBQ_QUEUE_CACHE_SIZE	1024
+
+static HTAB *queue_cache = NULL;
+
+/*
+ * The cache entry of a queue whose settings are current, or NULL; *gen gets
+ * the generation to file a fresh read under (0: do not cache it).
+ */
+static QueueCacheEntry *
+QueueCacheLookup(const char *queue, uint64 *gen, Oid *relid)
+{
+	QueueCacheEntry *entry;
+
+	*gen = jobq_state_settings_gen();
+	if (*gen == 0 || strlen(queue) > JOBQ_MAX_NAME_LEN)
+		return NULL;
+	*relid = get_relname_relid("queue", get_namespace_oid("jobq", false));
+	if (queue_cache == NULL)
+		return NULL;
+	entry = hash_search(queue_cache, queue, HASH_FIND, NULL);
+	if (entry == NULL || entry->gen != *gen || entry->relid != *relid)
+		return NULL;
+	return entry;
+}
+
+/* File the settings of a queue read under generation gen. */
+static void
+QueueCacheStore(const char *queue, uint64 gen, Oid relid, const JobqQueue *q)
+{
+	QueueCacheEntry *entry;
+
+	if (gen == 0 || strlen(queue) > JOBQ_MAX_NAME_LEN)
+		return;
+	if (queue_cache != NULL && hash_get_num_entries(queue_cache) >= JOBQ_QUEUE_CACHE_SIZE)
+	{
+		hash_destroy(queue_cache);
+		queue_cache = NULL;
+	}
+	if (queue_cache == NULL)
+	{
+		HASHCTL		info;
+
+		info.keysize = JOBQ_MAX_NAME_LEN + 1;
+		info.entrysize = sizeof(QueueCacheEntry);
+		queue_cache = hash_create("jobq queue settings", 64, &info, HASH_ELEM | HASH_STRINGS);
+	}
+	entry = hash_search(queue_cache, queue, HASH_ENTER, NULL);
+	entry->gen = gen;
+	entry->relid = relid;
+	entry->q = *q;
+}
+
+/*
+ * Read a queue's settings; false when the queue does not exist.  From this
+ * backend's cache while no commit has written jobq.queue since it was read
+ * (queue_state.c keeps the generation).
+ */
 static bool
 QueueGet(const char *queue, JobqQueue *q)
 {
@@ -305,6 +372,15 @@ QueueGet(const char *queue, JobqQueue *q)
 	bool		isnull;
 	HeapTuple	tup;
 	TupleDesc	desc;
+	uint64		gen;
+	Oid			relid = InvalidOid;
+	QueueCacheEntry *cached = QueueCacheLookup(queue, &gen, &relid);
+
+	if (cached != NULL)
+	{
+		*q = cached->q;
+		return true;
+	}
 
 	values[0] = CStringGetTextDatum(queue);
 	jobq_spi_exec(jobq_plan_generic(&plan_queue_get,
@@ -326,6 +402,7 @@ QueueGet(const char *queue, JobqQueue *q)
 	q->rate_limit = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
 	q->rate_period = *DatumGetIntervalP(SPI_getbinval(tup, desc, 7, &isnull));
 	q->throttled = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
+	QueueCacheStore(queue, gen, relid, q);
 	return true;
 }
 

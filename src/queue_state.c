@@ -51,12 +51,21 @@
  * Locking: JobqStateLock (an LWLock) guards the hash table's membership;
  * each entry's fields are guarded by its own spinlock.
  *
+ * Queue settings: every backend keeps the jobq.queue rows it read (see
+ * QueueGet in queue_ops.c), valid while a shared generation counter has not
+ * moved.  A trigger on jobq.queue marks the transaction that writes it, and
+ * its commit callback bumps the counter, after the commit is visible; a
+ * reader reads the counter before its snapshot, so a row it caches is never
+ * older than the generation it is filed under.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/trigger.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -113,9 +122,20 @@ typedef struct JobqQueueNote
 	TimestampTz min_scheduled;
 } JobqQueueNote;
 
+/* Shared counters, one set for the whole cluster. */
+typedef struct JobqShared
+{
+	pg_atomic_uint64 settings_gen;	/* bumped by each commit that wrote
+									 * jobq.queue */
+} JobqShared;
+
 static int	jobq_max_tracked_queues = 1024;
 static HTAB *JobqStateHash = NULL;
 static LWLock *JobqStateLock = NULL;
+static JobqShared *jobq_shared = NULL;
+
+/* The current transaction wrote jobq.queue. */
+static bool jobq_settings_written = false;
 
 /* Notes of the current top-level transaction (TopMemoryContext). */
 static List *jobq_notes = NIL;
@@ -146,7 +166,8 @@ ClaimPosCompare(const JobqClaimPos *a, const JobqClaimPos *b)
 static Size
 StateShmemSize(void)
 {
-	return hash_estimate_size(jobq_max_tracked_queues, sizeof(JobqQueueState));
+	return add_size(hash_estimate_size(jobq_max_tracked_queues, sizeof(JobqQueueState)),
+					MAXALIGN(sizeof(JobqShared)));
 }
 
 /* shmem_request_hook: reserve our shared memory and lock. */
@@ -164,6 +185,7 @@ static void
 StateShmemStartup(void)
 {
 	HASHCTL		info;
+	bool		found;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
@@ -176,6 +198,9 @@ StateShmemStartup(void)
 								  jobq_max_tracked_queues,
 								  jobq_max_tracked_queues,
 								  &info, HASH_ELEM | HASH_BLOBS);
+	jobq_shared = ShmemInitStruct("jobq shared", sizeof(JobqShared), &found);
+	if (!found)
+		pg_atomic_init_u64(&jobq_shared->settings_gen, 1);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -540,6 +565,21 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
+	if (jobq_settings_written)
+	{
+		if (event == XACT_EVENT_PRE_PREPARE)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that changed jobq.queue"),
+					 errhint("Configure, pause or resume queues outside of two-phase transactions.")));
+		if ((event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) &&
+			jobq_shared != NULL)
+			pg_atomic_fetch_add_u64(&jobq_shared->settings_gen, 1);
+		if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+			event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+			jobq_settings_written = false;
+	}
+
 	if (jobq_notes == NIL)
 		return;
 
@@ -608,4 +648,42 @@ jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			note->min_scheduled = DT_NOBEGIN;
 		note->has_scheduled = true;
 	}
+}
+
+/*
+ * The generation of queue settings a cached jobq.queue row must carry to be
+ * used: read it before the snapshot that reads the row.  0 (never valid)
+ * when the cache must not be used: jobq is not preloaded, this transaction
+ * wrote jobq.queue, or its snapshot is older than its statements.
+ */
+uint64
+jobq_state_settings_gen(void)
+{
+	if (jobq_shared == NULL || jobq_settings_written || IsolationUsesXactSnapshot())
+		return 0;
+	return pg_atomic_read_u64(&jobq_shared->settings_gen);
+}
+
+/*
+ * jobq.queue_changed(): trigger on jobq.queue (BEFORE each row, BEFORE
+ * TRUNCATE), marks the transaction so that its commit invalidates every
+ * backend's cached settings.
+ */
+PG_FUNCTION_INFO_V1(jobq_queue_changed);
+
+Datum
+jobq_queue_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("jobq.queue_changed() may only be called as a trigger")));
+	jobq_settings_written = true;
+	if (!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		return PointerGetDatum(NULL);
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		return PointerGetDatum(trigdata->tg_newtuple);
+	return PointerGetDatum(trigdata->tg_trigtuple);
 }
