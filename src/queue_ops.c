@@ -60,19 +60,6 @@ PG_FUNCTION_INFO_V1(jobq_configure);
 	"(breaker_state = 'half_open' OR (breaker_state = 'throttled'" \
 	" AND breaker_failures + 1 >= breaker_threshold))"
 
-/*
- * A CTE for complete and complete_many, after "WITH j AS (UPDATE ...
- * RETURNING queue), ": a success closes a throttled or half-open breaker and
- * resets its failure count.  For queues without a breaker it only probes
- * jobq.queue's primary key.
- */
-#define JOBQ_BREAKER_SUCCESS \
-	"b AS (UPDATE jobq.queue q SET breaker_failures = 0," \
-	" breaker_state = CASE WHEN q.breaker_state = 'open' THEN 'open' ELSE 'closed' END," \
-	" updated_at = now()" \
-	" WHERE q.name IN (SELECT queue FROM j) AND q.breaker_threshold IS NOT NULL" \
-	" AND (q.breaker_failures > 0 OR q.breaker_state IN ('throttled', 'half_open')))"
-
 /* Settings of one queue, as jobq.queue has them. */
 typedef struct JobqQueue
 {
@@ -84,6 +71,7 @@ typedef struct JobqQueue
 	int32		rate_limit;		/* 0: no limit */
 	Interval	rate_period;
 	bool		throttled;		/* breaker allows one running job at a time */
+	bool		breaker_armed;	/* a success would reset the breaker */
 } JobqQueue;
 
 /* Saved plans, one per statement. */
@@ -107,6 +95,7 @@ static SPIPlanPtr plan_rate_trim;
 static SPIPlanPtr plan_rate_count;
 static SPIPlanPtr plan_rate_spend;
 static SPIPlanPtr plan_breaker_fail;
+static SPIPlanPtr plan_breaker_success;
 static SPIPlanPtr plan_complete;
 static SPIPlanPtr plan_complete_many;
 static SPIPlanPtr plan_fail_lock;
@@ -386,7 +375,9 @@ QueueGet(const char *queue, JobqQueue *q)
 	jobq_spi_exec(jobq_plan_generic(&plan_queue_get,
 									"SELECT max_retries, lease, paused, COALESCE(max_concurrency, 0),"
 									" COALESCE(max_per_key, 0), COALESCE(rate_limit, 0), rate_period,"
-									" breaker_state IN ('throttled', 'half_open')"
+									" breaker_state IN ('throttled', 'half_open'),"
+									" breaker_threshold IS NOT NULL AND (breaker_failures > 0"
+									" OR breaker_state IN ('throttled', 'half_open'))"
 									" FROM jobq.queue WHERE name = $1",
 									1, types),
 				  values, NULL, SPI_OK_SELECT);
@@ -402,6 +393,7 @@ QueueGet(const char *queue, JobqQueue *q)
 	q->rate_limit = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
 	q->rate_period = *DatumGetIntervalP(SPI_getbinval(tup, desc, 7, &isnull));
 	q->throttled = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
+	q->breaker_armed = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
 	QueueCacheStore(queue, gen, relid, q);
 	return true;
 }
@@ -1345,6 +1337,61 @@ TokenJsonArgs(FunctionCallInfo fcinfo, const char *jsonname, Datum *values, char
 	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 }
 
+/*
+ * After jobs of a queue completed: a success closes a throttled or half-open
+ * breaker and resets its count of consecutive failures.  Queues without a
+ * breaker, or with nothing to reset, cost a look at the settings cache.
+ */
+static void
+BreakerSuccess(const char *queue)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	JobqQueue	q;
+
+	if (!QueueGet(queue, &q) || !q.breaker_armed)
+		return;
+	values[0] = CStringGetTextDatum(queue);
+	jobq_spi_exec(jobq_plan_generic(&plan_breaker_success,
+									"UPDATE jobq.queue SET breaker_failures = 0,"
+									" breaker_state = CASE WHEN breaker_state = 'open' THEN 'open'"
+									" ELSE 'closed' END, updated_at = now()"
+									" WHERE name = $1 AND breaker_threshold IS NOT NULL"
+									" AND (breaker_failures > 0 OR breaker_state IN ('throttled', 'half_open'))",
+									1, types),
+				  values, NULL, SPI_OK_UPDATE);
+}
+
+/*
+ * The jobs a complete statement finished (SPI_tuptable, first column the
+ * queue): check the caller may work on each of their queues, then tell
+ * their breakers.  Returns how many jobs that is.
+ */
+static uint64
+CompletedJobs(Oid caller)
+{
+	uint64		n = SPI_processed;
+	List	   *queues = NIL;
+	ListCell   *lc;
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *queue = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		bool		seen = false;
+
+		foreach(lc, queues)
+			if (strcmp((char *) lfirst(lc), queue) == 0)
+				seen = true;
+		if (!seen)
+			queues = lappend(queues, queue);
+	}
+	foreach(lc, queues)
+		jobq_require(caller, (char *) lfirst(lc), JOBQ_CAP_WORK);
+	foreach(lc, queues)
+		BreakerSuccess((char *) lfirst(lc));
+	return n;
+}
+
 /* jobq.complete(job_id, lease_token, result) -> boolean */
 Datum
 jobq_complete(PG_FUNCTION_ARGS)
@@ -1353,7 +1400,6 @@ jobq_complete(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	bool		done;
-	bool		isnull;
 	JobqSavedUser saved;
 
 	TokenJsonArgs(fcinfo, "result", values, nulls);
@@ -1361,18 +1407,13 @@ jobq_complete(PG_FUNCTION_ARGS)
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_spi_exec(jobq_plan_generic(&plan_complete,
-									"WITH j AS (UPDATE jobq.job SET status = 'completed', result = $3,"
+									"UPDATE jobq.job SET status = 'completed', result = $3,"
 									" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
 									" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-									" RETURNING queue), "
-									JOBQ_BREAKER_SUCCESS
-									" SELECT count(*), min(queue) FROM j",
+									" RETURNING queue",
 									4, types),
-				  values, nulls, SPI_OK_SELECT);
-	done = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0;
-	if (done)
-		jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
-					 JOBQ_CAP_WORK);
+				  values, nulls, SPI_OK_UPDATE_RETURNING);
+	done = CompletedJobs(saved.caller) > 0;
 	SPI_finish();
 	jobq_restore_user(&saved);
 	PG_RETURN_BOOL(done);
@@ -1390,7 +1431,6 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	int			n,
 				ntokens;
 	int32		done;
-	bool		isnull;
 	JobqSavedUser saved;
 
 	/* array_agg over an empty claim gives NULLs: nothing to complete */
@@ -1426,29 +1466,15 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_spi_exec(jobq_plan_generic(&plan_complete_many,
-									"WITH j AS (UPDATE jobq.job j SET status = 'completed', result = u.result,"
+									"UPDATE jobq.job j SET status = 'completed', result = u.result,"
 									" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
 									" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
 									" ARRAY[cardinality($1)]))) AS u(job_id, lease_token, result)"
 									" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
-									" AND j.status = 'running' RETURNING j.queue), "
-									JOBQ_BREAKER_SUCCESS
-									" SELECT count(*), array_agg(DISTINCT queue) FROM j",
+									" AND j.status = 'running' RETURNING j.queue",
 									4, types),
-				  values, nulls, SPI_OK_SELECT);
-	done = (int32) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											   SPI_tuptable->tupdesc, 1, &isnull));
-	if (done > 0)
-	{
-		Datum	   *queues;
-		bool	   *qnulls;
-		int			nqueues;
-
-		ArrayArg(DatumGetArrayTypeP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull)),
-				 TEXTOID, "queues", &queues, &qnulls, &nqueues);
-		for (int i = 0; i < nqueues; i++)
-			jobq_require(saved.caller, TextDatumGetCString(queues[i]), JOBQ_CAP_WORK);
-	}
+				  values, nulls, SPI_OK_UPDATE_RETURNING);
+	done = (int32) CompletedJobs(saved.caller);
 	SPI_finish();
 	jobq_restore_user(&saved);
 	PG_RETURN_INT32(done);
