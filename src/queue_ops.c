@@ -81,6 +81,8 @@ static SPIPlanPtr plan_key_reserve;
 static SPIPlanPtr plan_key_lookup;
 static SPIPlanPtr plan_insert_ready;
 static SPIPlanPtr plan_insert_scheduled;
+static SPIPlanPtr plan_key_insert_ready;
+static SPIPlanPtr plan_key_insert_scheduled;
 static SPIPlanPtr plan_bulk_ready;
 static SPIPlanPtr plan_bulk_scheduled;
 static SPIPlanPtr plan_requeue_ready;
@@ -474,15 +476,65 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
  * ---------------------------------------------------------------- */
 
 /*
- * Enqueue one validated job (SPI connected).  With an idempotency key the key is reserved
- * first through the unique index (INSERT ... ON CONFLICT DO NOTHING); when
- * it is taken, the existing job is returned and nothing else is written.
+ * The statements of jobq_enqueue_job, over parameters ($1 job_id or NULL,
+ * $2 queue, $3 kind, $4 payload, $5 priority, $6 max_retries, $7 key,
+ * $8 run_at, $9 now, $10 concurrency_key): CTE j writes the job row, from
+ * VALUES or from the key reserved in CTE k (no row when the key is taken),
+ * and the tail puts it into jobq.ready or jobq.scheduled.
+ */
+#define JOBQ_JOB_COLUMNS \
+	"INSERT INTO jobq.job (job_id, queue, kind, payload, priority, status, max_retries," \
+	" idempotency_key, concurrency_key, run_at, created_at, updated_at)"
+#define JOBQ_JOB_INSERT \
+	"WITH j AS (" JOBQ_JOB_COLUMNS \
+	" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5," \
+	" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
+#define JOBQ_KEY_RESERVE \
+	"WITH k AS (INSERT INTO jobq.idempotency_key (kind, key, job_id)" \
+	" VALUES ($3, $7, nextval('jobq.job_id_seq')) ON CONFLICT DO NOTHING RETURNING job_id)," \
+	" j AS (" JOBQ_JOB_COLUMNS \
+	" SELECT k.job_id, $2, $3, $4, $5, 'pending', $6, $7, $10, $8, $9, $9 FROM k" \
+	" RETURNING job_id)"
+#define JOBQ_READY_TAIL \
+	" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind, concurrency_key)" \
+	" SELECT $2, -$5, $8, j.job_id, $3, $10 FROM j RETURNING job_id"
+#define JOBQ_SCHEDULED_TAIL \
+	" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind, concurrency_key)" \
+	" SELECT $2, $5, $8, j.job_id, $3, $10 FROM j RETURNING job_id"
+
+/* The job holding idempotency key (kind, key), which a statement found taken. */
+static int64
+KeyHolder(const char *kind, const char *key)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	bool		isnull;
+
+	values[0] = CStringGetTextDatum(kind);
+	values[1] = CStringGetTextDatum(key);
+	jobq_spi_exec(jobq_plan_generic(&plan_key_lookup,
+									"SELECT job_id FROM jobq.idempotency_key"
+									" WHERE kind = $1 AND key = $2",
+									2, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		elog(ERROR, "jobq: idempotency key conflict without a row");
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Enqueue one validated job (SPI connected).  With an idempotency key the
+ * key is reserved through the unique index (INSERT ... ON CONFLICT DO
+ * NOTHING) in the statement that writes the job; when it is taken, the
+ * existing job is returned and nothing else is written.
  */
 void
 jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *created)
 {
 	JobqQueue	q;
+	bool		known;
 	bool		has_id = false;
+	bool		with_key;
 	bool		isnull;
 	int32		max_retries;
 	bool		ready = job->run_at <= now;
@@ -490,8 +542,15 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
 	Datum		values[10];
 	char		nulls[10];
+	SPIPlanPtr	plan;
 
-	if (job->key != NULL)
+	/*
+	 * Into a queue that does not exist yet, the key is reserved first, so
+	 * that a duplicate creates no queue; otherwise reserving the key and
+	 * writing the job are one statement.
+	 */
+	known = QueueGet(job->queue, &q);
+	if (job->key != NULL && !known)
 	{
 		Oid			ktypes[2] = {TEXTOID, TEXTOID};
 		Datum		kvalues[2];
@@ -506,15 +565,7 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 					  kvalues, NULL, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 0)
 		{
-			jobq_spi_exec(jobq_plan_generic(&plan_key_lookup,
-											"SELECT job_id FROM jobq.idempotency_key"
-											" WHERE kind = $1 AND key = $2",
-											2, ktypes),
-						  kvalues, NULL, SPI_OK_SELECT);
-			if (SPI_processed == 0)
-				elog(ERROR, "jobq: idempotency key conflict without a row");
-			*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 1, &isnull));
+			*job_id = KeyHolder(job->kind, job->key);
 			*created = false;
 			return;
 		}
@@ -522,9 +573,10 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 											  SPI_tuptable->tupdesc, 1, &isnull));
 		has_id = true;
 	}
-
-	QueueGetOrCreate(job->queue, &q);
+	if (!known)
+		QueueGetOrCreate(job->queue, &q);
 	max_retries = job->has_max_retries ? job->max_retries : q.max_retries;
+	with_key = job->key != NULL && !has_id;
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(has_id ? *job_id : 0);
@@ -541,31 +593,28 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	values[9] = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
 	nulls[9] = job->concurrency_key ? ' ' : 'n';
 
-	if (ready)
-		jobq_spi_exec(jobq_plan_generic(&plan_insert_ready,
-										"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
-										" status, max_retries, idempotency_key, concurrency_key, run_at,"
-										" created_at, updated_at)"
-										" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
-										" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
-										" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
-										" concurrency_key)"
-										" SELECT $2, -$5, $8, j.job_id, $3, $10 FROM j RETURNING job_id",
-										10, types),
-					  values, nulls, SPI_OK_INSERT_RETURNING);
+	if (with_key && ready)
+		plan = jobq_plan_generic(&plan_key_insert_ready,
+								 JOBQ_KEY_RESERVE JOBQ_READY_TAIL, 10, types);
+	else if (with_key)
+		plan = jobq_plan_generic(&plan_key_insert_scheduled,
+								 JOBQ_KEY_RESERVE JOBQ_SCHEDULED_TAIL, 10, types);
+	else if (ready)
+		plan = jobq_plan_generic(&plan_insert_ready,
+								 JOBQ_JOB_INSERT JOBQ_READY_TAIL, 10, types);
 	else
-		jobq_spi_exec(jobq_plan_generic(&plan_insert_scheduled,
-										"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
-										" status, max_retries, idempotency_key, concurrency_key, run_at,"
-										" created_at, updated_at)"
-										" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5,"
-										" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
-										" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind,"
-										" concurrency_key)"
-										" SELECT $2, $5, $8, j.job_id, $3, $10 FROM j RETURNING job_id",
-										10, types),
-					  values, nulls, SPI_OK_INSERT_RETURNING);
+		plan = jobq_plan_generic(&plan_insert_scheduled,
+								 JOBQ_JOB_INSERT JOBQ_SCHEDULED_TAIL, 10, types);
+	jobq_spi_exec(plan, values, nulls, SPI_OK_INSERT_RETURNING);
 
+	if (SPI_processed == 0)
+	{
+		/* the key was taken: nothing was written */
+		Assert(with_key);
+		*job_id = KeyHolder(job->kind, job->key);
+		*created = false;
+		return;
+	}
 	*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										  SPI_tuptable->tupdesc, 1, &isnull));
 	*created = true;
