@@ -63,6 +63,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -654,12 +655,15 @@ jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * The generation of queue settings a cached jobq.queue row must carry to be
  * used: read it before the snapshot that reads the row.  0 (never valid)
  * when the cache must not be used: jobq is not preloaded, this transaction
- * wrote jobq.queue, or its snapshot is older than its statements.
+ * wrote jobq.queue, its snapshot is older than its statements, or this is a
+ * standby (replayed changes fire no trigger, and a session outlives a
+ * promotion).
  */
 uint64
 jobq_state_settings_gen(void)
 {
-	if (jobq_shared == NULL || jobq_settings_written || IsolationUsesXactSnapshot())
+	if (jobq_shared == NULL || jobq_settings_written || IsolationUsesXactSnapshot() ||
+		RecoveryInProgress())
 		return 0;
 	return pg_atomic_read_u64(&jobq_shared->settings_gen);
 }
