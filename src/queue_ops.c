@@ -71,6 +71,7 @@ typedef struct JobqQueue
 	int32		rate_limit;		/* 0: no limit */
 	Interval	rate_period;
 	bool		throttled;		/* breaker allows one running job at a time */
+	bool		has_breaker;	/* breaker_threshold is set */
 	bool		breaker_armed;	/* a success would reset the breaker */
 } JobqQueue;
 
@@ -377,7 +378,7 @@ QueueGet(const char *queue, JobqQueue *q)
 	jobq_spi_exec(jobq_plan_generic(&plan_queue_get,
 									"SELECT max_retries, lease, paused, COALESCE(max_concurrency, 0),"
 									" COALESCE(max_per_key, 0), COALESCE(rate_limit, 0), rate_period,"
-									" breaker_state IN ('throttled', 'half_open'),"
+									" breaker_state IN ('throttled', 'half_open'), breaker_threshold IS NOT NULL,"
 									" breaker_threshold IS NOT NULL AND (breaker_failures > 0"
 									" OR breaker_state IN ('throttled', 'half_open'))"
 									" FROM jobq.queue WHERE name = $1",
@@ -395,7 +396,8 @@ QueueGet(const char *queue, JobqQueue *q)
 	q->rate_limit = DatumGetInt32(SPI_getbinval(tup, desc, 6, &isnull));
 	q->rate_period = *DatumGetIntervalP(SPI_getbinval(tup, desc, 7, &isnull));
 	q->throttled = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
-	q->breaker_armed = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
+	q->has_breaker = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull));
+	q->breaker_armed = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
 	QueueCacheStore(queue, gen, relid, q);
 	return true;
 }
@@ -1554,6 +1556,10 @@ BreakerFailure(const char *queue, text *error, TimestampTz now)
 {
 	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, TEXTOID};
 	Datum		values[3];
+	JobqQueue	q;
+
+	if (!QueueGet(queue, &q) || !q.has_breaker)
+		return;
 
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now);
