@@ -302,7 +302,7 @@ if (flag !== '--markdown') {
     targets.map((t) => `| ${t.what} | ${t.value} | ${t.met ? 'met' : '**missed**'} |`).join('\n') + '\n');
   parts.push('## Results\n\n![drain by batch size and drain rate by clients](bench/chart.png)\n\n' + tables.map(mdTable).join('\n'));
   parts.push(`## Machine and settings\n\n* ${meta.cpus} CPUs (${meta.cpu_model}), ${meta.mem_gb} GB RAM; PostgreSQL ${meta.pg}; ` +
-    `jobq at commit ${meta.jobq_commit} (both runs); pg-boss ${meta.pgboss_version}, graphile-worker ${meta.graphile_version} (Node ${process.version}).\n` +
+    `jobq at commit ${meta.jobq_commit}${rows.some((r) => r.run === 2) ? ' (both runs)' : ''}; pg-boss ${meta.pgboss_version}, graphile-worker ${meta.graphile_version} (Node ${process.version}).\n` +
     `* Server (initdb'd by bench/run, Unix socket, every contender in its own database):\n\n\`\`\`\n${settings.join('\n')}\n\`\`\`\n` +
     `* Sizes in this run (--${mode}): enqueue ${meta.enq_t} s per variant; drain backlog ${fmt(meta.drain_backlog)}, ` +
     `${meta.drain_t} s per batch size (or until empty); steady state ${meta.steady_t} s at ${meta.steady_rate} jobs/s; ` +
