@@ -67,6 +67,22 @@ is( $standby->safe_psql(
 		'postgres', q{SELECT status, count(*) FROM jobq.jobs GROUP BY 1 ORDER BY 1}),
 	"pending|4\nrunning|2", 'the standby sees four pending and two running jobs');
 
+# Queue settings are cached per backend, but never on a standby: replayed
+# changes fire no trigger there, and a session outlives the promotion.  A
+# session on the standby reads queue 'gate' (its claim then fails: the
+# standby is read-only); the primary pauses the queue; after the promotion
+# the same session must see the pause.
+$primary->safe_psql('postgres',
+	q{SELECT count(*) FROM jobq.enqueue('gated', queue => 'gate')});
+$primary->wait_for_catchup($standby);
+my $reader = $standby->background_psql('postgres', on_error_stop => 0);
+my (undef, $failed) = $reader->query(q{SELECT count(*) FROM jobq.claim('gate')});
+ok($failed && $reader->{stderr} =~ /read-only/,
+	'a claim on the standby reads the queue and fails: read-only');
+$reader->{stderr} = '';
+$primary->safe_psql('postgres', q{SELECT jobq.pause('gate')});
+$primary->wait_for_catchup($standby);
+
 #
 # the standby: no jobq processes, the expired lease stays
 #
@@ -155,6 +171,15 @@ is( $standby->safe_psql(
 		'postgres', q{
 	SELECT jobq.complete(job_id, lease_token) FROM held WHERE kind = 'long'}),
 	't', 'a token from the primary completes its job on the promoted standby');
+
+# The session that read queue 'gate' while the server was a standby sees
+# the pause made on the primary back then, and a resume made now.
+is($reader->query_safe(q{SELECT count(*) FROM jobq.claim('gate')}),
+	'0', 'after the promotion, a session of the standby sees the queue paused');
+$standby->safe_psql('postgres', q{SELECT jobq.resume('gate')});
+is($reader->query_safe(q{SELECT count(*) FROM jobq.claim('gate')}),
+	'1', 'and sees it resumed by another session');
+$reader->quit;
 
 $locker->quit;
 $standby->stop;
