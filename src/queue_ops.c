@@ -514,11 +514,11 @@ KeyHolder(const char *kind, const char *key)
 
 	values[0] = CStringGetTextDatum(kind);
 	values[1] = CStringGetTextDatum(key);
-	jobq_spi_exec(jobq_plan_generic(&plan_key_lookup,
-									"SELECT job_id FROM jobq.idempotency_key"
-									" WHERE kind = $1 AND key = $2",
-									2, types),
-				  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_key_lookup,
+											"SELECT job_id FROM jobq.idempotency_key"
+											" WHERE kind = $1 AND key = $2",
+											2, types),
+						  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		elog(ERROR, "jobq: idempotency key conflict without a row");
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -899,7 +899,7 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(JOBQ_PROMOTE_BATCH);
-	jobq_spi_exec_ordered(jobq_plan_generic(&plan_promote,
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_promote,
 											"WITH due AS (DELETE FROM jobq.scheduled s"
 											" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
 											" WHERE d.queue = $1 AND d.run_at <= $2"
@@ -931,7 +931,7 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 	}
 
 	/* remember when the next scheduled row is due */
-	jobq_spi_exec_ordered(jobq_plan_generic(&plan_next_due,
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_next_due,
 											"SELECT run_at FROM jobq.scheduled WHERE queue = $1"
 											" ORDER BY run_at LIMIT 1",
 											1, types),
@@ -993,7 +993,7 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 
 	if (q->max_concurrency > 0 || q->throttled)
 	{
-		jobq_spi_exec_ordered(jobq_plan_generic(&plan_count_running,
+		jobq_spi_exec_indexed(jobq_plan_generic(&plan_count_running,
 												"SELECT count(*) FROM jobq.job WHERE queue = $1"
 												" AND lease_expires_at IS NOT NULL AND status = 'running'",
 												1, types),
@@ -1008,14 +1008,14 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 	{
 		int64		used;
 
-		jobq_spi_exec(jobq_plan_generic(&plan_rate_trim,
-										"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
-										2, types),
-					  values, NULL, SPI_OK_DELETE);
-		jobq_spi_exec(jobq_plan_generic(&plan_rate_count,
-										"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
-										1, types),
-					  values, NULL, SPI_OK_SELECT);
+		jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_trim,
+												"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
+												2, types),
+							  values, NULL, SPI_OK_DELETE);
+		jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_count,
+												"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
+												1, types),
+							  values, NULL, SPI_OK_SELECT);
 		used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		batch = (int32) Max(0, Min(batch, q->rate_limit - used));
 	}
@@ -1143,7 +1143,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	 */
 	per_key = q.max_per_key > 0;
 	if (!per_key)
-		jobq_spi_exec_ordered(jobq_plan_generic(&plan_claim,
+		jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim,
 												"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
 												" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
 												" AND ($3 IS NULL OR r.kind = ANY ($3))"
@@ -1153,7 +1153,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 												12, types),
 							  values, nulls, SPI_OK_UPDATE_RETURNING);
 	else
-		jobq_spi_exec_ordered(jobq_plan_generic(&plan_claim_per_key,
+		jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim_per_key,
 												"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
 												" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
 												" AND j.status = 'running'"
@@ -1457,13 +1457,13 @@ jobq_complete(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	jobq_spi_exec(jobq_plan_generic(&plan_complete,
-									"UPDATE jobq.job SET status = 'completed', result = $3,"
-									" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
-									" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-									" RETURNING queue",
-									4, types),
-				  values, nulls, SPI_OK_UPDATE_RETURNING);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_complete,
+											"UPDATE jobq.job SET status = 'completed', result = $3,"
+											" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
+											" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+											" RETURNING queue",
+											4, types),
+						  values, nulls, SPI_OK_UPDATE_RETURNING);
 	done = CompletedJobs(saved.caller) > 0;
 	SPI_finish();
 	jobq_restore_user(&saved);
@@ -1516,15 +1516,15 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	jobq_spi_exec(jobq_plan_generic(&plan_complete_many,
-									"UPDATE jobq.job j SET status = 'completed', result = u.result,"
-									" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
-									" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
-									" ARRAY[cardinality($1)]))) AS u(job_id, lease_token, result)"
-									" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
-									" AND j.status = 'running' RETURNING j.queue",
-									4, types),
-				  values, nulls, SPI_OK_UPDATE_RETURNING);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_complete_many,
+											"UPDATE jobq.job j SET status = 'completed', result = u.result,"
+											" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
+											" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
+											" ARRAY[cardinality($1)]))) AS u(job_id, lease_token, result)"
+											" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
+											" AND j.status = 'running' RETURNING j.queue",
+											4, types),
+						  values, nulls, SPI_OK_UPDATE_RETURNING);
 	done = (int32) CompletedJobs(saved.caller);
 	SPI_finish();
 	jobq_restore_user(&saved);
@@ -1650,19 +1650,19 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	values[9] = TimestampTzGetDatum(now);
 	nulls[9] = retry ? 'n' : ' ';
 	values[10] = CStringGetTextDatum(outcome);
-	jobq_spi_exec(jobq_plan_generic(&plan_end_attempt,
-									"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
-									" started_at, finished_at, outcome, error)"
-									" VALUES ($1, $2, $3, $4, $5, $11, $6))"
-									" UPDATE jobq.job SET status = $7, retry_count = $8,"
-									" run_at = COALESCE($9, run_at),"
-									" last_error = CASE WHEN $11 = 'snoozed' THEN last_error ELSE $6 END,"
-									" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
-									" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
-									" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
-									" WHERE job_id = $1",
-									11, types),
-				  values, nulls, SPI_OK_UPDATE);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_end_attempt,
+											"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
+											" started_at, finished_at, outcome, error)"
+											" VALUES ($1, $2, $3, $4, $5, $11, $6))"
+											" UPDATE jobq.job SET status = $7, retry_count = $8,"
+											" run_at = COALESCE($9, run_at),"
+											" last_error = CASE WHEN $11 = 'snoozed' THEN last_error ELSE $6 END,"
+											" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
+											" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
+											" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
+											" WHERE job_id = $1",
+											11, types),
+						  values, nulls, SPI_OK_UPDATE);
 	if (retry)
 		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, a->concurrency_key,
 					 run_at, now);
@@ -1684,13 +1684,13 @@ LockRunningJob(int64 job_id, int64 lease_token, Oid caller, JobqAttempt *attempt
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = Int64GetDatum(lease_token);
-	jobq_spi_exec(jobq_plan_generic(&plan_fail_lock,
-									"SELECT " JOBQ_ATTEMPT_COLUMNS
-									" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
-									" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
-									" FOR UPDATE OF j",
-									2, types),
-				  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_fail_lock,
+											"SELECT " JOBQ_ATTEMPT_COLUMNS
+											" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+											" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
+											" FOR UPDATE OF j",
+											2, types),
+						  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
 	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, attempt);
@@ -1807,12 +1807,12 @@ jobq_extend(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	jobq_spi_exec(jobq_plan_generic(&plan_extend,
-									"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
-									" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-									" RETURNING lease_expires_at, queue",
-									4, types),
-				  values, NULL, SPI_OK_UPDATE_RETURNING);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_extend,
+											"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
+											" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+											" RETURNING lease_expires_at, queue",
+											4, types),
+						  values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed > 0)
 	{
 		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -1840,12 +1840,12 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 
 	jobq_become_owner(&saved);
 	SPI_connect();
-	jobq_spi_exec(jobq_plan_generic(&plan_checkpoint,
-									"UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
-									" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-									" RETURNING queue",
-									4, types),
-				  values, nulls, SPI_OK_UPDATE_RETURNING);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_checkpoint,
+											"UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
+											" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+											" RETURNING queue",
+											4, types),
+						  values, nulls, SPI_OK_UPDATE_RETURNING);
 	done = SPI_processed > 0;
 	if (done)
 		jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),

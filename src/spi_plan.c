@@ -82,7 +82,7 @@ jobq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
  * itself the plan cache keeps choosing custom plans for them (parameters in
  * LIMIT and "$n IS NULL OR ..." make the generic plan look dearer), which
  * spent more time planning than running: about 40 % of a claim + complete.
- * Statements that walk an index in order run through jobq_spi_exec_ordered.
+ * Statements that walk an index in order run through jobq_spi_exec_indexed.
  */
 SPIPlanPtr
 jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
@@ -92,18 +92,18 @@ jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 
 /*
  * Execute a saved plan under the pg_catalog search path and check the SPI
- * result code.  ordered: plan (when the plan cache plans it now) with
- * sequential scans, bitmap scans and sorts disabled, so that the plan walks
- * its index in order.
+ * result code.  indexed: plan (when the plan cache plans it now) with
+ * sequential scans, bitmap scans and sorts disabled, so that the plan reads
+ * its indexes.
  */
 static void
 ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
-		 bool ordered)
+		 bool indexed)
 {
 	int			rc;
 	int			nestlevel = 0;
 
-	if (ordered)
+	if (indexed)
 	{
 		nestlevel = NewGUCNestLevel();
 		(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
@@ -124,7 +124,7 @@ ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
 	}
 	PG_END_TRY();
 	/* on error, the transaction's (or subtransaction's) abort resets them */
-	if (ordered)
+	if (indexed)
 		AtEOXact_GUC(true, nestlevel);
 	if (rc != expected)
 		elog(ERROR, "jobq: unexpected SPI result %s",
@@ -139,13 +139,14 @@ jobq_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 }
 
 /*
- * Execute a saved generic plan that must read an index in order (a claim
- * takes the head of jobq.ready): its generic plan outlives the statistics
- * it was made with, and one made while the table was small (a bitmap scan
- * and a sort, say) would read the whole table once it has grown.
+ * Execute a saved generic plan that must use its indexes: a claim takes the
+ * head of jobq.ready in index order, a completion finds its jobs by primary
+ * key.  A generic plan outlives the statistics it was made with, and one
+ * made while a table was small (a sequential scan, or a bitmap scan and a
+ * sort) would read the whole table once it has grown.
  */
 void
-jobq_spi_exec_ordered(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+jobq_spi_exec_indexed(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
 	ExecPlan(plan, values, nulls, expected, true);
 }
