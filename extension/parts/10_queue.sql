@@ -63,13 +63,20 @@ COMMENT ON TABLE jobq.queue IS 'one row per queue: its settings; created on firs
 
 -- Backends cache the rows of jobq.queue they read; a commit that wrote any
 -- row (or truncated the table) invalidates every cache.
-CREATE FUNCTION jobq.queue_changed() RETURNS trigger
-    LANGUAGE c AS 'MODULE_PATHNAME', 'jobq_queue_changed';
-COMMENT ON FUNCTION jobq.queue_changed() IS 'trigger on jobq.queue: its commit invalidates the queue settings every backend has cached';
+CREATE FUNCTION jobq.queue_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'jobq_queue_changed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.queue_changed() IS
+    'trigger on jobq.queue: its commit invalidates the queue settings every backend has cached';
 CREATE TRIGGER queue_changed BEFORE INSERT OR UPDATE OR DELETE ON jobq.queue
     FOR EACH ROW EXECUTE FUNCTION jobq.queue_changed();
+COMMENT ON TRIGGER queue_changed ON jobq.queue IS
+    'a transaction that writes a queue row invalidates every backend''s cached settings at commit';
 CREATE TRIGGER queue_truncated BEFORE TRUNCATE ON jobq.queue
     FOR EACH STATEMENT EXECUTE FUNCTION jobq.queue_changed();
+COMMENT ON TRIGGER queue_truncated ON jobq.queue IS
+    'TRUNCATE of jobq.queue invalidates every backend''s cached settings at commit';
 COMMENT ON COLUMN jobq.queue.max_concurrency IS 'most jobs of the queue running at once; NULL: no limit';
 COMMENT ON COLUMN jobq.queue.max_per_key IS 'most running jobs per concurrency_key; NULL: no limit';
 COMMENT ON COLUMN jobq.queue.rate_limit IS 'most claims per rate_period (token bucket); NULL: no limit';
