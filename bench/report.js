@@ -85,9 +85,10 @@ const drain = of('drain');
   if (s.length) {
     tables.push({
       id: 4, title: `4. A critical job enqueued behind ${fmt(meta.crit_backlog)} low-priority jobs while ${meta.clients} workers drain them: enqueue → claim`,
-      head: ['contender', 'median ms', 'max ms', 'each try (ms)'],
+      head: ['contender', 'median ms', 'max ms', 'each try (ms)', 'the enqueue call alone, median ms'],
       body: s.map((r) => [NAMES[r.contender], r.median_ms == null ? 'n/a' : fmt(r.median_ms, 1),
-        r.max_ms == null ? 'n/a' : fmt(r.max_ms, 1), r.note || (r.all_ms || []).map((x) => (x == null ? 'timeout' : x.toFixed(1))).join(', ')]),
+        r.max_ms == null ? 'n/a' : fmt(r.max_ms, 1), r.note || (r.all_ms || []).map((x) => (x == null ? 'timeout' : x.toFixed(1))).join(', '),
+        r.enqueue_median_ms == null ? 'n/a' : fmt(r.enqueue_median_ms, 1)]),
     });
   }
 }
@@ -174,6 +175,33 @@ const scale = of('scale');
       head: ['contender', 'jobs/s', 'server µs per job', 'WAL bytes per job', 'WAL records per job', 'buffer accesses per job'],
       body: s.map((r) => [NAMES[r.contender], fmt(r.jobs_per_s), fmt(r.server_us_per_job, 1), fmt(r.wal_bytes_per_job),
         fmt(r.wal_records_per_job, 2), fmt(r.buffers_per_job, 1)]),
+    });
+  }
+}
+
+// the WAL of a drain at batch 100, by record type (pg_waldump)
+{
+  const s = of('walmix').sort((a, b) => byOrder(a.contender, b.contender));
+  if (s.length) {
+    const groups = [
+      ['Heap/LOCK', (t) => t === 'Heap/LOCK'],
+      ['Heap/DELETE', (t) => t === 'Heap/DELETE'],
+      ['Heap/UPDATE', (t) => t === 'Heap/UPDATE' || t === 'Heap/UPDATE+INIT'],
+      ['Heap/HOT_UPDATE', (t) => t === 'Heap/HOT_UPDATE'],
+      ['Heap/INSERT', (t) => t === 'Heap/INSERT' || t === 'Heap/INSERT+INIT'],
+      ['Btree/*', (t) => t.startsWith('Btree/')],
+    ];
+    const cell = (r, pick) => {
+      let n = 0;
+      let b = 0;
+      for (const [t, [cnt, bytes]] of Object.entries(r.types || {})) if (pick(t)) { n += cnt; b += bytes; }
+      return r.jobs ? `${fmt(n / r.jobs, 2)} (${fmt(b / r.jobs)} B)` : 'n/a';
+    };
+    const known = (t) => groups.some(([, pick]) => pick(t));
+    tables.push({
+      id: 8.2, title: 'WAL by record type: claim + complete at batch 100, 8 clients, 5 s on a 100k backlog, per job: records (bytes incl. full-page images), pg_waldump',
+      head: ['contender', ...groups.map(([g]) => g), 'other', 'total'],
+      body: s.map((r) => [NAMES[r.contender], ...groups.map(([, pick]) => cell(r, pick)), cell(r, (t) => !known(t)), cell(r, () => true)]),
     });
   }
 }

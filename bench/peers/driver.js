@@ -445,6 +445,7 @@ async function critical() {
   const tries = +(opt.tries || 5);
   const idle = 10;
   const times = [];
+  const enqTimes = []; // how long each enqueue call took (its commit included)
   let stop = false;
   let pendingCrit = null; // { t, resolve }
   const seen = (payload) => {
@@ -494,6 +495,7 @@ async function critical() {
     const t = now();
     const got = new Promise((resolve) => { pendingCrit = { t, resolve }; });
     await send();
+    enqTimes.push(now() - t);
     const ms = await Promise.race([got, sleep(10000).then(() => null)]);
     times.push(ms === null ? Infinity : ms);
     if (ms === null) { pendingCrit = null; break; }
@@ -507,6 +509,7 @@ async function critical() {
     median_ms: pct(fin, 0.5),
     max_ms: times.length ? Math.max(...times) : null,
     all_ms: times.map((x) => (Number.isFinite(x) ? +x.toFixed(2) : null)),
+    enqueue_median_ms: pct(enqTimes, 0.5),
   };
 }
 
