@@ -104,6 +104,11 @@ typedef struct JobqNewJob
 	const char *concurrency_key;	/* NULL: none */
 } JobqNewJob;
 
+/* job_insert.c */
+extern bool jobq_insert_pending(const JobqNewJob *job, int32 max_retries,
+								const Datum *payloads, int n, TimestampTz now,
+								int64 *ids);
+
 /* queue_ops.c */
 extern void jobq_enqueue_job(const JobqNewJob *job, TimestampTz now,
 							 int64 *job_id, bool *created);

@@ -504,6 +504,23 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
 	" INSERT INTO jobq.scheduled (queue, priority, run_at, job_id, kind, concurrency_key)" \
 	" SELECT $2, $5, $8, j.job_id, $3, $10 FROM j RETURNING job_id"
 
+/*
+ * Tell the claim positions (queue_state.c) about new pending jobs like job,
+ * first_id the lowest of their ids.
+ */
+static void
+NoteEnqueued(const JobqNewJob *job, TimestampTz now, int64 first_id)
+{
+	if (job->run_at <= now)
+	{
+		JobqClaimPos pos = {-job->priority, job->run_at, first_id};
+
+		jobq_state_note_ready(job->queue, &pos);
+	}
+	else
+		jobq_state_note_scheduled(job->queue, job->run_at);
+}
+
 /* The job holding idempotency key (kind, key), which a statement found taken. */
 static int64
 KeyHolder(const char *kind, const char *key)
@@ -580,6 +597,19 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	max_retries = job->has_max_retries ? job->max_retries : q.max_retries;
 	with_key = job->key != NULL && !has_id;
 
+	/* without a key: the rows straight into the tables (job_insert.c) */
+	if (job->key == NULL)
+	{
+		Datum		payload = JsonbPGetDatum(job->payload);
+
+		if (jobq_insert_pending(job, max_retries, &payload, 1, now, job_id))
+		{
+			*created = true;
+			NoteEnqueued(job, now, *job_id);
+			return;
+		}
+	}
+
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(has_id ? *job_id : 0);
 	nulls[0] = has_id ? ' ' : 'n';
@@ -620,15 +650,7 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										  SPI_tuptable->tupdesc, 1, &isnull));
 	*created = true;
-
-	if (ready)
-	{
-		JobqClaimPos pos = {-job->priority, job->run_at, *job_id};
-
-		jobq_state_note_ready(job->queue, &pos);
-	}
-	else
-		jobq_state_note_scheduled(job->queue, job->run_at);
+	NoteEnqueued(job, now, *job_id);
 }
 
 /* qsort comparator for job ids. */
@@ -654,14 +676,21 @@ EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int6
 	Datum		values[8];
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	JobqQueue	q;
+	int32		max_retries;
 	bool		ready = job->run_at <= now;
 	bool		isnull;
 
 	QueueGetOrCreate(job->queue, &q);
+	max_retries = job->has_max_retries ? job->max_retries : q.max_retries;
+	if (jobq_insert_pending(job, max_retries, payloads, n, now, ids))
+	{
+		NoteEnqueued(job, now, ids[0]);
+		return;
+	}
 	values[0] = CStringGetTextDatum(job->queue);
 	values[1] = CStringGetTextDatum(job->kind);
 	values[2] = Int32GetDatum(job->priority);
-	values[3] = Int32GetDatum(job->has_max_retries ? job->max_retries : q.max_retries);
+	values[3] = Int32GetDatum(max_retries);
 	values[4] = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
 	nulls[4] = job->concurrency_key ? ' ' : 'n';
 	values[5] = TimestampTzGetDatum(job->run_at);
@@ -698,15 +727,7 @@ EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int6
 	for (int i = 0; i < n; i++)
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	qsort(ids, n, sizeof(int64), Int64Compare);
-
-	if (ready)
-	{
-		JobqClaimPos pos = {-job->priority, job->run_at, ids[0]};
-
-		jobq_state_note_ready(job->queue, &pos);
-	}
-	else
-		jobq_state_note_scheduled(job->queue, job->run_at);
+	NoteEnqueued(job, now, ids[0]);
 }
 
 /* Emit one (job_id, created) row. */

@@ -1,0 +1,131 @@
+--
+-- enqueue_rows: the rows an enqueue writes, whether jobq writes them straight
+-- into its tables (job_insert.c) or, when a table has a trigger, a rule, row
+-- security or an unknown column, through its SQL statements
+--
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS jobq CASCADE;
+CREATE EXTENSION jobq;
+RESET client_min_messages;
+
+-- what the rows of the jobs enqueued after this point look like
+CREATE FUNCTION rows_of(first bigint)
+RETURNS TABLE (n int, queue text, kind text, payload jsonb, priority int,
+               status text, retry_count int, max_retries int, attempts int,
+               idempotency_key text, concurrency_key text, delayed boolean,
+               created_is_updated boolean, null_columns boolean, in_set text)
+LANGUAGE sql AS $$
+  SELECT (row_number() OVER (ORDER BY j.job_id))::int, j.queue, j.kind, j.payload,
+         j.priority, j.status, j.retry_count, j.max_retries, j.attempts,
+         j.idempotency_key, j.concurrency_key, j.run_at > j.created_at,
+         j.created_at = j.updated_at,
+         num_nulls(j.claimed_at, j.worker_id, j.lease_token, j.lease_expires_at,
+                   j.last_error, j.result, j.checkpoint, j.finished_at) = 8,
+         CASE WHEN r.job_id IS NOT NULL
+                   AND r.neg_priority = -j.priority AND r.run_at = j.run_at
+                   AND r.kind = j.kind AND r.queue = j.queue
+                   AND r.concurrency_key IS NOT DISTINCT FROM j.concurrency_key
+                   AND s.job_id IS NULL THEN 'ready'
+              WHEN s.job_id IS NOT NULL
+                   AND s.priority = j.priority AND s.run_at = j.run_at
+                   AND s.kind = j.kind AND s.queue = j.queue
+                   AND s.concurrency_key IS NOT DISTINCT FROM j.concurrency_key
+                   AND r.job_id IS NULL THEN 'scheduled'
+              ELSE 'wrong' END
+    FROM jobq.job j
+    LEFT JOIN jobq.ready r USING (job_id)
+    LEFT JOIN jobq.scheduled s USING (job_id)
+   WHERE j.job_id >= first
+   ORDER BY j.job_id
+$$;
+
+-- the same enqueues, run once straight into the tables and once through SQL
+CREATE FUNCTION enqueue_some() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  first bigint;
+BEGIN
+  SELECT e.job_id INTO first FROM jobq.enqueue('mail', '{"to": "a"}', queue => 'q1') e;
+  PERFORM jobq.enqueue('mail', '{"to": "b"}', queue => 'q1', priority => 20, max_retries => 0);
+  PERFORM jobq.enqueue('mail', '{"to": "c"}', queue => 'q1', run_at => now() + interval '1 hour');
+  PERFORM jobq.enqueue('mail', '{"to": "d"}', queue => 'q2', concurrency_key => 'tenant-1');
+  PERFORM jobq.enqueue_many('sms', ARRAY['{"i": 1}', '{"i": 2}', '{"i": 3}']::jsonb[],
+                            queue => 'q1', priority => 10, max_retries => 7);
+  PERFORM jobq.enqueue_many('sms', ARRAY['{"i": 4}', '{"i": 5}']::jsonb[], queue => 'q1',
+                            run_at => now() + interval '1 day');
+  RETURN first;
+END
+$$;
+
+CREATE TEMP TABLE direct AS SELECT * FROM rows_of(0) WITH NO DATA;
+CREATE TEMP TABLE via_sql AS SELECT * FROM rows_of(0) WITH NO DATA;
+CREATE TEMP TABLE after_drop AS SELECT * FROM rows_of(0) WITH NO DATA;
+
+-- straight into the tables (at DEBUG1, jobq says when it cannot)
+SET client_min_messages = debug1;
+INSERT INTO direct SELECT * FROM rows_of(enqueue_some());
+RESET client_min_messages;
+SELECT * FROM direct ORDER BY n;
+
+-- a trigger on jobq.job: enqueue goes through its SQL statements, and the
+-- trigger sees every row
+CREATE TABLE seen (job_id bigint, op text);
+CREATE FUNCTION note_job() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.seen VALUES (NEW.job_id, TG_OP);
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER note_job AFTER INSERT ON jobq.job FOR EACH ROW EXECUTE FUNCTION note_job();
+SET client_min_messages = debug1;
+INSERT INTO via_sql SELECT * FROM rows_of(enqueue_some());
+RESET client_min_messages;
+SELECT count(*) AS rows_seen_by_trigger FROM seen;
+DROP TRIGGER note_job ON jobq.job;
+
+-- both ways write the same rows
+SELECT count(*) AS rows, bool_and(d IS NOT DISTINCT FROM v) AS same_rows
+  FROM direct d FULL JOIN via_sql v USING (n);
+
+-- a trigger on jobq.ready alone is enough to take the SQL way
+CREATE TRIGGER note_ready AFTER INSERT ON jobq.ready FOR EACH ROW EXECUTE FUNCTION note_job();
+TRUNCATE seen;
+SET client_min_messages = debug1;
+SELECT count(*) AS created FROM jobq.enqueue_many('sms', ARRAY['{}', '{}']::jsonb[], queue => 'q1');
+RESET client_min_messages;
+SELECT count(*) AS ready_rows_seen_by_trigger FROM seen;
+DROP TRIGGER note_ready ON jobq.ready;
+
+-- a column jobq does not know (with a default it cannot compute): the SQL
+-- way fills it
+ALTER TABLE jobq.job ADD COLUMN tenant text DEFAULT 'acme';
+CREATE TEMP TABLE tenant_job AS SELECT job_id FROM jobq.enqueue('mail', '{}', queue => 'q1');
+SELECT j.tenant FROM tenant_job JOIN jobq.job j USING (job_id);
+ALTER TABLE jobq.job DROP COLUMN tenant;
+
+-- a dropped column is no obstacle: straight into the tables again, same rows
+SET client_min_messages = debug1;
+INSERT INTO after_drop SELECT * FROM rows_of(enqueue_some());
+RESET client_min_messages;
+SELECT count(*) AS rows, bool_and(d IS NOT DISTINCT FROM a) AS same_rows
+  FROM direct d FULL JOIN after_drop a USING (n);
+
+-- a CHECK constraint added by hand is enforced either way, and nothing of
+-- the failed enqueue stays
+ALTER TABLE jobq.job ADD CONSTRAINT no_spam CHECK (kind <> 'spam');
+SELECT count(*) AS jobs_before FROM jobq.job;
+\set VERBOSITY terse
+SELECT * FROM jobq.enqueue('spam', '{}');
+SELECT * FROM jobq.enqueue_many('spam', ARRAY['{}', '{}']::jsonb[]);
+\set VERBOSITY default
+SELECT count(*) AS jobs_after FROM jobq.job;
+SELECT count(*) AS ready_rows_of_spam FROM jobq.ready WHERE kind = 'spam';
+ALTER TABLE jobq.job DROP CONSTRAINT no_spam;
+
+-- an enqueue rolled back leaves nothing, and a job written straight into
+-- the tables is claimable by the same transaction's next statement
+BEGIN;
+SELECT count(*) AS created FROM jobq.enqueue_many('x', ARRAY['{}', '{}', '{}']::jsonb[], queue => 'rb');
+SELECT count(*) AS claimed FROM jobq.claim('rb', batch => 10);
+ROLLBACK;
+SELECT count(*) AS jobs_in_rb FROM jobq.job WHERE queue = 'rb';
+SELECT count(*) AS ready_in_rb FROM jobq.ready WHERE queue = 'rb';

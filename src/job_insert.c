@@ -1,0 +1,359 @@
+/*-------------------------------------------------------------------------
+ *
+ * job_insert.c
+ *	  Writing new pending jobs into jobq.job and jobq.ready / jobq.scheduled
+ *	  without planning or executing an INSERT statement.
+ *
+ * An enqueue writes two rows per job.  Through SPI, every call builds an
+ * executor state for a CTE with two ModifyTable nodes, projects each row
+ * twice and passes the job ids through a tuplestore.  Here the rows are
+ * formed directly; the heap tuples of a batch go in with
+ * table_multi_insert() (one WAL record per page, as COPY does) and their
+ * index entries through ExecInsertIndexTuples(), so unique checks, partial
+ * index predicates and NOT NULL / CHECK constraints behave as they do for
+ * an INSERT.
+ *
+ * Only plain tables laid out as the install script made them are written
+ * this way.  A trigger, a rule or row-level security on either table, a
+ * column this file does not know, a type it does not expect, or a default
+ * on a column it leaves empty make jobq_insert_pending() return false
+ * before it writes anything, and the caller runs its SQL statement instead.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "nodes/execnodes.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "jobq.h"
+
+/* What a column of a new job's rows gets. */
+typedef enum JobqFill
+{
+	JOBQ_FILL_NULL,				/* nothing (and the column has no default) */
+	JOBQ_FILL_JOB_ID,
+	JOBQ_FILL_QUEUE,
+	JOBQ_FILL_KIND,
+	JOBQ_FILL_PAYLOAD,
+	JOBQ_FILL_PRIORITY,
+	JOBQ_FILL_NEG_PRIORITY,
+	JOBQ_FILL_STATUS,			/* 'pending' */
+	JOBQ_FILL_ZERO,
+	JOBQ_FILL_MAX_RETRIES,
+	JOBQ_FILL_CONCURRENCY_KEY,
+	JOBQ_FILL_RUN_AT,
+	JOBQ_FILL_NOW
+} JobqFill;
+
+/* A column this file writes: its name, its type and what it gets. */
+typedef struct JobqColumn
+{
+	const char *name;
+	Oid			type;
+	JobqFill	fill;
+} JobqColumn;
+
+static const JobqColumn job_columns[] = {
+	{"job_id", INT8OID, JOBQ_FILL_JOB_ID},
+	{"queue", TEXTOID, JOBQ_FILL_QUEUE},
+	{"kind", TEXTOID, JOBQ_FILL_KIND},
+	{"payload", JSONBOID, JOBQ_FILL_PAYLOAD},
+	{"priority", INT4OID, JOBQ_FILL_PRIORITY},
+	{"status", TEXTOID, JOBQ_FILL_STATUS},
+	{"retry_count", INT4OID, JOBQ_FILL_ZERO},
+	{"max_retries", INT4OID, JOBQ_FILL_MAX_RETRIES},
+	{"attempts", INT4OID, JOBQ_FILL_ZERO},
+	{"idempotency_key", TEXTOID, JOBQ_FILL_NULL},
+	{"concurrency_key", TEXTOID, JOBQ_FILL_CONCURRENCY_KEY},
+	{"run_at", TIMESTAMPTZOID, JOBQ_FILL_RUN_AT},
+	{"claimed_at", TIMESTAMPTZOID, JOBQ_FILL_NULL},
+	{"worker_id", TEXTOID, JOBQ_FILL_NULL},
+	{"lease_token", INT8OID, JOBQ_FILL_NULL},
+	{"lease_expires_at", TIMESTAMPTZOID, JOBQ_FILL_NULL},
+	{"last_error", TEXTOID, JOBQ_FILL_NULL},
+	{"result", JSONBOID, JOBQ_FILL_NULL},
+	{"checkpoint", JSONBOID, JOBQ_FILL_NULL},
+	{"created_at", TIMESTAMPTZOID, JOBQ_FILL_NOW},
+	{"updated_at", TIMESTAMPTZOID, JOBQ_FILL_NOW},
+	{"finished_at", TIMESTAMPTZOID, JOBQ_FILL_NULL},
+};
+
+/* jobq.ready orders by neg_priority; jobq.scheduled keeps priority. */
+static const JobqColumn ready_columns[] = {
+	{"queue", TEXTOID, JOBQ_FILL_QUEUE},
+	{"neg_priority", INT4OID, JOBQ_FILL_NEG_PRIORITY},
+	{"run_at", TIMESTAMPTZOID, JOBQ_FILL_RUN_AT},
+	{"job_id", INT8OID, JOBQ_FILL_JOB_ID},
+	{"kind", TEXTOID, JOBQ_FILL_KIND},
+	{"concurrency_key", TEXTOID, JOBQ_FILL_CONCURRENCY_KEY},
+};
+
+static const JobqColumn scheduled_columns[] = {
+	{"queue", TEXTOID, JOBQ_FILL_QUEUE},
+	{"priority", INT4OID, JOBQ_FILL_PRIORITY},
+	{"run_at", TIMESTAMPTZOID, JOBQ_FILL_RUN_AT},
+	{"job_id", INT8OID, JOBQ_FILL_JOB_ID},
+	{"kind", TEXTOID, JOBQ_FILL_KIND},
+	{"concurrency_key", TEXTOID, JOBQ_FILL_CONCURRENCY_KEY},
+};
+
+/* One table being written: the relation, its executor state and its rows. */
+typedef struct JobqTarget
+{
+	Relation	rel;
+	ResultRelInfo *rri;
+	JobqFill   *fill;			/* per attribute of the relation */
+	TupleTableSlot **slots;
+} JobqTarget;
+
+/*
+ * Work out what every attribute of rel gets; false when the table is not
+ * one this file can write (see the file header).
+ */
+static bool
+MapColumns(Relation rel, const JobqColumn *cols, int ncols, JobqFill *fill)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			found = 0;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->trigdesc != NULL ||
+		rel->rd_rel->relhasrules || rel->rd_rel->relrowsecurity)
+		return false;
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		int			k;
+
+		fill[i] = JOBQ_FILL_NULL;
+		if (att->attisdropped)
+			continue;
+		for (k = 0; k < ncols; k++)
+			if (strcmp(NameStr(att->attname), cols[k].name) == 0)
+				break;
+		if (k == ncols || att->atttypid != cols[k].type || att->attgenerated)
+			return false;
+		if (cols[k].fill == JOBQ_FILL_NULL && att->atthasdef)
+			return false;
+		fill[i] = cols[k].fill;
+		found++;
+	}
+	return found == ncols;
+}
+
+/* Open rel for n new rows; false (rel closed) when it cannot be written here. */
+static bool
+OpenTarget(JobqTarget *t, Oid relid, const JobqColumn *cols, int ncols, int n)
+{
+	t->rel = table_open(relid, RowExclusiveLock);
+	t->fill = palloc(sizeof(JobqFill) * RelationGetDescr(t->rel)->natts);
+	if (!MapColumns(t->rel, cols, ncols, t->fill))
+	{
+		elog(DEBUG1, "jobq: enqueue writes through SQL: table jobq.%s has a trigger, a rule, row security or columns jobq does not know",
+			 RelationGetRelationName(t->rel));
+		table_close(t->rel, NoLock);
+		return false;
+	}
+	t->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(t->rri, t->rel, 0, NULL, 0);
+	ExecOpenIndices(t->rri, false);
+	t->slots = palloc(sizeof(TupleTableSlot *) * n);
+	for (int i = 0; i < n; i++)
+		t->slots[i] = table_slot_create(t->rel, NULL);
+	return true;
+}
+
+/* The values of one new job's rows. */
+typedef struct JobqRowValues
+{
+	Datum		job_id;
+	Datum		queue;
+	Datum		kind;
+	Datum		payload;
+	Datum		priority;
+	Datum		neg_priority;
+	Datum		status;
+	Datum		max_retries;
+	Datum		concurrency_key;	/* (Datum) 0 when NULL */
+	Datum		run_at;
+	Datum		now;
+} JobqRowValues;
+
+/* Store the row of one job in slot, as t's columns want it. */
+static void
+FillSlot(const JobqTarget *t, TupleTableSlot *slot, const JobqRowValues *v)
+{
+	int			natts = slot->tts_tupleDescriptor->natts;
+
+	ExecClearTuple(slot);
+	for (int i = 0; i < natts; i++)
+	{
+		Datum		d = (Datum) 0;
+
+		switch (t->fill[i])
+		{
+			case JOBQ_FILL_NULL:
+				break;
+			case JOBQ_FILL_JOB_ID:
+				d = v->job_id;
+				break;
+			case JOBQ_FILL_QUEUE:
+				d = v->queue;
+				break;
+			case JOBQ_FILL_KIND:
+				d = v->kind;
+				break;
+			case JOBQ_FILL_PAYLOAD:
+				d = v->payload;
+				break;
+			case JOBQ_FILL_PRIORITY:
+				d = v->priority;
+				break;
+			case JOBQ_FILL_NEG_PRIORITY:
+				d = v->neg_priority;
+				break;
+			case JOBQ_FILL_STATUS:
+				d = v->status;
+				break;
+			case JOBQ_FILL_ZERO:
+				d = Int32GetDatum(0);
+				break;
+			case JOBQ_FILL_MAX_RETRIES:
+				d = v->max_retries;
+				break;
+			case JOBQ_FILL_CONCURRENCY_KEY:
+				d = v->concurrency_key;
+				break;
+			case JOBQ_FILL_RUN_AT:
+				d = v->run_at;
+				break;
+			case JOBQ_FILL_NOW:
+				d = v->now;
+				break;
+		}
+		slot->tts_values[i] = d;
+		slot->tts_isnull[i] = t->fill[i] == JOBQ_FILL_NULL ||
+			(t->fill[i] == JOBQ_FILL_CONCURRENCY_KEY && d == (Datum) 0);
+	}
+	ExecStoreVirtualTuple(slot);
+}
+
+/* Insert t's n filled rows and their index entries. */
+static void
+WriteTarget(JobqTarget *t, EState *estate, int n)
+{
+	CommandId	cid = GetCurrentCommandId(true);
+
+	if (RelationGetDescr(t->rel)->constr != NULL)
+		for (int i = 0; i < n; i++)
+			ExecConstraints(t->rri, t->slots[i], estate);
+	if (n == 1)
+		table_tuple_insert(t->rel, t->slots[0], cid, 0, NULL);
+	else
+		table_multi_insert(t->rel, t->slots, n, cid, 0, NULL);
+	if (t->rri->ri_NumIndices > 0)
+		for (int i = 0; i < n; i++)
+		{
+			List	   *recheck;
+
+			recheck = ExecInsertIndexTuples(t->rri, t->slots[i], estate,
+											false, false, NULL, NIL);
+			list_free(recheck);
+			ResetPerTupleExprContext(estate);
+		}
+}
+
+/* Close what OpenTarget opened (the lock stays until the end of the transaction). */
+static void
+CloseTarget(JobqTarget *t, int n)
+{
+	for (int i = 0; i < n; i++)
+		ExecDropSingleTupleTableSlot(t->slots[i]);
+	ExecCloseIndices(t->rri);
+	table_close(t->rel, NoLock);
+}
+
+/*
+ * Write n pending jobs without idempotency keys that differ only by
+ * payload: a row each in jobq.job and in jobq.ready (run_at due) or
+ * jobq.scheduled.  ids[] gets their ids, taken from jobq.job_id_seq in
+ * payload order.  Returns false, having written nothing, when a table is
+ * not one this file can write; the caller then uses its SQL statement.
+ */
+bool
+jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *payloads,
+					int n, TimestampTz now, int64 *ids)
+{
+	bool		ready = job->run_at <= now;
+	Oid			nsp = get_namespace_oid("jobq", false);
+	Oid			seq;
+	JobqTarget	jobs;
+	JobqTarget	set;
+	JobqRowValues v;
+	EState	   *estate;
+	MemoryContext cxt;
+	MemoryContext old;
+
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq insert",
+								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	if (!OpenTarget(&jobs, get_relname_relid("job", nsp), job_columns,
+					lengthof(job_columns), n))
+	{
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+		return false;
+	}
+	if (ready ? !OpenTarget(&set, get_relname_relid("ready", nsp), ready_columns,
+							lengthof(ready_columns), n)
+		: !OpenTarget(&set, get_relname_relid("scheduled", nsp), scheduled_columns,
+					  lengthof(scheduled_columns), n))
+	{
+		CloseTarget(&jobs, n);
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+		return false;
+	}
+	seq = get_relname_relid("job_id_seq", nsp);
+	if (!OidIsValid(seq))
+		elog(ERROR, "jobq: sequence jobq.job_id_seq is missing");
+
+	v.queue = CStringGetTextDatum(job->queue);
+	v.kind = CStringGetTextDatum(job->kind);
+	v.priority = Int32GetDatum(job->priority);
+	v.neg_priority = Int32GetDatum(-job->priority);
+	v.status = CStringGetTextDatum("pending");
+	v.max_retries = Int32GetDatum(max_retries);
+	v.concurrency_key = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
+	v.run_at = TimestampTzGetDatum(job->run_at);
+	v.now = TimestampTzGetDatum(now);
+	for (int i = 0; i < n; i++)
+	{
+		ids[i] = nextval_internal(seq, false);
+		v.job_id = Int64GetDatum(ids[i]);
+		v.payload = payloads[i];
+		FillSlot(&jobs, jobs.slots[i], &v);
+		FillSlot(&set, set.slots[i], &v);
+	}
+
+	estate = CreateExecutorState();
+	WriteTarget(&jobs, estate, n);
+	WriteTarget(&set, estate, n);
+	FreeExecutorState(estate);
+	CloseTarget(&set, n);
+	CloseTarget(&jobs, n);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+	return true;
+}
