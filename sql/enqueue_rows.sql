@@ -66,6 +66,30 @@ INSERT INTO direct SELECT * FROM rows_of(enqueue_some());
 RESET client_min_messages;
 SELECT * FROM direct ORDER BY n;
 
+-- jobs with idempotency keys: the key reserved first, the rows written
+-- under its id; keyless runs around a keyed job carry no key
+SET client_min_messages = debug1;
+CREATE TEMP TABLE keyed AS
+  SELECT m.n, m.job_id, m.created
+    FROM jobq.enqueue_many('mail', ARRAY['{"k": 1}', '{"k": 2}', '{"k": 3}', '{"k": 4}']::jsonb[],
+                           queue => 'q3', idempotency_keys => ARRAY[NULL, 'order-1', NULL, NULL])
+         WITH ORDINALITY AS m(job_id, created, n);
+INSERT INTO keyed
+  SELECT 5, e.job_id, e.created FROM jobq.enqueue('mail', '{"k": 5}', queue => 'q3', idempotency_key => 'order-2') e;
+RESET client_min_messages;
+SELECT k.n, k.created, j.payload, j.idempotency_key, i.job_id = j.job_id AS key_points_at_job,
+       r.job_id IS NOT NULL AS ready
+  FROM keyed k JOIN jobq.job j USING (job_id)
+  LEFT JOIN jobq.idempotency_key i ON i.kind = j.kind AND i.key = j.idempotency_key
+  LEFT JOIN jobq.ready r ON r.job_id = j.job_id
+ ORDER BY k.n;
+-- a duplicate returns the job and writes nothing
+SELECT count(*) AS jobs_before FROM jobq.job;
+SELECT e.job_id = k.job_id AS same_job, e.created
+  FROM jobq.enqueue('mail', '{"k": 6}', queue => 'q3', idempotency_key => 'order-2') e, keyed k
+ WHERE k.n = 5;
+SELECT count(*) AS jobs_after FROM jobq.job;
+
 -- a trigger on jobq.job: enqueue goes through its SQL statements, and the
 -- trigger sees every row
 CREATE TABLE seen (job_id bigint, op text);
@@ -80,6 +104,14 @@ SET client_min_messages = debug1;
 INSERT INTO via_sql SELECT * FROM rows_of(enqueue_some());
 RESET client_min_messages;
 SELECT count(*) AS rows_seen_by_trigger FROM seen;
+-- a job with a key, through SQL: written under the id its key reserved
+CREATE TEMP TABLE keyed_sql AS
+  SELECT * FROM jobq.enqueue('mail', '{}', queue => 'q3', idempotency_key => 'order-3');
+SELECT k.created, j.idempotency_key, i.job_id = j.job_id AS key_points_at_job,
+       s.job_id IS NOT NULL AS seen_by_trigger
+  FROM keyed_sql k JOIN jobq.job j USING (job_id)
+  JOIN jobq.idempotency_key i ON i.kind = j.kind AND i.key = j.idempotency_key
+  LEFT JOIN seen s ON s.job_id = j.job_id;
 DROP TRIGGER note_job ON jobq.job;
 
 -- both ways write the same rows

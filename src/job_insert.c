@@ -52,6 +52,7 @@ typedef enum JobqFill
 	JOBQ_FILL_STATUS,			/* 'pending' */
 	JOBQ_FILL_ZERO,
 	JOBQ_FILL_MAX_RETRIES,
+	JOBQ_FILL_IDEMPOTENCY_KEY,
 	JOBQ_FILL_CONCURRENCY_KEY,
 	JOBQ_FILL_RUN_AT,
 	JOBQ_FILL_NOW
@@ -75,7 +76,7 @@ static const JobqColumn job_columns[] = {
 	{"retry_count", INT4OID, JOBQ_FILL_ZERO},
 	{"max_retries", INT4OID, JOBQ_FILL_MAX_RETRIES},
 	{"attempts", INT4OID, JOBQ_FILL_ZERO},
-	{"idempotency_key", TEXTOID, JOBQ_FILL_NULL},
+	{"idempotency_key", TEXTOID, JOBQ_FILL_IDEMPOTENCY_KEY},
 	{"concurrency_key", TEXTOID, JOBQ_FILL_CONCURRENCY_KEY},
 	{"run_at", TIMESTAMPTZOID, JOBQ_FILL_RUN_AT},
 	{"claimed_at", TIMESTAMPTZOID, JOBQ_FILL_NULL},
@@ -144,7 +145,8 @@ MapColumns(Relation rel, const JobqColumn *cols, int ncols, JobqFill *fill)
 				break;
 		if (k == ncols || att->atttypid != cols[k].type || att->attgenerated)
 			return false;
-		if (cols[k].fill == JOBQ_FILL_NULL && att->atthasdef)
+		if ((cols[k].fill == JOBQ_FILL_NULL ||
+			 cols[k].fill == JOBQ_FILL_IDEMPOTENCY_KEY) && att->atthasdef)
 			return false;
 		fill[i] = cols[k].fill;
 		found++;
@@ -185,6 +187,7 @@ typedef struct JobqRowValues
 	Datum		neg_priority;
 	Datum		status;
 	Datum		max_retries;
+	Datum		idempotency_key;	/* (Datum) 0 when NULL */
 	Datum		concurrency_key;	/* (Datum) 0 when NULL */
 	Datum		run_at;
 	Datum		now;
@@ -232,6 +235,9 @@ FillSlot(const JobqTarget *t, TupleTableSlot *slot, const JobqRowValues *v)
 			case JOBQ_FILL_MAX_RETRIES:
 				d = v->max_retries;
 				break;
+			case JOBQ_FILL_IDEMPOTENCY_KEY:
+				d = v->idempotency_key;
+				break;
 			case JOBQ_FILL_CONCURRENCY_KEY:
 				d = v->concurrency_key;
 				break;
@@ -244,7 +250,8 @@ FillSlot(const JobqTarget *t, TupleTableSlot *slot, const JobqRowValues *v)
 		}
 		slot->tts_values[i] = d;
 		slot->tts_isnull[i] = t->fill[i] == JOBQ_FILL_NULL ||
-			(t->fill[i] == JOBQ_FILL_CONCURRENCY_KEY && d == (Datum) 0);
+			((t->fill[i] == JOBQ_FILL_IDEMPOTENCY_KEY ||
+			  t->fill[i] == JOBQ_FILL_CONCURRENCY_KEY) && d == (Datum) 0);
 	}
 	ExecStoreVirtualTuple(slot);
 }
@@ -285,15 +292,17 @@ CloseTarget(JobqTarget *t, int n)
 }
 
 /*
- * Write n pending jobs without idempotency keys that differ only by
- * payload: a row each in jobq.job and in jobq.ready (run_at due) or
- * jobq.scheduled.  ids[] gets their ids, taken from jobq.job_id_seq in
- * payload order.  Returns false, having written nothing, when a table is
- * not one this file can write; the caller then uses its SQL statement.
+ * Write n pending jobs that differ only by payload: a row each in jobq.job
+ * and in jobq.ready (run_at due) or jobq.scheduled.  With ids_given, ids[]
+ * holds their ids (a job with an idempotency key is written under the id its
+ * key reserved; n is 1 then); otherwise ids[] gets ids taken from
+ * jobq.job_id_seq in payload order.  Returns false, having written nothing,
+ * when a table is not one this file can write; the caller then uses its
+ * SQL statement.
  */
 bool
 jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *payloads,
-					int n, TimestampTz now, int64 *ids)
+					int n, TimestampTz now, int64 *ids, bool ids_given)
 {
 	bool		ready = job->run_at <= now;
 	Oid			nsp = get_namespace_oid("jobq", false);
@@ -325,8 +334,8 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 		MemoryContextDelete(cxt);
 		return false;
 	}
-	seq = get_relname_relid("job_id_seq", nsp);
-	if (!OidIsValid(seq))
+	seq = ids_given ? InvalidOid : get_relname_relid("job_id_seq", nsp);
+	if (!ids_given && !OidIsValid(seq))
 		elog(ERROR, "jobq: sequence jobq.job_id_seq is missing");
 
 	v.queue = CStringGetTextDatum(job->queue);
@@ -335,12 +344,15 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 	v.neg_priority = Int32GetDatum(-job->priority);
 	v.status = CStringGetTextDatum("pending");
 	v.max_retries = Int32GetDatum(max_retries);
+	Assert(job->key == NULL || n == 1);
+	v.idempotency_key = job->key ? CStringGetTextDatum(job->key) : (Datum) 0;
 	v.concurrency_key = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
 	v.run_at = TimestampTzGetDatum(job->run_at);
 	v.now = TimestampTzGetDatum(now);
 	for (int i = 0; i < n; i++)
 	{
-		ids[i] = nextval_internal(seq, false);
+		if (!ids_given)
+			ids[i] = nextval_internal(seq, false);
 		v.job_id = Int64GetDatum(ids[i]);
 		v.payload = payloads[i];
 		FillSlot(&jobs, jobs.slots[i], &v);

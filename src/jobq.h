@@ -107,7 +107,7 @@ typedef struct JobqNewJob
 /* job_insert.c */
 extern bool jobq_insert_pending(const JobqNewJob *job, int32 max_retries,
 								const Datum *payloads, int n, TimestampTz now,
-								int64 *ids);
+								int64 *ids, bool ids_given);
 
 /* queue_ops.c */
 extern void jobq_enqueue_job(const JobqNewJob *job, TimestampTz now,

@@ -82,8 +82,6 @@ static SPIPlanPtr plan_key_reserve;
 static SPIPlanPtr plan_key_lookup;
 static SPIPlanPtr plan_insert_ready;
 static SPIPlanPtr plan_insert_scheduled;
-static SPIPlanPtr plan_key_insert_ready;
-static SPIPlanPtr plan_key_insert_scheduled;
 static SPIPlanPtr plan_bulk_ready;
 static SPIPlanPtr plan_bulk_scheduled;
 static SPIPlanPtr plan_requeue_ready;
@@ -478,25 +476,17 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
  * ---------------------------------------------------------------- */
 
 /*
- * The statements of jobq_enqueue_job, over parameters ($1 job_id or NULL,
- * $2 queue, $3 kind, $4 payload, $5 priority, $6 max_retries, $7 key,
- * $8 run_at, $9 now, $10 concurrency_key): CTE j writes the job row, from
- * VALUES or from the key reserved in CTE k (no row when the key is taken),
- * and the tail puts it into jobq.ready or jobq.scheduled.
+ * The statements of jobq_enqueue_job when job_insert.c cannot write the
+ * rows, over parameters ($1 job_id or NULL, $2 queue, $3 kind, $4 payload,
+ * $5 priority, $6 max_retries, $7 key, $8 run_at, $9 now, $10
+ * concurrency_key): CTE j writes the job row and the tail puts it into
+ * jobq.ready or jobq.scheduled.
  */
-#define JOBQ_JOB_COLUMNS \
-	"INSERT INTO jobq.job (job_id, queue, kind, payload, priority, status, max_retries," \
-	" idempotency_key, concurrency_key, run_at, created_at, updated_at)"
 #define JOBQ_JOB_INSERT \
-	"WITH j AS (" JOBQ_JOB_COLUMNS \
+	"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority, status," \
+	" max_retries, idempotency_key, concurrency_key, run_at, created_at, updated_at)" \
 	" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5," \
 	" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
-#define JOBQ_KEY_RESERVE \
-	"WITH k AS (INSERT INTO jobq.idempotency_key (kind, key, job_id)" \
-	" VALUES ($3, $7, nextval('jobq.job_id_seq')) ON CONFLICT DO NOTHING RETURNING job_id)," \
-	" j AS (" JOBQ_JOB_COLUMNS \
-	" SELECT k.job_id, $2, $3, $4, $5, 'pending', $6, $7, $10, $8, $9, $9 FROM k" \
-	" RETURNING job_id)"
 #define JOBQ_READY_TAIL \
 	" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind, concurrency_key)" \
 	" SELECT $2, -$5, $8, j.job_id, $3, $10 FROM j RETURNING job_id"
@@ -542,34 +532,27 @@ KeyHolder(const char *kind, const char *key)
 }
 
 /*
- * Enqueue one validated job (SPI connected).  With an idempotency key the
- * key is reserved through the unique index (INSERT ... ON CONFLICT DO
- * NOTHING) in the statement that writes the job; when it is taken, the
- * existing job is returned and nothing else is written.
+ * Enqueue one validated job (SPI connected).  An idempotency key is
+ * reserved first, through the unique index (INSERT ... ON CONFLICT DO
+ * NOTHING), and the job is written under the id the reservation took; when
+ * the key is taken, the existing job is returned and nothing is written.
+ * A key reserved before the queue exists keeps a duplicate from creating
+ * the queue.
  */
 void
 jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *created)
 {
 	JobqQueue	q;
-	bool		known;
 	bool		has_id = false;
-	bool		with_key;
 	bool		isnull;
 	int32		max_retries;
-	bool		ready = job->run_at <= now;
+	Datum		payload = JsonbPGetDatum(job->payload);
 	Oid			types[10] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, INT4OID,
 	INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
 	Datum		values[10];
 	char		nulls[10];
-	SPIPlanPtr	plan;
 
-	/*
-	 * Into a queue that does not exist yet, the key is reserved first, so
-	 * that a duplicate creates no queue; otherwise reserving the key and
-	 * writing the job are one statement.
-	 */
-	known = QueueGet(job->queue, &q);
-	if (job->key != NULL && !known)
+	if (job->key != NULL)
 	{
 		Oid			ktypes[2] = {TEXTOID, TEXTOID};
 		Datum		kvalues[2];
@@ -592,22 +575,15 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 											  SPI_tuptable->tupdesc, 1, &isnull));
 		has_id = true;
 	}
-	if (!known)
-		QueueGetOrCreate(job->queue, &q);
+	QueueGetOrCreate(job->queue, &q);
 	max_retries = job->has_max_retries ? job->max_retries : q.max_retries;
-	with_key = job->key != NULL && !has_id;
+	*created = true;
 
-	/* without a key: the rows straight into the tables (job_insert.c) */
-	if (job->key == NULL)
+	/* the rows straight into the tables (job_insert.c) when they allow it */
+	if (jobq_insert_pending(job, max_retries, &payload, 1, now, job_id, has_id))
 	{
-		Datum		payload = JsonbPGetDatum(job->payload);
-
-		if (jobq_insert_pending(job, max_retries, &payload, 1, now, job_id))
-		{
-			*created = true;
-			NoteEnqueued(job, now, *job_id);
-			return;
-		}
+		NoteEnqueued(job, now, *job_id);
+		return;
 	}
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -615,7 +591,7 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	nulls[0] = has_id ? ' ' : 'n';
 	values[1] = CStringGetTextDatum(job->queue);
 	values[2] = CStringGetTextDatum(job->kind);
-	values[3] = JsonbPGetDatum(job->payload);
+	values[3] = payload;
 	values[4] = Int32GetDatum(job->priority);
 	values[5] = Int32GetDatum(max_retries);
 	values[6] = job->key ? CStringGetTextDatum(job->key) : (Datum) 0;
@@ -624,32 +600,18 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	values[8] = TimestampTzGetDatum(now);
 	values[9] = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
 	nulls[9] = job->concurrency_key ? ' ' : 'n';
-
-	if (with_key && ready)
-		plan = jobq_plan_generic(&plan_key_insert_ready,
-								 JOBQ_KEY_RESERVE JOBQ_READY_TAIL, 10, types);
-	else if (with_key)
-		plan = jobq_plan_generic(&plan_key_insert_scheduled,
-								 JOBQ_KEY_RESERVE JOBQ_SCHEDULED_TAIL, 10, types);
-	else if (ready)
-		plan = jobq_plan_generic(&plan_insert_ready,
-								 JOBQ_JOB_INSERT JOBQ_READY_TAIL, 10, types);
+	if (job->run_at <= now)
+		jobq_spi_exec(jobq_plan_generic(&plan_insert_ready,
+										JOBQ_JOB_INSERT JOBQ_READY_TAIL, 10, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
 	else
-		plan = jobq_plan_generic(&plan_insert_scheduled,
-								 JOBQ_JOB_INSERT JOBQ_SCHEDULED_TAIL, 10, types);
-	jobq_spi_exec(plan, values, nulls, SPI_OK_INSERT_RETURNING);
-
-	if (SPI_processed == 0)
-	{
-		/* the key was taken: nothing was written */
-		Assert(with_key);
-		*job_id = KeyHolder(job->kind, job->key);
-		*created = false;
-		return;
-	}
+		jobq_spi_exec(jobq_plan_generic(&plan_insert_scheduled,
+										JOBQ_JOB_INSERT JOBQ_SCHEDULED_TAIL, 10, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
+	if (SPI_processed != 1)
+		elog(ERROR, "jobq: enqueue wrote %llu jobs", (unsigned long long) SPI_processed);
 	*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										  SPI_tuptable->tupdesc, 1, &isnull));
-	*created = true;
 	NoteEnqueued(job, now, *job_id);
 }
 
@@ -664,9 +626,10 @@ Int64Compare(const void *a, const void *b)
 }
 
 /*
- * Enqueue n jobs without idempotency keys that differ only by payload, in
- * one statement (SPI connected).  ids[] gets their ids in payload order:
- * nextval runs in array order, after the ORDER BY.
+ * Enqueue n jobs without idempotency keys (job->key is NULL) that differ
+ * only by payload, straight into the tables or in one statement (SPI
+ * connected).  ids[] gets their ids in payload order: nextval runs in array
+ * order, after the ORDER BY.
  */
 static void
 EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int64 *ids)
@@ -680,9 +643,10 @@ EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int6
 	bool		ready = job->run_at <= now;
 	bool		isnull;
 
+	Assert(job->key == NULL);
 	QueueGetOrCreate(job->queue, &q);
 	max_retries = job->has_max_retries ? job->max_retries : q.max_retries;
-	if (jobq_insert_pending(job, max_retries, payloads, n, now, ids))
+	if (jobq_insert_pending(job, max_retries, payloads, n, now, ids, false))
 	{
 		NoteEnqueued(job, now, ids[0]);
 		return;
@@ -878,6 +842,8 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 				keyless[nkeyless++] = PointerGetDatum(docs[i]);
 				created[i++] = true;
 			}
+			job.payload = NULL;
+			job.key = NULL;
 			EnqueueBulk(&job, keyless, nkeyless, now, &ids[start]);
 		}
 		else
