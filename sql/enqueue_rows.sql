@@ -161,3 +161,14 @@ SELECT count(*) AS claimed FROM jobq.claim('rb', batch => 10);
 ROLLBACK;
 SELECT count(*) AS jobs_in_rb FROM jobq.job WHERE queue = 'rb';
 SELECT count(*) AS ready_in_rb FROM jobq.ready WHERE queue = 'rb';
+
+-- a read-only transaction cannot enqueue, whichever way the rows would go
+BEGIN READ ONLY;
+SELECT * FROM jobq.enqueue('mail', '{}', queue => 'q1');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT * FROM jobq.enqueue_many('mail', ARRAY['{}', '{}']::jsonb[], queue => 'q1');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT * FROM jobq.enqueue('mail', '{}', queue => 'q1', idempotency_key => 'order-9');
+ROLLBACK;

@@ -31,6 +31,7 @@
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
+#include "miscadmin.h"
 #include "nodes/execnodes.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -313,6 +314,10 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 	EState	   *estate;
 	MemoryContext cxt;
 	MemoryContext old;
+
+	/* what the executor checks before any INSERT (a standby is read-only too) */
+	PreventCommandIfReadOnly("INSERT");
+	PreventCommandIfParallelMode("INSERT");
 
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq insert",
 								ALLOCSET_DEFAULT_SIZES);
