@@ -104,9 +104,9 @@ static const JobqColumn ready_columns[] = {
 
 static const JobqColumn scheduled_columns[] = {
 	{"queue", TEXTOID, JOBQ_FILL_QUEUE},
-	{"priority", INT4OID, JOBQ_FILL_PRIORITY},
 	{"run_at", TIMESTAMPTZOID, JOBQ_FILL_RUN_AT},
 	{"job_id", INT8OID, JOBQ_FILL_JOB_ID},
+	{"priority", INT4OID, JOBQ_FILL_PRIORITY},
 	{"kind", TEXTOID, JOBQ_FILL_KIND},
 	{"concurrency_key", TEXTOID, JOBQ_FILL_CONCURRENCY_KEY},
 };
@@ -122,13 +122,16 @@ typedef struct JobqTarget
 
 /*
  * Work out what every attribute of rel gets; false when the table is not
- * one this file can write (see the file header).
+ * one this file can write (see the file header).  cols[] lists the columns
+ * in the install script's order, so each search starts where the last one
+ * matched and usually takes one comparison.
  */
 static bool
 MapColumns(Relation rel, const JobqColumn *cols, int ncols, JobqFill *fill)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			found = 0;
+	int			next = 0;
 
 	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->trigdesc != NULL ||
 		rel->rd_rel->relhasrules || rel->rd_rel->relrowsecurity)
@@ -136,16 +139,24 @@ MapColumns(Relation rel, const JobqColumn *cols, int ncols, JobqFill *fill)
 	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
-		int			k;
+		int			k = -1;
 
 		fill[i] = JOBQ_FILL_NULL;
 		if (att->attisdropped)
 			continue;
-		for (k = 0; k < ncols; k++)
-			if (strcmp(NameStr(att->attname), cols[k].name) == 0)
+		for (int tries = 0; tries < ncols; tries++)
+		{
+			int			c = (next + tries) % ncols;
+
+			if (strcmp(NameStr(att->attname), cols[c].name) == 0)
+			{
+				k = c;
 				break;
-		if (k == ncols || att->atttypid != cols[k].type || att->attgenerated)
+			}
+		}
+		if (k < 0 || att->atttypid != cols[k].type || att->attgenerated)
 			return false;
+		next = k + 1;
 		if ((cols[k].fill == JOBQ_FILL_NULL ||
 			 cols[k].fill == JOBQ_FILL_IDEMPOTENCY_KEY) && att->atthasdef)
 			return false;
