@@ -114,6 +114,26 @@ SELECT k.created, j.idempotency_key, i.job_id = j.job_id AS key_points_at_job,
   LEFT JOIN seen s ON s.job_id = j.job_id;
 DROP TRIGGER note_job ON jobq.job;
 
+-- a trigger on jobq.idempotency_key: the key is reserved through SQL, the
+-- trigger sees it, and a duplicate still returns the job
+CREATE FUNCTION note_key() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO public.seen VALUES (NEW.job_id, 'key ' || NEW.key);
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER note_key AFTER INSERT ON jobq.idempotency_key FOR EACH ROW EXECUTE FUNCTION note_key();
+TRUNCATE seen;
+SET client_min_messages = debug1;
+CREATE TEMP TABLE keyed_trigger AS
+  SELECT * FROM jobq.enqueue('mail', '{}', queue => 'q3', idempotency_key => 'order-4');
+SELECT e.job_id = k.job_id AS same_job, e.created
+  FROM jobq.enqueue('mail', '{}', queue => 'q3', idempotency_key => 'order-4') e, keyed_trigger k;
+RESET client_min_messages;
+SELECT s.op, s.job_id = k.job_id AS trigger_saw_the_key
+  FROM seen s, keyed_trigger k;
+DROP TRIGGER note_key ON jobq.idempotency_key;
+
 -- both ways write the same rows
 SELECT count(*) AS rows, bool_and(d IS NOT DISTINCT FROM v) AS same_rows
   FROM direct d FULL JOIN via_sql v USING (n);
@@ -148,9 +168,11 @@ SELECT count(*) AS jobs_before FROM jobq.job;
 \set VERBOSITY terse
 SELECT * FROM jobq.enqueue('spam', '{}');
 SELECT * FROM jobq.enqueue_many('spam', ARRAY['{}', '{}']::jsonb[]);
+SELECT * FROM jobq.enqueue('spam', '{}', idempotency_key => 'spam-1');
 \set VERBOSITY default
 SELECT count(*) AS jobs_after FROM jobq.job;
 SELECT count(*) AS ready_rows_of_spam FROM jobq.ready WHERE kind = 'spam';
+SELECT count(*) AS keys_of_spam FROM jobq.idempotency_key WHERE kind = 'spam';
 ALTER TABLE jobq.job DROP CONSTRAINT no_spam;
 
 -- an enqueue rolled back leaves nothing, and a job written straight into
@@ -161,6 +183,18 @@ SELECT count(*) AS claimed FROM jobq.claim('rb', batch => 10);
 ROLLBACK;
 SELECT count(*) AS jobs_in_rb FROM jobq.job WHERE queue = 'rb';
 SELECT count(*) AS ready_in_rb FROM jobq.ready WHERE queue = 'rb';
+
+-- the same key twice in one transaction, at every isolation level: the
+-- second call returns the first one's job (no serialization failure: the
+-- transaction itself holds the key), and a rollback frees the key
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+CREATE TEMP TABLE twice AS
+  SELECT * FROM jobq.enqueue('mail', '{"n": 1}', queue => 'q3', idempotency_key => 'order-5');
+SELECT e.job_id = t.job_id AS same_job, e.created
+  FROM jobq.enqueue('mail', '{"n": 2}', queue => 'q3', idempotency_key => 'order-5') e, twice t;
+ROLLBACK;
+SELECT count(*) AS keys_left FROM jobq.idempotency_key WHERE key = 'order-5';
+SELECT created FROM jobq.enqueue('mail', '{"n": 3}', queue => 'q3', idempotency_key => 'order-5');
 
 -- a read-only transaction cannot enqueue, whichever way the rows would go
 BEGIN READ ONLY;

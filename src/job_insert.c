@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * job_insert.c
- *	  Writing new pending jobs into jobq.job and jobq.ready / jobq.scheduled
- *	  without planning or executing an INSERT statement.
+ *	  Writing new pending jobs into jobq.job and jobq.ready / jobq.scheduled,
+ *	  and reserving their idempotency keys in jobq.idempotency_key, without
+ *	  planning or executing an INSERT statement.
  *
  * An enqueue writes two rows per job.  Through SPI, every call builds an
  * executor state for a CTE with two ModifyTable nodes, projects each row
@@ -13,16 +14,23 @@
  * index predicates and NOT NULL / CHECK constraints behave as they do for
  * an INSERT.
  *
+ * A key is reserved as INSERT ... ON CONFLICT DO NOTHING reserves it: a
+ * check of the unique index for a committed holder (waiting for one in
+ * progress), then a speculative insertion that is taken back when another
+ * transaction inserted the same key in between, and the check again.
+ *
  * Only plain tables laid out as the install script made them are written
- * this way.  A trigger, a rule or row-level security on either table, a
- * column this file does not know, a type it does not expect, or a default
- * on a column it leaves empty make jobq_insert_pending() return false
- * before it writes anything, and the caller runs its SQL statement instead.
+ * this way.  A trigger, a rule or row-level security on a table, a column
+ * this file does not know, a type it does not expect, or a default on a
+ * column it leaves empty make jobq_insert_pending() and jobq_reserve_key()
+ * report so before they write anything, and the caller runs its SQL
+ * statement instead.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/sysattr.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -33,10 +41,12 @@
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 #include "jobq.h"
 
@@ -111,6 +121,14 @@ static const JobqColumn scheduled_columns[] = {
 	{"concurrency_key", TEXTOID, JOBQ_FILL_CONCURRENCY_KEY},
 };
 
+/* jobq.idempotency_key: expires_at is set once the job is pruned. */
+static const JobqColumn key_columns[] = {
+	{"kind", TEXTOID, JOBQ_FILL_KIND},
+	{"key", TEXTOID, JOBQ_FILL_IDEMPOTENCY_KEY},
+	{"job_id", INT8OID, JOBQ_FILL_JOB_ID},
+	{"expires_at", TIMESTAMPTZOID, JOBQ_FILL_NULL},
+};
+
 /* One table being written: the relation, its executor state and its rows. */
 typedef struct JobqTarget
 {
@@ -166,9 +184,13 @@ MapColumns(Relation rel, const JobqColumn *cols, int ncols, JobqFill *fill)
 	return found == ncols;
 }
 
-/* Open rel for n new rows; false (rel closed) when it cannot be written here. */
+/*
+ * Open rel for n new rows; false (rel closed) when it cannot be written here.
+ * speculative: its unique indexes will arbitrate an insertion (ON CONFLICT).
+ */
 static bool
-OpenTarget(JobqTarget *t, Oid relid, const JobqColumn *cols, int ncols, int n)
+OpenTarget(JobqTarget *t, Oid relid, const JobqColumn *cols, int ncols, int n,
+		   bool speculative)
 {
 	t->rel = table_open(relid, RowExclusiveLock);
 	t->fill = palloc(sizeof(JobqFill) * RelationGetDescr(t->rel)->natts);
@@ -181,7 +203,7 @@ OpenTarget(JobqTarget *t, Oid relid, const JobqColumn *cols, int ncols, int n)
 	}
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, t->rel, 0, NULL, 0);
-	ExecOpenIndices(t->rri, false);
+	ExecOpenIndices(t->rri, speculative);
 	t->slots = palloc(sizeof(TupleTableSlot *) * n);
 	for (int i = 0; i < n; i++)
 		t->slots[i] = table_slot_create(t->rel, NULL);
@@ -334,16 +356,16 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 	if (!OpenTarget(&jobs, get_relname_relid("job", nsp), job_columns,
-					lengthof(job_columns), n))
+					lengthof(job_columns), n, false))
 	{
 		MemoryContextSwitchTo(old);
 		MemoryContextDelete(cxt);
 		return false;
 	}
 	if (ready ? !OpenTarget(&set, get_relname_relid("ready", nsp), ready_columns,
-							lengthof(ready_columns), n)
+							lengthof(ready_columns), n, false)
 		: !OpenTarget(&set, get_relname_relid("scheduled", nsp), scheduled_columns,
-					  lengthof(scheduled_columns), n))
+					  lengthof(scheduled_columns), n, false))
 	{
 		CloseTarget(&jobs, n);
 		MemoryContextSwitchTo(old);
@@ -384,4 +406,126 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 	return true;
+}
+
+/*
+ * The job id in the key row at tid, which the unique index reported as a
+ * committed holder of the key (or one this transaction wrote).  As for ON
+ * CONFLICT DO NOTHING, a transaction-level snapshot that cannot see that row
+ * is a serialization failure: the key was taken after the snapshot.
+ */
+static int64
+KeyHolderAt(JobqTarget *t, ItemPointer tid)
+{
+	TupleTableSlot *slot = table_slot_create(t->rel, NULL);
+	int			attno = 0;
+	bool		isnull;
+	int64		job_id;
+
+	if (!table_tuple_fetch_row_version(t->rel, tid, SnapshotAny, slot))
+		elog(ERROR, "jobq: idempotency key conflict without a row");
+	if (IsolationUsesXactSnapshot() &&
+		!table_tuple_satisfies_snapshot(t->rel, slot, GetActiveSnapshot()))
+	{
+		Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+
+		if (!TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin)))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+	}
+	for (int i = 0; i < slot->tts_tupleDescriptor->natts; i++)
+		if (t->fill[i] == JOBQ_FILL_JOB_ID)
+			attno = i + 1;
+	job_id = DatumGetInt64(slot_getattr(slot, attno, &isnull));
+	ExecDropSingleTupleTableSlot(slot);
+	return job_id;
+}
+
+/*
+ * Reserve idempotency key (kind, key) in jobq.idempotency_key for a new job,
+ * as INSERT ... ON CONFLICT DO NOTHING does.  JOBQ_KEY_RESERVED: the key row
+ * holds a new id from jobq.job_id_seq, in *job_id.  JOBQ_KEY_TAKEN: another
+ * job holds the key; *job_id is its id and nothing was written (no id was
+ * taken either).  JOBQ_KEY_SQL: the table is not one this file can write;
+ * nothing was done.
+ */
+JobqKeyResult
+jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
+{
+	Oid			nsp = get_namespace_oid("jobq", false);
+	Oid			seq = get_relname_relid("job_id_seq", nsp);
+	JobqTarget	t;
+	JobqRowValues v = {0};
+	JobqKeyResult result;
+	EState	   *estate;
+	TupleTableSlot *slot;
+	MemoryContext cxt;
+	MemoryContext old;
+
+	PreventCommandIfReadOnly("INSERT");
+	PreventCommandIfParallelMode("INSERT");
+	if (!OidIsValid(seq))
+		elog(ERROR, "jobq: sequence jobq.job_id_seq is missing");
+
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq key",
+								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	if (!OpenTarget(&t, get_relname_relid("idempotency_key", nsp), key_columns,
+					lengthof(key_columns), 1, true))
+	{
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+		return JOBQ_KEY_SQL;
+	}
+	estate = CreateExecutorState();
+	slot = t.slots[0];
+	v.kind = CStringGetTextDatum(kind);
+	v.idempotency_key = CStringGetTextDatum(key);
+	v.job_id = Int64GetDatum(0);	/* an id is taken once the key looks free */
+	FillSlot(&t, slot, &v);
+	for (;;)
+	{
+		ItemPointerData conflict;
+		bool		spec_conflict = false;
+		uint32		token;
+		List	   *recheck;
+
+		CHECK_FOR_INTERRUPTS();
+		/* a committed holder (one in progress is waited for) */
+		if (!ExecCheckIndexConstraints(t.rri, slot, estate, &conflict, NIL))
+		{
+			*job_id = KeyHolderAt(&t, &conflict);
+			result = JOBQ_KEY_TAKEN;
+			break;
+		}
+		if (DatumGetInt64(v.job_id) == 0)
+		{
+			v.job_id = Int64GetDatum(nextval_internal(seq, false));
+			FillSlot(&t, slot, &v);
+			if (RelationGetDescr(t.rel)->constr != NULL)
+				ExecConstraints(t.rri, slot, estate);
+		}
+		/* insert, unless someone inserted the key since the check */
+		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+		table_tuple_insert_speculative(t.rel, slot, GetCurrentCommandId(true), 0,
+									   NULL, token);
+		recheck = ExecInsertIndexTuples(t.rri, slot, estate, false, true,
+										&spec_conflict, NIL);
+		table_tuple_complete_speculative(t.rel, slot, token, !spec_conflict);
+		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+		list_free(recheck);
+		ResetPerTupleExprContext(estate);
+		if (!spec_conflict)
+		{
+			*job_id = DatumGetInt64(v.job_id);
+			result = JOBQ_KEY_RESERVED;
+			break;
+		}
+	}
+	FreeExecutorState(estate);
+	CloseTarget(&t, 1);
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+	return result;
 }

@@ -105,6 +105,15 @@ typedef struct JobqNewJob
 } JobqNewJob;
 
 /* job_insert.c */
+typedef enum JobqKeyResult
+{
+	JOBQ_KEY_RESERVED,			/* the key is the new job's; its id is taken */
+	JOBQ_KEY_TAKEN,				/* another job holds the key */
+	JOBQ_KEY_SQL				/* the table needs the SQL statement */
+} JobqKeyResult;
+
+extern JobqKeyResult jobq_reserve_key(const char *kind, const char *key,
+									  int64 *job_id);
 extern bool jobq_insert_pending(const JobqNewJob *job, int32 max_retries,
 								const Datum *payloads, int n, TimestampTz now,
 								int64 *ids, bool ids_given);

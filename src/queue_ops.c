@@ -533,8 +533,9 @@ KeyHolder(const char *kind, const char *key)
 
 /*
  * Enqueue one validated job (SPI connected).  An idempotency key is
- * reserved first, through the unique index (INSERT ... ON CONFLICT DO
- * NOTHING), and the job is written under the id the reservation took; when
+ * reserved first, through the unique index (jobq_reserve_key(), or INSERT
+ * ... ON CONFLICT DO NOTHING when the table needs SQL), and the job is
+ * written under the id the reservation took; when
  * the key is taken, the existing job is returned and nothing is written.
  * A key reserved before the queue exists keeps a duplicate from creating
  * the queue.
@@ -553,6 +554,21 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	char		nulls[10];
 
 	if (job->key != NULL)
+	{
+		/* straight into the unique index (job_insert.c) when the table allows it */
+		switch (jobq_reserve_key(job->kind, job->key, job_id))
+		{
+			case JOBQ_KEY_TAKEN:
+				*created = false;
+				return;
+			case JOBQ_KEY_RESERVED:
+				has_id = true;
+				break;
+			case JOBQ_KEY_SQL:
+				break;
+		}
+	}
+	if (job->key != NULL && !has_id)
 	{
 		Oid			ktypes[2] = {TEXTOID, TEXTOID};
 		Datum		kvalues[2];
