@@ -101,6 +101,24 @@ SELECT jobq.complete(:d, :tok) AS completed;
 SELECT attempt, outcome, worker_id, error, finished_at IS NOT NULL AS finished
   FROM jobq.job(:d);
 
+-- jobq.reap(batch): the oldest expired leases first, across queues, at most
+-- batch of them; a lease not expired stays.  In one transaction, out of the
+-- background worker's sight.
+BEGIN;
+SELECT count(*) AS enqueued
+  FROM unnest(ARRAY['reap-a', 'reap-b', 'reap-c', 'reap-d']) q,
+       LATERAL jobq.enqueue('r', '{}', queue => q) e;
+SELECT count(*) AS claimed FROM jobq.claim('reap-a', lease => '1 ms');
+SELECT count(*) AS claimed FROM jobq.claim('reap-b', lease => '2 ms');
+SELECT count(*) AS claimed FROM jobq.claim('reap-c', lease => '3 ms');
+SELECT count(*) AS claimed FROM jobq.claim('reap-d', lease => '1 hour');
+SELECT pg_sleep(0.02);
+SELECT jobq.reap(2) AS reaped;
+SELECT queue, status, retry_count FROM jobq.job WHERE queue LIKE 'reap-%' ORDER BY queue;
+SELECT jobq.reap(10) AS reaped;
+SELECT queue, status, retry_count FROM jobq.job WHERE queue LIKE 'reap-%' ORDER BY queue;
+ROLLBACK;
+
 --
 -- jobq.job_by_key: state by business key
 --

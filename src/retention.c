@@ -70,12 +70,13 @@ jobq_prune_finished(int batch)
 				  values, NULL, SPI_OK_SELECT);
 	deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 
-	jobq_spi_exec(jobq_plan(&plan_prune_keys,
-							"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
-							" SELECT k.ctid FROM jobq.idempotency_key k"
-							" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
-							2, types),
-				  values, NULL, SPI_OK_DELETE);
+	/* through idempotency_key_expires_idx: the expired keys only */
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_prune_keys,
+											"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
+											" SELECT k.ctid FROM jobq.idempotency_key k"
+											" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
+											2, types),
+						  values, NULL, SPI_OK_DELETE);
 	deleted += SPI_processed;
 	return deleted;
 }

@@ -171,6 +171,11 @@ CREATE TABLE jobq.idempotency_key (
 COMMENT ON TABLE jobq.idempotency_key IS
     'reserved (kind, idempotency key) pairs; kept while the job exists and for jobq.idempotency_retention after it finished';
 COMMENT ON COLUMN jobq.idempotency_key.expires_at IS 'NULL while the job row exists';
+-- jobq.prune deletes the keys past expires_at: without this index it read the
+-- whole table every jobq.prune_interval.  Keys of live jobs (NULL) stay out.
+CREATE INDEX idempotency_key_expires_idx ON jobq.idempotency_key (expires_at)
+    WHERE expires_at IS NOT NULL;
+COMMENT ON INDEX jobq.idempotency_key_expires_idx IS 'keys whose job was pruned, by expiry, for jobq.prune';
 
 CREATE TABLE jobq.attempt (
     job_id      bigint NOT NULL,
