@@ -84,7 +84,7 @@ const drain = of('drain');
   const s = of('critical').sort((a, b) => byOrder(a.contender, b.contender));
   if (s.length) {
     tables.push({
-      id: 4, title: `4. A critical job enqueued behind ${fmt(meta.crit_backlog)} low-priority jobs while ${meta.clients} workers drain them: enqueue → claim`,
+      id: 4, title: `4. A critical job enqueued behind ${fmt(meta.crit_backlog)} low-priority jobs while ${meta.clients} workers drain them (batch 10): enqueue → claim, the producer in a thread of its own`,
       head: ['contender', 'median ms', 'max ms', 'each try (ms)', 'the enqueue call alone, median ms'],
       body: s.map((r) => [NAMES[r.contender], r.median_ms == null ? 'n/a' : fmt(r.median_ms, 1),
         r.max_ms == null ? 'n/a' : fmt(r.max_ms, 1), r.note || (r.all_ms || []).map((x) => (x == null ? 'timeout' : x.toFixed(1))).join(', '),
