@@ -49,3 +49,15 @@ SELECT count(*) AS claimed FROM jobq.claim();
 
 -- the delayed jobs are still waiting
 SELECT kind, status FROM jobq.jobs WHERE run_at > now() ORDER BY job_id;
+
+-- a delayed job this transaction itself enqueued (or retried) is claimable
+-- by the same transaction once due, even while every other backend still
+-- knows only a queue whose next delayed job is an hour away
+SELECT count(*) AS enqueued FROM jobq.enqueue('later', queue => 'own', run_at => now() + interval '1 hour');
+SELECT count(*) AS claimed FROM jobq.claim('own');
+BEGIN;
+SELECT count(*) AS enqueued
+  FROM jobq.enqueue('own-soon', queue => 'own', run_at => clock_timestamp() + interval '50 ms');
+SELECT pg_sleep(0.2);
+SELECT kind FROM jobq.claim('own');
+ROLLBACK;

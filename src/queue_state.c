@@ -372,6 +372,7 @@ jobq_state_due_probe_needed(Oid relid, const char *queue, TimestampTz now,
 {
 	JobqQueueState *entry = StateLookup(queue, true);
 	bool		needed = true;
+	ListCell   *lc;
 
 	*epoch = 0;
 	if (entry == NULL)
@@ -381,6 +382,19 @@ jobq_state_due_probe_needed(Oid relid, const char *queue, TimestampTz now,
 	if (entry->due_valid && entry->due_relid == relid && entry->next_due > now)
 		needed = false;
 	SpinLockRelease(&entry->mutex);
+
+	/*
+	 * Rows this transaction put into jobq.scheduled are visible to it before
+	 * its commit lowers next_due: probe when one of them is due.
+	 */
+	foreach(lc, jobq_notes)
+	{
+		JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+		if (strcmp(note->queue, queue) == 0 && note->has_scheduled &&
+			note->min_scheduled <= now)
+			needed = true;
+	}
 	return needed;
 }
 
