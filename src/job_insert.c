@@ -460,6 +460,7 @@ jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
 	JobqKeyResult result;
 	EState	   *estate;
 	TupleTableSlot *slot;
+	bool		have_id = false;	/* an id is taken once the key looks free */
 	MemoryContext cxt;
 	MemoryContext old;
 
@@ -482,7 +483,7 @@ jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
 	slot = t.slots[0];
 	v.kind = CStringGetTextDatum(kind);
 	v.idempotency_key = CStringGetTextDatum(key);
-	v.job_id = Int64GetDatum(0);	/* an id is taken once the key looks free */
+	v.job_id = Int64GetDatum(0);
 	FillSlot(&t, slot, &v);
 	for (;;)
 	{
@@ -499,8 +500,9 @@ jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
 			result = JOBQ_KEY_TAKEN;
 			break;
 		}
-		if (DatumGetInt64(v.job_id) == 0)
+		if (!have_id)
 		{
+			have_id = true;
 			v.job_id = Int64GetDatum(nextval_internal(seq, false));
 			FillSlot(&t, slot, &v);
 			if (RelationGetDescr(t.rel)->constr != NULL)
