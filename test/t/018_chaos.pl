@@ -110,6 +110,13 @@ my $tmp = PostgreSQL::Test::Utils::tempdir();
 my $chaos_dir = File::Spec->rel2abs(dirname(__FILE__) . '/../chaos');
 my $stop = "$tmp/stop";
 
+# however the test ends (a failed wait croaks), the pgbench loops stop with it
+# instead of retrying against a server that is gone
+END
+{
+	PostgreSQL::Test::Utils::append_to_file($stop, '') if defined $stop && -d $tmp;
+}
+
 PostgreSQL::Test::Utils::append_to_file("$tmp/producer.sql", q{
 \set d random(0, 4)
 \set n random(1, 1000000000)
