@@ -535,8 +535,8 @@ KeyHolder(const char *kind, const char *key)
  * Enqueue one validated job (SPI connected).  An idempotency key is
  * reserved first, through the unique index (jobq_reserve_key(), or INSERT
  * ... ON CONFLICT DO NOTHING when the table needs SQL), and the job is
- * written under the id the reservation took; when
- * the key is taken, the existing job is returned and nothing is written.
+ * written under the id the reservation took; when the key is taken, the
+ * existing job is returned and nothing is written.
  * A key reserved before the queue exists keeps a duplicate from creating
  * the queue.
  */
