@@ -16,15 +16,15 @@ EXTENSION = jobq
 MODULE_big = jobq
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 
-# The base install script is assembled from one part per concern
-# (extension/parts/NN_*.sql, in name order); upgrade scripts
-# extension/jobq--A--B.sql are written by hand and only ever appended.
+# Extension scripts live in extension/: the install script of the first
+# release (jobq--0.1.0.sql, frozen) and one upgrade script per release after
+# it (jobq--A--B.sql).  Released scripts are never edited: every schema change
+# goes into the upgrade script of the version under way.  There is no install
+# script for later versions: CREATE EXTENSION jobq runs 0.1.0 and then each
+# upgrade in turn, so a fresh install and an upgraded one are the same
+# schema by construction (pg_stat_statements does the same).
 EXTVERSION = $(shell sed -n "s/^default_version = '\\(.*\\)'/\\1/p" jobq.control)
-DATA_built = jobq--$(EXTVERSION).sql
-DATA = $(filter-out $(DATA_built),$(wildcard extension/jobq--*--*.sql))
-
-jobq--$(EXTVERSION).sql: $(sort $(wildcard extension/parts/*.sql)) jobq.control
-	cat $(sort $(wildcard extension/parts/*.sql)) > $@
+DATA = $(sort $(wildcard extension/jobq--*.sql))
 
 # the command-line tool (bin/jobq), installed into PostgreSQL's bindir
 SCRIPTS := $(wildcard bin/jobq)

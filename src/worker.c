@@ -662,10 +662,30 @@ ExtensionVersion(void)
 }
 
 /*
+ * The releases whose schema this library serves: the worker reaps, fires and
+ * prunes in a database at any of them, so a database whose ALTER EXTENSION
+ * jobq UPDATE is still due keeps its leases reaped.  A release is listed only
+ * while the worker's statements work on its schema, which the upgrade test
+ * checks for each one.
+ */
+static const char *const WorkerServedVersions[] = {"0.1.0", JOBQ_VERSION};
+
+/* Does this library's worker serve a database at extension version v? */
+static bool
+WorkerServesVersion(const char *v)
+{
+	for (int i = 0; i < lengthof(WorkerServedVersions); i++)
+		if (strcmp(v, WorkerServedVersions[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
  * Is the extension installed here?  Checked in a transaction of its own
  * at the start of every round.  *usable is false when the installed
- * version is not the one this library was built for (ALTER EXTENSION jobq
- * UPDATE is due): the worker then waits, doing nothing.
+ * version is one this library does not serve (a release newer than the
+ * library, or an old one whose schema the worker no longer knows): the
+ * worker then waits, doing nothing, and says so once.
  */
 static bool
 WorkerExtensionPresent(bool *usable)
@@ -680,13 +700,13 @@ WorkerExtensionPresent(bool *usable)
 	{
 		char	   *version = ExtensionVersion();
 
-		*usable = version != NULL && strcmp(version, JOBQ_VERSION) == 0;
+		*usable = version != NULL && WorkerServesVersion(version);
 		if (!*usable && !warned)
 			ereport(WARNING,
-					(errmsg("jobq worker idle: extension version %s is installed, the library is %s",
+					(errmsg("jobq worker idle in database \"%s\": extension version %s is installed, the library is %s",
+							get_database_name(MyDatabaseId),
 							version ? version : "(unknown)", JOBQ_VERSION),
-					 errhint("Run ALTER EXTENSION jobq UPDATE in database \"%s\".",
-							 get_database_name(MyDatabaseId))));
+					 errhint("Run ALTER EXTENSION jobq UPDATE in that database, or install the matching library.")));
 		warned = !*usable;
 	}
 	WorkerEndStep();

@@ -252,7 +252,7 @@ is($node->safe_psql('hostile', q{
 	SHOW search_path;
 	CREATE EXTENSION jobq;
 	SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'jobq'}),
-	"public, pg_catalog\n0.1.0", 'CREATE EXTENSION jobq with search_path = public, pg_catalog');
+	"public, pg_catalog\n0.2.0", 'CREATE EXTENSION jobq with search_path = public, pg_catalog');
 
 ok(poll_clean(q{
 	SELECT count(*) = 1 FROM jobq.workers WHERE role = 'worker' AND database = 'hostile'}),
