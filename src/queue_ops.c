@@ -1508,7 +1508,8 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 		CheckSameLength(n, "job_ids", nresults, "results");
 		for (int i = 0; i < nresults; i++)
 			if (!elem_nulls[i])
-				CheckJsonSize(DatumGetJsonbP(elems[i]), "results", false);
+				CheckJsonSize(DatumGetJsonbP(elems[i]),
+							  psprintf("results[%d]", i + 1), false);
 		values[2] = PG_GETARG_DATUM(2);
 	}
 	else
