@@ -6,6 +6,8 @@ SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS jobq CASCADE;
 CREATE EXTENSION jobq;
 RESET client_min_messages;
+-- the test's start: what it creates carries a time from then on
+SELECT now() AS t0 \gset
 
 -- retries are due at once in queue 'ops', so the test never waits on backoff
 SELECT jobq.configure('ops', max_retries => 2, lease => '10 minutes',
@@ -20,7 +22,7 @@ SELECT queue, paused, max_retries, lease, backoff_base, backoff_cap, backoff_jit
        retention_completed, retention_failed, max_concurrency, max_per_key,
        rate_limit, rate_period, breaker_threshold, breaker_state, breaker_failures,
        breaker_tripped_at, breaker_reason,
-       created_at <= now() AS created, updated_at <= now() AS updated
+       created_at BETWEEN :'t0' AND now() AS created, updated_at >= created_at AS updated
   FROM jobq.queues WHERE queue = 'ops' \gx
 -- a queue created on first use has the defaults and no limits
 SELECT created FROM jobq.enqueue('noop', queue => 'defaults');
@@ -45,9 +47,11 @@ SELECT count(*) AS attempts FROM jobq.job(NULL);
 SELECT lease_token AS tok FROM jobq.claim('ops', worker_id => 'w1') WHERE job_id = :a \gset
 SELECT jobq.fail(:a, :tok, 'smtp timeout') AS status;
 SELECT lease_token AS tok FROM jobq.claim('ops', worker_id => 'w2') WHERE job_id = :a \gset
+-- (an attempt starts after the one before it finished, and finishes after
+-- it started; the running one has no finish yet)
 SELECT attempt, outcome, worker_id, error,
-       started_at IS NOT NULL AS started,
-       finished_at IS NOT NULL AS finished,
+       started_at >= COALESCE(lag(finished_at) OVER (ORDER BY attempt), :'t0') AS started,
+       finished_at >= started_at AS finished,
        duration >= interval '0' AS duration_ok,
        lease_expires_at > now() AS leased,
        result
@@ -85,14 +89,18 @@ SELECT lease_token AS tok FROM jobq.claim('ops', worker_id => 'w3') WHERE job_id
 SELECT jobq.cancel(:c) AS cancelled;
 SELECT attempt, outcome, worker_id, error FROM jobq.job(:c);
 
--- d: its lease expires and it is reaped (by the background worker or here),
--- runs again and fails for good; an operator retries it, and it completes
+-- d: its lease expires and it is reaped, runs again and fails for good; an
+-- operator retries it, and it completes.  Claimed and reaped in one
+-- transaction, out of the background worker's sight: jobq.reap() finds
+-- exactly this one expired lease (pg_sleep waits out the 1 ms lease).
 SELECT job_id AS d FROM jobq.enqueue('mail', '{"to": "di"}', queue => 'ops',
                                      max_retries => 1) \gset
+BEGIN;
 SELECT job_id = :d AS claimed_d FROM jobq.claim('ops', worker_id => 'w4', lease => '1 ms');
 SELECT pg_sleep(0.01);
-SELECT jobq.reap() >= 0 AS reaped;
-SELECT status, retry_count FROM jobq.jobs WHERE job_id = :d;
+SELECT jobq.reap() AS reaped;
+COMMIT;
+SELECT status, retry_count, last_error FROM jobq.jobs WHERE job_id = :d;
 SELECT lease_token AS tok FROM jobq.claim('ops', worker_id => 'w5') WHERE job_id = :d \gset
 SELECT jobq.fail(:d, :tok, 'still down') AS status;
 SELECT jobq.retry(:d) AS retried;
@@ -207,14 +215,22 @@ SELECT detail ~ '^jobq worker pid \d+, up ' AS worker_detail
 -- an expired lease the worker has not reaped: critical (the claim is not
 -- committed yet, so the worker cannot see it)
 BEGIN;
-SELECT count(*) AS claimed
-  FROM jobq.enqueue('stuck', queue => 'leases'), jobq.claim('leases', lease => '1 ms');
+SELECT job_id AS stuck FROM jobq.enqueue('stuck', queue => 'leases') \gset
+SELECT job_id = :stuck AS claimed FROM jobq.claim('leases', lease => '1 ms');
 SELECT pg_sleep(0.01);
-SELECT status, detail ~ '^1 running jobs with a lease expired more than 00:00:00 ago; the oldest, job \d+, expired 00:00:00 ago$' AS detail_ok,
+SELECT status,
+       detail ~ ('^1 running jobs with a lease expired more than 00:00:00 ago; the oldest, job '
+                 || :stuck || ', expired \d\d:\d\d:\d\d ago$') AS detail_ok,
        hint
   FROM jobq.health(grace => '0') WHERE check_name = 'expired_leases';
--- within the grace period it is fine
+-- within the grace period (1 minute) it is fine
 SELECT status, detail FROM jobq.health() WHERE check_name = 'expired_leases';
+-- past it, critical, and the detail says how long ago it expired
+UPDATE jobq.job SET lease_expires_at = now() - interval '1 hour' WHERE job_id = :stuck;
+SELECT status,
+       detail ~ ('^1 running jobs with a lease expired more than 00:01:00 ago; the oldest, job '
+                 || :stuck || ', expired 01:00:\d\d ago$') AS detail_ok
+  FROM jobq.health() WHERE check_name = 'expired_leases';
 ROLLBACK;
 
 -- a schedule the worker has not fired: critical
@@ -260,7 +276,7 @@ ROLLBACK;
 BEGIN;
 SELECT txid_current() > 0 AS has_xid;
 PREPARE TRANSACTION 'ops_test_xmin';
-SELECT status, detail ~ 'prepared transaction ''ops_test_xmin'' has been open for 00:00:00' AS lists_it,
+SELECT status, detail ~ 'prepared transaction ''ops_test_xmin'' has been open for \d\d:\d\d:\d\d' AS lists_it,
        hint IS NOT NULL AS has_hint
   FROM jobq.health(xmin_threshold => '0') WHERE check_name = 'xmin_horizon';
 ROLLBACK PREPARED 'ops_test_xmin';
@@ -281,7 +297,9 @@ SELECT count(*) FROM jobq.kind_stats('-1 hour');
 \set VERBOSITY default
 
 --
--- every object of this part has a comment, and runs as its caller
+-- every object of this part has a comment; the functions run as the
+-- extension's owner with a pinned search_path (SECURITY DEFINER) and show a
+-- caller only the queues it may use (jobq.may_use_queue)
 --
 SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer,
        p.provolatile, p.proisstrict, p.proparallel, p.proconfig[1] AS first_setting,
