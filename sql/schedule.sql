@@ -31,9 +31,11 @@ SELECT jobq.schedule('nightly', '0 2 1 1 *', 'export.run', '{"format": "csv"}',
 SELECT schedule_id = :nightly_id AS same_id, name, cron, timezone, misfire, kind, queue,
        priority, payload, paused, last_fire_at, last_job_id, last_job_status
   FROM jobq.schedules;
+-- (the first January 1st, 02:00 in Paris, after now: in the future, at most
+-- a year away, and at that wall-clock time; worked out here, not by cron_next)
 SELECT next_fire_at > now() AS in_future,
-       next_fire_at = jobq.cron_next(cron, updated_at, timezone) AS is_cron_next,
-       to_char(next_fire_at AT TIME ZONE 'Europe/Paris', 'HH24:MI:SS') AS paris_wall_clock,
+       next_fire_at <= now() + interval '1 year' AS within_a_year,
+       to_char(next_fire_at AT TIME ZONE 'Europe/Paris', 'MM-DD HH24:MI:SS') AS paris_wall_clock,
        created_at = updated_at AS never_updated
   FROM jobq.schedules WHERE name = 'nightly';
 
@@ -53,8 +55,8 @@ SELECT name, cron, timezone, misfire, kind, queue, priority, payload, paused
   FROM jobq.schedules WHERE schedule_id = :nightly_id;
 -- the new cron and time zone take effect: next_fire_at is recomputed
 SELECT next_fire_at > now() AS in_future,
-       next_fire_at = jobq.cron_next('30 3 1 1 *', updated_at, 'Asia/Kathmandu') AS is_cron_next,
-       to_char(next_fire_at AT TIME ZONE 'Asia/Kathmandu', 'HH24:MI:SS') AS kathmandu_wall_clock,
+       next_fire_at <= now() + interval '1 year' AS within_a_year,
+       to_char(next_fire_at AT TIME ZONE 'Asia/Kathmandu', 'MM-DD HH24:MI:SS') AS kathmandu_wall_clock,
        to_char(next_fire_at, 'MI') AS utc_minute
   FROM jobq.schedules WHERE schedule_id = :nightly_id;
 
@@ -62,8 +64,8 @@ SELECT next_fire_at > now() AS in_future,
 SELECT jobq.schedule('nightly', '30 3 1 1 *', 'export.v2', timezone => 'America/New_York')
        = :nightly_id AS same_id;
 SELECT timezone, misfire, priority, payload,
-       next_fire_at = jobq.cron_next('30 3 1 1 *', updated_at, 'America/New_York') AS is_cron_next,
-       to_char(next_fire_at AT TIME ZONE 'America/New_York', 'HH24:MI:SS') AS new_york_wall_clock
+       next_fire_at > now() AND next_fire_at <= now() + interval '1 year' AS within_a_year,
+       to_char(next_fire_at AT TIME ZONE 'America/New_York', 'MM-DD HH24:MI:SS') AS new_york_wall_clock
   FROM jobq.schedules WHERE schedule_id = :nightly_id;
 
 -- a cron that never fires ('0 0 30 2 *', February 30th): next_fire_at is NULL
@@ -72,7 +74,8 @@ SELECT name, next_fire_at IS NULL AS never_fires, last_fire_at
   FROM jobq.schedules WHERE schedule_id = :feb30_id;
 -- changing it to a cron that fires gives it a next fire
 SELECT jobq.schedule('feb30', '0 0 29 2 *', 'never') = :feb30_id AS same_id;
-SELECT next_fire_at = jobq.cron_next('0 0 29 2 *', updated_at) AS is_cron_next,
+-- (the next February 29th: in the future, within four years, in a leap year)
+SELECT next_fire_at > now() AND next_fire_at <= now() + interval '4 years' AS within_4_years,
        to_char(next_fire_at, 'MM-DD HH24:MI:SS') AS leap_day
   FROM jobq.schedules WHERE schedule_id = :feb30_id;
 -- and back
@@ -101,16 +104,14 @@ SELECT count(*) AS jobs FROM jobq.job;
 -- Fire times missed while paused follow the misfire policy at resume.  Each
 -- schedule below fires on January 1st; while paused, its next fire is moved
 -- back to 2020 (as if it had been paused since then), so every January 1st
--- from 2020 to this year is a missed fire time.
+-- from 2020 to this year is a missed fire time: extract(year FROM now()) - 2019
+-- of them.
 SELECT m AS misfire,
        jobq.schedule('ny-' || m, '0 0 1 1 *', 'new-year', jsonb_build_object('policy', m),
                      misfire => m) > 0 AS scheduled
   FROM unnest(ARRAY['skip', 'run_once', 'run_all']) m ORDER BY m;
 SELECT jobq.pause_schedule(name) FROM jobq.schedule WHERE name LIKE 'ny-%' ORDER BY name;
 UPDATE jobq.schedule SET next_fire_at = '2020-01-01 00:00:00+00' WHERE name LIKE 'ny-%';
--- the missed January 1sts
-SELECT count(*) = extract(year FROM now()) - 2019 AS one_per_year
-  FROM generate_series(timestamptz '2020-01-01 00:00:00+00', now(), interval '1 year');
 
 -- skip: resume fires nothing
 SELECT jobq.resume_schedule('ny-skip');
@@ -129,7 +130,8 @@ SELECT count(*) = extract(year FROM now()) - 2019 AS one_per_missed_year,
        bool_and(run_at = date_trunc('year', run_at)) AS all_january_1st
   FROM jobq.job WHERE payload->>'policy' = 'run_all';
 -- every fired job: pending, run_at in the past, key naming schedule and fire time
-SELECT s.name, count(*) AS jobs,
+-- (how many each policy fired is checked above: the number changes every year)
+SELECT s.name,
        bool_and(j.status = 'pending' AND j.run_at <= now()) AS pending_and_due,
        bool_and(j.queue = 'default' AND j.kind = 'new-year') AS queue_and_kind,
        bool_and(j.idempotency_key = 'jobq:schedule:' || s.schedule_id || ':'
@@ -170,12 +172,12 @@ SELECT next_fire_at = date_trunc('year', now()) + interval '1 year' AS next_janu
        last_fire_at = date_trunc('year', now()) AS last_fire_this_year
   FROM jobq.schedules WHERE name = 'ny-skip';
 -- a fire time that already fired cannot fire again: it is not after the
--- schedule's last fire, and its key is taken (what run_schedules() returns
--- is not shown: another schedule of this file may be due meanwhile)
+-- schedule's last fire, and its key is taken, so run_schedules() enqueues
+-- nothing (no other schedule of this file is due before next New Year)
 BEGIN;
 UPDATE jobq.schedule SET next_fire_at = '2020-01-01 00:00:00+00', misfire = 'run_all'
  WHERE name = 'ny-run_all';
-SELECT count(*) AS ran FROM (SELECT jobq.run_schedules()) r;
+SELECT jobq.run_schedules() AS fired;
 COMMIT;
 SELECT count(*) = extract(year FROM now()) - 2019 AS still_one_per_year,
        count(DISTINCT run_at) = count(*) AS distinct_run_at
@@ -188,26 +190,24 @@ SELECT count(*) AS schedules_due FROM jobq.schedule WHERE next_fire_at <= now();
 SELECT jobq.schedule('tick', '*/2 * * * * *', 'tick', queue => 'ticks') AS tick_id \gset
 DO $$
 DECLARE
-    deadline timestamptz := clock_timestamp() + interval '20 s';
+    deadline timestamptz := clock_timestamp() + interval '60 s';
 BEGIN
     WHILE (SELECT count(*) FROM jobq.job WHERE kind = 'tick') < 2 LOOP
         IF clock_timestamp() > deadline THEN
-            RAISE EXCEPTION 'the worker fired % tick jobs in 20 s',
+            RAISE EXCEPTION 'the worker fired % tick jobs in 60 s',
                 (SELECT count(*) FROM jobq.job WHERE kind = 'tick');
         END IF;
         PERFORM pg_sleep(0.1);
     END LOOP;
 END
 $$;
--- at least two fires; every run_at is a whole, even second and a fire time of
--- the cron; no fire time twice; each key names the schedule and its fire time
+-- at least two fires; every run_at is a whole, even second (the cron's fire
+-- times); no fire time twice; each key names the schedule and its fire time
 SELECT count(*) >= 2 AS fired,
        count(DISTINCT run_at) = count(*) AS distinct_run_at,
        count(DISTINCT idempotency_key) = count(*) AS distinct_keys,
        bool_and(date_trunc('second', run_at) = run_at) AS whole_seconds,
        bool_and(extract(second FROM run_at)::int % 2 = 0) AS even_seconds,
-       bool_and(run_at = jobq.cron_next('*/2 * * * * *', run_at - interval '1 microsecond'))
-         AS is_fire_time,
        bool_and(idempotency_key = 'jobq:schedule:' || :tick_id || ':'
                 || (extract(epoch FROM run_at - '2000-01-01 00:00:00+00') * 1000000)::bigint)
          AS key_is_schedule_and_fire_time,
@@ -220,7 +220,7 @@ SELECT s.last_fire_at = (SELECT max(run_at) FROM jobq.job WHERE kind = 'tick') A
                          ORDER BY run_at DESC LIMIT 1) AS last_job,
        s.last_job_status,
        s.next_fire_at > s.last_fire_at AS next_after_last,
-       s.next_fire_at = jobq.cron_next(s.cron, s.last_fire_at) AS next_is_cron_next
+       s.next_fire_at = s.last_fire_at + interval '2 seconds' AS next_two_seconds_later
   FROM jobq.schedules s WHERE s.schedule_id = :tick_id;
 SELECT fired > 0 AS worker_fired FROM jobq.workers
  WHERE role = 'worker' AND database = current_database();
