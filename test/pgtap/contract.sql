@@ -7,7 +7,7 @@
 -- columns_are.
 --
 BEGIN;
-SELECT plan(98);
+SELECT plan(99);
 
 SELECT has_schema('jobq', 'schema jobq exists');
 
@@ -177,9 +177,48 @@ SELECT ok((SELECT bool_and(format_type(a.atttypid, a.atttypmod) IN ('bigint', 'i
               AND a.attname IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
           'jobq.queue_stats counts are integers');
 
--- jobq.dead_letter holds only failed jobs: its definition filters on status
-SELECT ok(pg_get_viewdef('jobq.dead_letter'::regclass) LIKE '%failed%',
-          'jobq.dead_letter selects failed jobs');
+-- jobq.dead_letter holds the failed jobs and no others: one job in each other
+-- state next to one failed job, in a queue of this test's own (the
+-- transaction is rolled back, and the background worker never sees it)
+CREATE TEMP TABLE dl_job (status text PRIMARY KEY, job_id bigint NOT NULL);
+DO $$
+DECLARE
+    c record;
+BEGIN
+    -- failed: claimed, then failed with no retry left
+    INSERT INTO dl_job SELECT 'failed', job_id
+      FROM jobq.enqueue('dl', queue => 'contract-dl', max_retries => 0);
+    SELECT * INTO c FROM jobq.claim('contract-dl');
+    PERFORM jobq.fail(c.job_id, c.lease_token, 'boom');
+    -- completed
+    INSERT INTO dl_job SELECT 'completed', job_id FROM jobq.enqueue('dl', queue => 'contract-dl');
+    SELECT * INTO c FROM jobq.claim('contract-dl');
+    PERFORM jobq.complete(c.job_id, c.lease_token);
+    -- pending after a failed attempt with retries left
+    INSERT INTO dl_job SELECT 'retrying', job_id
+      FROM jobq.enqueue('dl', queue => 'contract-dl', max_retries => 3);
+    SELECT * INTO c FROM jobq.claim('contract-dl');
+    PERFORM jobq.fail(c.job_id, c.lease_token, 'again');
+    -- running
+    INSERT INTO dl_job SELECT 'running', job_id
+      FROM jobq.enqueue('dl', queue => 'contract-dl', run_at => now() - interval '1 hour');
+    PERFORM jobq.claim('contract-dl');
+    -- cancelled, and pending
+    INSERT INTO dl_job SELECT 'cancelled', job_id FROM jobq.enqueue('dl', queue => 'contract-dl');
+    PERFORM jobq.cancel((SELECT job_id FROM dl_job WHERE status = 'cancelled'));
+    INSERT INTO dl_job SELECT 'pending', job_id
+      FROM jobq.enqueue('dl', queue => 'contract-dl', run_at => now() + interval '1 hour');
+END
+$$;
+SELECT results_eq(
+    $$SELECT j.status, d.status FROM jobq.jobs j JOIN dl_job d USING (job_id) ORDER BY d.status$$,
+    $$VALUES ('cancelled', 'cancelled'), ('completed', 'completed'), ('failed', 'failed'),
+             ('pending', 'pending'), ('pending', 'retrying'), ('running', 'running')$$,
+    'the jobs planted for jobq.dead_letter are in the states they were meant to be in');
+SELECT results_eq(
+    $$SELECT job_id, status, last_error FROM jobq.dead_letter WHERE queue = 'contract-dl'$$,
+    $$SELECT job_id, 'failed'::text, 'boom'::text FROM dl_job WHERE status = 'failed'$$,
+    'jobq.dead_letter lists the failed job, with its error, and none of the others');
 
 SELECT * FROM finish();
 ROLLBACK;
