@@ -22,10 +22,10 @@ SELECT count(*) AS unlimited FROM jobq.claim('lim', batch => 10);
 
 -- max_per_key: one running job per concurrency_key; other keys keep flowing
 SELECT jobq.configure('pk', max_per_key => 1);
-SELECT count(*) FROM jobq.enqueue('a1', queue => 'pk', concurrency_key => 'tenant-a');
-SELECT count(*) FROM jobq.enqueue('a2', queue => 'pk', concurrency_key => 'tenant-a');
-SELECT count(*) FROM jobq.enqueue('b1', queue => 'pk', concurrency_key => 'tenant-b');
-SELECT count(*) FROM jobq.enqueue('n1', queue => 'pk');
+SELECT created FROM jobq.enqueue('a1', queue => 'pk', concurrency_key => 'tenant-a');
+SELECT created FROM jobq.enqueue('a2', queue => 'pk', concurrency_key => 'tenant-a');
+SELECT created FROM jobq.enqueue('b1', queue => 'pk', concurrency_key => 'tenant-b');
+SELECT created FROM jobq.enqueue('n1', queue => 'pk');
 SELECT kind FROM jobq.claim('pk', batch => 10) ORDER BY kind;
 -- tenant-a's second job waits for its first
 SELECT count(*) AS while_a_runs FROM jobq.claim('pk', batch => 10);
@@ -36,13 +36,21 @@ SELECT jobq.fail(job_id, lease_token, 'again', retry_in => '0') FROM jobq.job WH
 SELECT concurrency_key FROM jobq.jobs WHERE queue = 'pk' AND kind = 'a2';
 
 -- rate_limit: a sliding window, never more than N claims per rate_period
-SELECT jobq.configure('rl', rate_limit => 4, rate_period => '1 s');
+-- (an hour here, so that the test's own speed cannot matter: the window is
+-- moved on by ageing the recorded claims in jobq.rate_window, not by waiting)
+SELECT jobq.configure('rl', rate_limit => 4, rate_period => '1 hour');
 SELECT count(*) AS enqueued FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[10]), 'rl');
 SELECT count(*) AS r1 FROM jobq.claim('rl', batch => 3);
 SELECT count(*) AS r2 FROM jobq.claim('rl', batch => 3);
 SELECT count(*) AS r3 FROM jobq.claim('rl', batch => 3);
-SELECT pg_sleep(1.1);
+SELECT count(*) AS claims_in_window FROM jobq.rate_window WHERE queue = 'rl';
+-- the first claim's three leave the window (over an hour old); the second's
+-- one still counts, so three more may be claimed, not four
+UPDATE jobq.rate_window SET claimed_at = claimed_at - interval '61 minutes'
+ WHERE queue = 'rl'
+   AND claimed_at = (SELECT min(claimed_at) FROM jobq.rate_window WHERE queue = 'rl');
 SELECT count(*) AS next_window FROM jobq.claim('rl', batch => 10);
+SELECT count(*) AS after_next_window FROM jobq.claim('rl', batch => 10);
 
 -- circuit breaker: 2 consecutive failures -> one at a time -> paused
 SELECT jobq.configure('br', breaker_threshold => 2, max_retries => 0);
@@ -70,7 +78,11 @@ SELECT jobq.fail(job_id, lease_token, 'x') FROM jobq.claim('br2');
 SELECT jobq.complete(job_id, lease_token) FROM jobq.claim('br2');
 SELECT jobq.fail(job_id, lease_token, 'x') FROM jobq.claim('br2');
 SELECT breaker_state, breaker_failures FROM jobq.queue WHERE name = 'br2';
--- removing the breaker closes it
+-- removing the breaker closes it (two more failures throttle 'br' first:
+-- it was closed again above)
+SELECT jobq.fail(job_id, lease_token, 'down again') FROM jobq.job
+ WHERE queue = 'br' AND status = 'running' ORDER BY job_id LIMIT 2;
+SELECT breaker_state, breaker_failures FROM jobq.queue WHERE name = 'br';
 SELECT jobq.configure('br', breaker_threshold => 0);
 SELECT breaker_state, breaker_threshold FROM jobq.queue WHERE name = 'br';
 
