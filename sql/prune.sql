@@ -10,8 +10,14 @@ RESET client_min_messages;
 
 -- 'gone' keeps nothing; 'keep' has the default retention (1 day, 30 days)
 SELECT jobq.configure('gone', retention_completed => '0', retention_failed => '0',
-                      max_retries => 0) IS NOT NULL AS configured;
-SELECT jobq.configure('keep', max_retries => 0) IS NOT NULL AS configured;
+                      max_retries => 0);
+SELECT jobq.configure('keep', max_retries => 0);
+SELECT queue, retention_completed, retention_failed FROM jobq.queues ORDER BY queue;
+
+-- The background worker prunes too (every jobq.prune_interval): everything
+-- below runs in one transaction, whose jobs it cannot see, so that only
+-- these jobq.prune calls prune them.
+BEGIN;
 
 -- 30 jobs in each queue, interleaved by job id; in each queue every third
 -- job completes, every third fails, every third stays (pending or running)
@@ -45,14 +51,15 @@ SELECT count(*) AS orphan_attempts FROM jobq.attempt a
 
 -- retention decides: with 1 hour, the jobs of 'gone' that finish now stay;
 -- back to 0, they go
-SELECT jobq.configure('gone', retention_completed => '1 hour') IS NOT NULL AS configured;
+SELECT jobq.configure('gone', retention_completed => '1 hour');
 SELECT count(*) FILTER (WHERE CASE WHEN j.queue = 'gone' AND j.status = 'running'
                         THEN jobq.complete(c.job_id, c.lease_token) END) AS completed_now
   FROM c JOIN jobq.job j USING (job_id);
 SELECT jobq.prune(100) AS within_retention;
-SELECT jobq.configure('gone', retention_completed => '0') IS NOT NULL AS configured;
+SELECT jobq.configure('gone', retention_completed => '0');
 SELECT jobq.prune(100) AS past_retention;
 SELECT queue, status, count(*) FROM jobq.job GROUP BY 1, 2 ORDER BY 1, 2;
+COMMIT;
 
 -- bad input
 SELECT jobq.prune(0);
