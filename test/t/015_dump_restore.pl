@@ -4,20 +4,23 @@
 # restored into a new database of the same server; jobq's tables must come
 # back the same (roles compared by name), and the restored database must
 # work: claims, completes, idempotency keys, fresh job ids, its background
-# worker, its schedules, its grants.
+# worker, its schedules, its grants, its handler (a job of the handled kind
+# enqueued there is run by the executor: the handler's effect is there and
+# the job completed).
 #
 # Then the same dump is restored into another cluster whose roles have other
 # OIDs: jobq.permission and jobq.handler keep role OIDs, so this part shows
 # whether grants and handlers survive (roles are stored as regrole, so they
-# follow role names, not OIDs).
+# follow role names, not OIDs), and whether the handler still runs there.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# two databases with handlers: each has its worker and two executors
 my $conf = "shared_preload_libraries = 'jobq'\njobq.naptime = 100ms\n"
-  . "jobq.database_recheck_interval = 1s\n";
+  . "jobq.database_recheck_interval = 1s\nmax_worker_processes = 16\n";
 my $node = PostgreSQL::Test::Cluster->new('dump');
 $node->init;
 $node->append_conf('postgresql.conf', $conf);
@@ -69,8 +72,11 @@ $node->safe_psql('src', q{
 	SELECT jobq.schedule('nightly', '0 2 * * *', 'k.nightly', queue => 'q2', timezone => 'Europe/Paris',
 	                     misfire => 'run_all', priority => 30);
 	SET ROLE r_work;
-	CREATE FUNCTION app.handle(payload jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT '{}'::jsonb $$;
-	SELECT jobq.register_handler('k.handled', 'app.handle(jsonb)', 'q1');
+	CREATE TABLE app.effects (job_id bigint, payload jsonb);
+	CREATE FUNCTION app.handle(payload jsonb, job jsonb) RETURNS jsonb LANGUAGE sql AS $$
+		INSERT INTO app.effects VALUES ((job->>'job_id')::bigint, payload);
+		SELECT jsonb_build_object('ran_as', current_user::text) $$;
+	SELECT jobq.register_handler('k.handled', 'app.handle(jsonb,jsonb)', 'q1');
 });
 
 is($node->safe_psql('src', q{
@@ -142,6 +148,22 @@ cmp_ok($new, '>', ($max_src > $max_key ? $max_src : $max_key),
 ok($node->poll_query_until('dst', q{
 	SELECT count(*) = 1 FROM jobq.workers WHERE role = 'worker' AND database = 'dst'}),
 	'a background worker serves the restored database');
+
+# The restored handler runs: a job of its kind enqueued in the restored
+# database is run by an executor there, as the handler's role.
+sub handler_runs
+{
+	my ($n, $where) = @_;
+	my $job = $n->safe_psql('dst', q{SELECT job_id FROM jobq.enqueue('k.handled', '{"n": 42}', 'q1')});
+	ok($n->poll_query_until('dst', qq{SELECT status IN ('completed', 'failed') FROM jobq.job WHERE job_id = $job}),
+		"$where: the job of the handled kind is finished by an executor");
+	is($n->safe_psql('dst', "SELECT status, result, last_error FROM jobq.job WHERE job_id = $job"),
+		'completed|{"ran_as": "r_work"}|', "$where: it completed, run as the handler's role");
+	is($n->safe_psql('dst', "SELECT count(*), min(payload->>'n') FROM app.effects WHERE job_id = $job"),
+		'1|42', "$where: the handler's effect is there, once");
+}
+handler_runs($node, 'restored database');
+
 $node->safe_psql('dst', q{SELECT jobq.resume_schedule('tick')});
 ok($node->poll_query_until('dst', q{SELECT count(*) >= 2 FROM jobq.job WHERE kind = 'k.tick'}),
 	'the restored schedule fires');
@@ -190,6 +212,7 @@ is($moved->{$_}, $before->{$_}, "other cluster: jobq.$_ is restored as it was")
 		extra_params => [ '-U', 'r_prod' ]);
 	is($o, 't', 'other cluster: r_prod enqueues into q1') or diag($e);
 }
+handler_runs($other, 'other cluster');
 
 $other->stop;
 $node->stop;
