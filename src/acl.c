@@ -296,6 +296,20 @@ AclSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 		acl_generation++;
 }
 
+/*
+ * The role a job handler runs as, while it runs (executor.c), else
+ * InvalidOid.  An executor's session belongs to the bootstrap superuser, so
+ * inside a handler "the role the session acts as" must be this one.
+ */
+static Oid	handler_role = InvalidOid;
+
+/* Executors: the handler about to run acts as role (InvalidOid: none). */
+void
+jobq_acl_set_handler_role(Oid role)
+{
+	handler_role = role;
+}
+
 /* The role whose rights a view or a SECURITY DEFINER function of jobq asks about. */
 static Oid
 AskingRole(void)
@@ -304,9 +318,12 @@ AskingRole(void)
 
 	/*
 	 * Inside jobq's SECURITY DEFINER functions the current user is the
-	 * owner: ask about the role the session acts as.
+	 * owner: ask about the role the session acts as, which inside a job
+	 * handler is the handler's role, never the executor's superuser.
 	 */
-	return AllPowerful(role) ? GetOuterUserId() : role;
+	if (!AllPowerful(role))
+		return role;
+	return OidIsValid(handler_role) ? handler_role : GetOuterUserId();
 }
 
 /* jobq.may(queue, capability) -> does the asking role hold it? */

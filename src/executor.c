@@ -24,12 +24,25 @@
  *	- on error, rolls the subtransaction back and fails the attempt with
  *	  the usual retry rules; errors of the classes 22 (data exception), 23
  *	  (integrity constraint violation), 42 (syntax error or access rule
- *	  violation), 44 (with check option) and P0004 (assert_failure) are
+ *	  violation), 44 (with check option), 54 (program limit exceeded, such
+ *	  as a result over jobq.max_result_size) and P0004 (assert_failure) are
  *	  permanent: the job fails at once.  A handler that calls
  *	  jobq.snooze(delay) is re-queued after delay without spending a retry.
  *
  * jobq.cancel of a job an executor runs sends that executor SIGINT, which
- * interrupts the handler (the ordinary query-cancel path).
+ * interrupts the handler (the ordinary query-cancel path).  A handler that
+ * catches the cancel, or the statement timeout at the end of its lease, is
+ * terminated by the launcher a few seconds later (worker.c).
+ *
+ * Tenants share executors, so nothing passes from one job to the next:
+ * after every job the executor discards its session state as DISCARD ALL
+ * does (temporary objects, GUCs, prepared statements, cursors, advisory
+ * locks, LISTEN, sequence state).  While a handler runs, jobq's own
+ * capability checks ask about the handler's role (acl.c), exactly as when
+ * that role connects.  Queues with handlers share the executors (at most
+ * executors / queues each while others wait), and any error of a step -- a
+ * claim, a handler, the completion of a result too large -- ends in that
+ * job's failure or a log line, never in the executor's exit.
  *
  * Locking: the executor slots in shared memory are guarded by the worker
  * lock (worker.c).
@@ -41,9 +54,14 @@
 #include <signal.h>
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/async.h"
 #include "commands/extension.h"
+#include "commands/prepare.h"
+#include "commands/sequence.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -52,12 +70,14 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "storage/ipc.h"
+#include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/portal.h"
 #include "utils/regproc.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -280,7 +300,7 @@ PermanentError(int sqlerrcode)
 
 	return strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
 		strncmp(state, "42", 2) == 0 || strncmp(state, "44", 2) == 0 ||
-		strcmp(state, "P0004") == 0;
+		strncmp(state, "54", 2) == 0 || strcmp(state, "P0004") == 0;
 }
 
 /* Read the handlers (in a transaction, SPI connected) into cxt. */
@@ -385,6 +405,25 @@ JobContext(const JobqExecJob *job)
 							 false, -1);
 }
 
+/* Fail job's attempt with the error edata, retryable by its class (SPI connected). */
+static void
+ExecFail(const JobqExecJob *job, const ErrorData *edata)
+{
+	Oid			types[4] = {INT8OID, INT8OID, TEXTOID, BOOLOID};
+	Datum		values[4];
+	char	   *message = psprintf("%s: %s", unpack_sql_state(edata->sqlerrcode),
+								   edata->message ? edata->message : "");
+
+	values[0] = Int64GetDatum(job->job_id);
+	values[1] = Int64GetDatum(job->lease_token);
+	values[2] = CStringGetTextDatum(message);
+	values[3] = BoolGetDatum(!PermanentError(edata->sqlerrcode));
+	jobq_spi_exec(jobq_plan_generic(&plan_exec_fail,
+									"SELECT jobq.fail($1, $2, $3, $4)",
+									4, types),
+				  values, NULL, SPI_OK_SELECT);
+}
+
 /*
  * Run one claimed job's handler and finish the job, all in the current
  * transaction (SPI connected).  Returns false when the job could not be
@@ -419,7 +458,8 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	TimestampDifference(GetCurrentTimestamp(), job->lease_expires_at, &secs, &usecs);
 	snooze_requested = false;
-	jobq_executor_set_job(job->job_id);
+	jobq_executor_set_job(job->job_id, job->lease_expires_at);
+	jobq_acl_set_handler_role(h->run_as);
 	enable_timeout_after(STATEMENT_TIMEOUT, Max((int) Min(secs * 1000 + usecs / 1000, INT_MAX), 1));
 
 	BeginInternalSubTransaction(NULL);
@@ -455,7 +495,8 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 	PG_END_TRY();
 
 	disable_timeout(STATEMENT_TIMEOUT, false);
-	jobq_executor_set_job(0);
+	jobq_acl_set_handler_role(InvalidOid);
+	jobq_executor_set_job(0, 0);
 	AtEOXact_GUC(false, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec);
 
@@ -495,19 +536,7 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 	}
 	else
 	{
-		Oid			types[4] = {INT8OID, INT8OID, TEXTOID, BOOLOID};
-		Datum		values[4];
-		char	   *message = psprintf("%s: %s", unpack_sql_state(edata->sqlerrcode),
-									   edata->message ? edata->message : "");
-
-		values[0] = Int64GetDatum(job->job_id);
-		values[1] = Int64GetDatum(job->lease_token);
-		values[2] = CStringGetTextDatum(message);
-		values[3] = BoolGetDatum(!PermanentError(edata->sqlerrcode));
-		jobq_spi_exec(jobq_plan_generic(&plan_exec_fail,
-										"SELECT jobq.fail($1, $2, $3, $4)",
-										4, types),
-					  values, NULL, SPI_OK_SELECT);
+		ExecFail(job, edata);
 		FreeErrorData(edata);
 	}
 	return completed;
@@ -539,9 +568,135 @@ ExecEnd(bool commit)
 }
 
 /*
- * One round: claim and run at most one job from each queue with handlers.
- * Returns the number of jobs run, or -1 when there is nothing to do here
- * any more (no extension, no handlers).
+ * After an error escaped a step: abort its transaction, and return a copy
+ * of the error (in cxt) with the error state cleared, so the executor goes
+ * on.
+ */
+static ErrorData *
+ExecRecover(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	HOLD_INTERRUPTS();
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	jobq_acl_set_handler_role(InvalidOid);
+	MemoryContextSwitchTo(cxt);
+	RESUME_INTERRUPTS();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return edata;
+}
+
+/*
+ * Log an error of a step that is not a job's own, at most once a minute for
+ * the same queue and error code, so a queue that keeps failing does not
+ * flood the log.
+ */
+static void
+ExecLogError(const char *queue, const ErrorData *edata)
+{
+	static uint32 last_queue = 0;
+	static int	last_code = 0;
+	static TimestampTz last_at = 0;
+	uint32		qh = hash_bytes((const unsigned char *) queue, strlen(queue));
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (qh == last_queue && edata->sqlerrcode == last_code &&
+		!TimestampDifferenceExceeds(last_at, now, 60 * 1000))
+		return;
+	last_queue = qh;
+	last_code = edata->sqlerrcode;
+	last_at = now;
+	ereport(LOG,
+			(errmsg("jobq executor: claiming from queue \"%s\" failed: %s",
+					queue, edata->message ? edata->message : ""),
+			 errdetail("SQLSTATE %s. The executor goes on with other queues and tries again.",
+					   unpack_sql_state(edata->sqlerrcode))));
+}
+
+/*
+ * Discard everything a handler may have left in this session, as DISCARD
+ * ALL does (without dropping saved plans, which hold no tenant state): held
+ * cursors, GUCs, prepared statements, LISTEN, session advisory locks,
+ * temporary objects, sequence state.  The next job, perhaps another role's,
+ * starts from a clean session.  An error here ends the executor: it must
+ * not run a job in a session it could not clean.
+ */
+static void
+ExecResetSession(void)
+{
+	ExecBegin("jobq executor: resetting the session");
+	PortalHashTableDeleteAll();
+	ResetAllOptions();
+	DropAllPreparedStatements();
+	Async_UnlistenAll();
+	LockReleaseAll(USER_LOCKMETHOD, true);
+	ResetTempTableNamespace();
+	ResetSequenceCaches();
+	ExecEnd(true);
+}
+
+/*
+ * Run job with handler h: the handler and the job's completion in one
+ * transaction.  An error that escapes (the completion refused the result,
+ * say) rolls all of it back and fails the job with that error in a
+ * transaction of its own; if even that fails, the lease expires and the
+ * reaper takes the job back.
+ */
+static void
+ExecRunJob(const JobqHandler *h, const JobqExecJob *job, MemoryContext cxt)
+{
+	ErrorData  *edata = NULL;
+
+	PG_TRY();
+	{
+		bool		ok;
+
+		ExecBegin(psprintf("jobq executor: running job %lld (%s)", (long long) job->job_id, job->kind));
+		SPI_connect();
+		ok = RunHandler(h, job);
+		SPI_finish();
+		ExecEnd(ok);
+	}
+	PG_CATCH();
+	{
+		edata = ExecRecover(cxt);
+	}
+	PG_END_TRY();
+	jobq_executor_set_job(0, 0);
+
+	if (edata != NULL)
+	{
+		PG_TRY();
+		{
+			ExecBegin(psprintf("jobq executor: failing job %lld", (long long) job->job_id));
+			SPI_connect();
+			ExecFail(job, edata);
+			SPI_finish();
+			ExecEnd(true);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *again = ExecRecover(cxt);
+
+			ereport(LOG,
+					(errmsg("jobq executor: could not fail job %lld after its handler's error: %s",
+							(long long) job->job_id, again->message ? again->message : ""),
+					 errdetail("The handler's error was: %s. The job's lease will expire.",
+							   edata->message ? edata->message : "")));
+		}
+		PG_END_TRY();
+	}
+	ExecResetSession();
+}
+
+/*
+ * One round: claim and run at most one job from each queue with handlers
+ * (within the queue's share of the executors).  Returns the number of jobs
+ * run, or -1 when there is nothing to do here any more (no extension, no
+ * handlers).
  */
 static int
 ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
@@ -561,6 +716,7 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 	handlers = LoadHandlers(round_cxt);
 	SPI_finish();
 	ExecEnd(true);
+	MemoryContextSwitchTo(round_cxt);
 	if (handlers == NIL)
 		return -1;
 
@@ -577,34 +733,45 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 	{
 		const char *queue = (const char *) lfirst(lc);
 		TimestampTz due = jobq_state_next_due(queue);
+		uint32		qh = hash_bytes((const unsigned char *) queue, strlen(queue));
 		JobqExecJob job;
-		bool		got;
+		bool		got = false;
 		ListCell   *hc;
 		JobqHandler *h = NULL;
-		bool		ok;
 
 		if (due != 0 && (*next_due == 0 || due < *next_due))
 			*next_due = due;
 		CHECK_FOR_INTERRUPTS();
-		ExecBegin("jobq executor: claiming");
-		SPI_connect();
-		got = ExecClaim(queue, handlers, &job, round_cxt);
-		SPI_finish();
-		ExecEnd(true);
-		if (!got)
+		/* 0 means "no queue" in the slot */
+		if (!jobq_executor_take_share(qh == 0 ? 1 : qh, list_length(queues)))
 			continue;
-
-		foreach(hc, handlers)
+		PG_TRY();
 		{
-			if (strcmp(((JobqHandler *) lfirst(hc))->kind, job.kind) == 0)
-				h = (JobqHandler *) lfirst(hc);
+			ExecBegin("jobq executor: claiming");
+			SPI_connect();
+			got = ExecClaim(queue, handlers, &job, round_cxt);
+			SPI_finish();
+			ExecEnd(true);
 		}
-		ExecBegin(psprintf("jobq executor: running job %lld (%s)", (long long) job.job_id, job.kind));
-		SPI_connect();
-		ok = RunHandler(h, &job);
-		SPI_finish();
-		ExecEnd(ok);
-		ran++;
+		PG_CATCH();
+		{
+			ExecLogError(queue, ExecRecover(round_cxt));
+			got = false;
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(round_cxt);
+		if (got)
+		{
+			foreach(hc, handlers)
+			{
+				if (strcmp(((JobqHandler *) lfirst(hc))->kind, job.kind) == 0)
+					h = (JobqHandler *) lfirst(hc);
+			}
+			ExecRunJob(h, &job, round_cxt);
+			MemoryContextSwitchTo(round_cxt);
+			ran++;
+		}
+		(void) jobq_executor_take_share(0, 0);
 	}
 	return ran;
 }

@@ -164,12 +164,14 @@ extern void jobq_become_owner(JobqSavedUser *saved);
 extern void jobq_restore_user(const JobqSavedUser *saved);
 extern bool jobq_may(Oid role, const char *queue, JobqCapability cap);
 extern void jobq_require(Oid role, const char *queue, JobqCapability cap);
+extern void jobq_acl_set_handler_role(Oid role);
 
 /* worker.c */
 extern int	jobq_executors;
 extern void jobq_worker_init(void);
 extern bool jobq_executor_attach(int index);
-extern void jobq_executor_set_job(int64 job_id);
+extern void jobq_executor_set_job(int64 job_id, TimestampTz deadline);
+extern bool jobq_executor_take_share(uint32 queue_hash, int nqueues);
 extern void jobq_worker_wake_executors(Oid dbid);
 extern void jobq_worker_interrupt_job(int64 job_id);
 

@@ -74,6 +74,13 @@
 
 #include "jobq.h"
 
+/*
+ * How long an executor may run a handler past its job's lease, or past a
+ * jobq.cancel of its job, before the launcher terminates it: a handler
+ * that catches query_canceled cannot keep an executor.
+ */
+#define JOBQ_EXECUTOR_GRACE_MS	5000
+
 /* Least time between two starts of a worker for the same database. */
 #define JOBQ_RESTART_DELAY_MS	5000
 /* How long the launcher sleeps between looks at pg_database. */
@@ -100,6 +107,10 @@ typedef struct JobqDbSlot
 	pid_t		executor_pid[JOBQ_MAX_EXECUTORS];	/* running executors, else 0 */
 	Latch	   *executor_latch[JOBQ_MAX_EXECUTORS];	/* their latches */
 	int64		executor_job[JOBQ_MAX_EXECUTORS];	/* the job each runs, else 0 */
+	TimestampTz executor_deadline[JOBQ_MAX_EXECUTORS];	/* that job's lease at claim */
+	TimestampTz executor_cancel_at[JOBQ_MAX_EXECUTORS];	/* when jobq.cancel interrupted it, else 0 */
+	bool		executor_terminated[JOBQ_MAX_EXECUTORS];	/* SIGTERM sent for that job */
+	uint32		executor_queue[JOBQ_MAX_EXECUTORS];	/* hash of the queue it claims from, else 0 */
 } JobqDbSlot;
 
 /* State shared by the launcher, the workers and every backend. */
@@ -199,6 +210,7 @@ InitWorkerStruct(BackgroundWorker *bgw, const char *function_name)
 
 static void jobq_worker_xact_callback(XactEvent event, void *arg);
 static void WorkerStartExecutors(void);
+static void LauncherEnforceExecutorLimits(TimestampTz now);
 static void jobq_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 								bool readOnlyTree, ProcessUtilityContext context,
 								ParamListInfo params, QueryEnvironment *queryEnv,
@@ -462,6 +474,7 @@ LauncherCycle(void)
 			break;
 		}
 	}
+	LauncherEnforceExecutorLimits(now);
 	LWLockRelease(JobqWorkerLock);
 	list_free_deep(dbs);
 }
@@ -923,6 +936,19 @@ WorkerStartExecutors(void)
 	}
 }
 
+/* Forget what executor place index of slot runs; pid becomes its owner. */
+static void
+ExecutorSlotClear(JobqDbSlot *slot, int index, pid_t pid)
+{
+	slot->executor_pid[index] = pid;
+	slot->executor_latch[index] = pid != 0 ? MyLatch : NULL;
+	slot->executor_job[index] = 0;
+	slot->executor_deadline[index] = 0;
+	slot->executor_cancel_at[index] = 0;
+	slot->executor_terminated[index] = false;
+	slot->executor_queue[index] = 0;
+}
+
 /* on_shmem_exit of an executor: free its place. */
 static void
 ExecutorDetach(int code, Datum arg)
@@ -935,11 +961,7 @@ ExecutorDetach(int code, Datum arg)
 		JobqDbSlot *slot = &WorkerShared->slots[i];
 
 		if (slot->dbid == MyDatabaseId && slot->executor_pid[index] == MyProcPid)
-		{
-			slot->executor_pid[index] = 0;
-			slot->executor_latch[index] = NULL;
-			slot->executor_job[index] = 0;
-		}
+			ExecutorSlotClear(slot, index, 0);
 	}
 	LWLockRelease(JobqWorkerLock);
 }
@@ -963,9 +985,7 @@ jobq_executor_attach(int index)
 			continue;
 		if (slot->executor_pid[index] == 0)
 		{
-			slot->executor_pid[index] = MyProcPid;
-			slot->executor_latch[index] = MyLatch;
-			slot->executor_job[index] = 0;
+			ExecutorSlotClear(slot, index, MyProcPid);
 			ok = true;
 		}
 		break;
@@ -979,18 +999,123 @@ jobq_executor_attach(int index)
 	return ok;
 }
 
-/* Publish the job this executor runs now (0: none), for jobq.cancel. */
-void
-jobq_executor_set_job(int64 job_id)
+/* This executor's slot (JobqWorkerLock held), or NULL. */
+static JobqDbSlot *
+ExecutorSlot(void)
 {
-	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
 	for (int i = 0; i < WorkerShared->nslots; i++)
 	{
 		if (WorkerShared->slots[i].dbid == MyDatabaseId &&
 			WorkerShared->slots[i].executor_pid[MyExecutorIndex] == MyProcPid)
-			WorkerShared->slots[i].executor_job[MyExecutorIndex] = job_id;
+			return &WorkerShared->slots[i];
+	}
+	return NULL;
+}
+
+/*
+ * Publish the job this executor runs now (0: none) and the time its lease
+ * ends, for jobq.cancel and for the launcher's time limit.
+ */
+void
+jobq_executor_set_job(int64 job_id, TimestampTz deadline)
+{
+	JobqDbSlot *slot;
+
+	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
+	slot = ExecutorSlot();
+	if (slot != NULL)
+	{
+		slot->executor_job[MyExecutorIndex] = job_id;
+		slot->executor_deadline[MyExecutorIndex] = job_id != 0 ? deadline : 0;
+		slot->executor_cancel_at[MyExecutorIndex] = 0;
+		slot->executor_terminated[MyExecutorIndex] = false;
 	}
 	LWLockRelease(JobqWorkerLock);
+}
+
+/*
+ * Take a share of this database's executors for the queue whose name hashes
+ * to queue_hash (0: give the share back).  Queues with handlers share the
+ * executors: while other executors already run share jobs of this queue,
+ * where share is the executors divided by the queues with handlers (at
+ * least one), this one claims elsewhere, so one queue's long handlers never
+ * hold every executor.
+ */
+bool
+jobq_executor_take_share(uint32 queue_hash, int nqueues)
+{
+	JobqDbSlot *slot;
+	bool		ok = true;
+
+	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
+	slot = ExecutorSlot();
+	if (slot != NULL)
+	{
+		if (queue_hash != 0)
+		{
+			int			share = Max(1, (jobq_executors + Max(nqueues, 1) - 1) / Max(nqueues, 1));
+			int			taken = 0;
+
+			for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+				if (e != MyExecutorIndex && slot->executor_pid[e] != 0 &&
+					slot->executor_queue[e] == queue_hash)
+					taken++;
+			ok = taken < share;
+		}
+		if (ok)
+			slot->executor_queue[MyExecutorIndex] = queue_hash;
+	}
+	LWLockRelease(JobqWorkerLock);
+	return ok;
+}
+
+/*
+ * Launcher: terminate the executors whose handler runs past its job's lease
+ * or past a jobq.cancel of its job by more than JOBQ_EXECUTOR_GRACE_MS
+ * (JobqWorkerLock held exclusively).  The handler was interrupted at its
+ * deadline (statement timeout, or the cancel's SIGINT) and did not stop: its
+ * transaction dies with the process, so none of its effects remain; the job
+ * stays cancelled, or is reaped as an expired lease.  The database's worker
+ * starts a new executor.
+ */
+static void
+LauncherEnforceExecutorLimits(TimestampTz now)
+{
+	for (int i = 0; i < WorkerShared->nslots; i++)
+	{
+		JobqDbSlot *slot = &WorkerShared->slots[i];
+
+		if (!OidIsValid(slot->dbid))
+			continue;
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+		{
+			TimestampTz limit = 0;
+			const char *why;
+
+			if (slot->executor_pid[e] == 0 || slot->executor_job[e] == 0 ||
+				slot->executor_terminated[e])
+				continue;
+			if (slot->executor_cancel_at[e] != 0)
+			{
+				limit = slot->executor_cancel_at[e];
+				why = "was cancelled";
+			}
+			else
+			{
+				limit = slot->executor_deadline[e];
+				why = "ran past its lease";
+			}
+			if (limit == 0 ||
+				!TimestampDifferenceExceeds(limit, now, JOBQ_EXECUTOR_GRACE_MS))
+				continue;
+			ereport(LOG,
+					(errmsg("jobq: terminating executor %d (pid %d) of database %u: its job %lld %s and the handler did not stop",
+							e, (int) slot->executor_pid[e], slot->dbid,
+							(long long) slot->executor_job[e], why)));
+			kill(slot->executor_pid[e], SIGTERM);
+			slot->executor_terminated[e] = true;
+		}
+	}
 }
 
 /* Wake the executors of database dbid (a job they may run became ready). */
@@ -1011,13 +1136,16 @@ jobq_worker_wake_executors(Oid dbid)
 	LWLockRelease(JobqWorkerLock);
 }
 
-/* Interrupt the executor of this database that runs job_id, if any. */
+/*
+ * Interrupt the executor of this database that runs job_id, if any; the
+ * launcher terminates it if the handler does not stop.
+ */
 void
 jobq_worker_interrupt_job(int64 job_id)
 {
 	if (WorkerShared == NULL)
 		return;
-	LWLockAcquire(JobqWorkerLock, LW_SHARED);
+	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);
 	for (int i = 0; i < WorkerShared->nslots; i++)
 	{
 		if (WorkerShared->slots[i].dbid != MyDatabaseId)
@@ -1025,7 +1153,11 @@ jobq_worker_interrupt_job(int64 job_id)
 		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
 			if (WorkerShared->slots[i].executor_job[e] == job_id &&
 				WorkerShared->slots[i].executor_pid[e] != 0)
+			{
 				kill(WorkerShared->slots[i].executor_pid[e], SIGINT);
+				if (WorkerShared->slots[i].executor_cancel_at[e] == 0)
+					WorkerShared->slots[i].executor_cancel_at[e] = GetCurrentTimestamp();
+			}
 	}
 	LWLockRelease(JobqWorkerLock);
 }
@@ -1055,6 +1187,10 @@ BlockDatabase(Oid dbid, bool block)
 			slot->blocked_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
 			if (slot->pid != 0)
 				kill(slot->pid, SIGTERM);
+			/* executors are sessions of the database too */
+			for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+				if (slot->executor_pid[e] != 0)
+					kill(slot->executor_pid[e], SIGTERM);
 		}
 		else
 			slot->blocked_until = 0;
