@@ -65,6 +65,15 @@ my $tz = sprintf('JQS0JQD-%s,%d/%s,%d/%s', hms($dst), $yday, hms($t1 - $midnight
 note "time zone $tz: gap at ", scalar(gmtime($t1)), " UTC, overlap at ",
   scalar(gmtime($t2)), " UTC";
 
+# the schedule (at once: the gap must still be ahead), then the instant after
+# which its fires are compared
+$node->safe_psql('postgres', qq{
+	SELECT jobq.schedule('dst', '*/$step * * * * *', 'k.dst', timezone => '$tz',
+	                     misfire => 'run_all')});
+my $from = $node->safe_psql('postgres', 'SELECT ceil(extract(epoch FROM now()))::bigint');
+cmp_ok($from, '<', $t1 - $step, 'the schedule exists before the gap (else raise $lead)');
+my $until = $t2 + $dst + $tail;
+
 # PostgreSQL itself reads the rule as meant: the offset (wall clock - UTC)
 # before, in and after daylight time
 is($node->safe_psql('postgres', qq{
@@ -72,14 +81,6 @@ is($node->safe_psql('postgres', qq{
 	                  ',' ORDER BY t)
 	  FROM unnest(ARRAY[$t1 - 1, $t1, $t2 - 1, $t2]::float8[]) t}),
 	"0,$dst,$dst,0", 'PostgreSQL applies the POSIX rule: daylight time from the gap to the overlap');
-
-# the schedule, then the instant after which its fires are compared
-$node->safe_psql('postgres', qq{
-	SELECT jobq.schedule('dst', '*/$step * * * * *', 'k.dst', timezone => '$tz',
-	                     misfire => 'run_all')});
-my $from = $node->safe_psql('postgres', 'SELECT ceil(extract(epoch FROM now()))::bigint');
-cmp_ok($from, '<', $t1 - $step, 'the schedule exists before the gap (else raise $lead)');
-my $until = $t2 + $dst + $tail;
 
 # --- the model --------------------------------------------------------------
 
