@@ -1,6 +1,6 @@
 # A rate limit holds under concurrent claimers: six pgbench clients claim
-# (in batches) from a queue limited to 8 claims per second and complete what
-# they get, until the backlog is gone.  From the claim time of every job
+# (in batches, some of them with a wait) from a queue limited to 8 claims
+# per second and complete what they get, until the backlog is gone.  From the claim time of every job
 # (each is claimed exactly once, so jobq.job keeps it): no window of one
 # rate_period ever holds more than 8 claims, the limit was actually reached
 # (the clients pressed against it), several clients got work, and every job
@@ -27,7 +27,8 @@ $node->safe_psql('postgres', qq{
 
 # a client: claim up to 3, complete each in the same transaction; when
 # nothing was claimed (the limit, or no work) pause a little instead of
-# spinning on two shared cores
+# spinning on two shared cores.  Each transaction is this or, as often, the
+# same claim with a wait (the claim's waiting loop is another code path).
 my $client = q{
 SELECT count(*) FILTER (WHERE jobq.complete(job_id, lease_token)) AS n
   FROM jobq.claim('rl', worker_id => 'c' || :client_id, batch => 3) \gset
@@ -36,9 +37,13 @@ SELECT count(*) FILTER (WHERE jobq.complete(job_id, lease_token)) AS n
 SELECT pg_sleep(0.02);
 \endif
 };
+my $waiter = q{
+SELECT count(*) FILTER (WHERE jobq.complete(job_id, lease_token)) AS n
+  FROM jobq.claim('rl', worker_id => 'w' || :client_id, batch => 3, wait => '500 ms');
+};
 $node->pgbench('-n -c 6 -j 2 -T 4', 0, [qr{processed: [1-9]}], [qr{^$}],
 	'six clients claim from the rate-limited queue at once',
-	{ 'client' => $client });
+	{ 'client@1' => $client, 'waiter@1' => $waiter });
 
 # the rest of the backlog, still under the limit: progress, never a stall
 ok($node->poll_query_until('postgres', q{
@@ -72,7 +77,12 @@ cmp_ok($max_in_window, '<=', $limit, "no window of one second holds more than $l
   or diag("the fullest window: $worst");
 is($max_in_window, $limit, 'the clients pressed against the limit: some window holds exactly the limit');
 cmp_ok($node->safe_psql('postgres', q{
-	SELECT count(DISTINCT worker_id) FROM jobq.job WHERE queue = 'rl' AND worker_id LIKE 'c%'}),
+	SELECT count(DISTINCT substr(worker_id, 2)) FROM jobq.job
+	 WHERE queue = 'rl' AND worker_id <> 'drain'}),
 	'>=', 2, 'several concurrent clients got work');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE worker_id LIKE 'c%') > 0, count(*) FILTER (WHERE worker_id LIKE 'w%') > 0
+	  FROM jobq.job WHERE queue = 'rl'}),
+	't|t', 'claims with and without a wait got work');
 $node->stop;
 done_testing();
