@@ -405,6 +405,7 @@ jobq_purge(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	const char *status;
 	Interval	key_retention;
+	int64		older_than_us;
 	int64		n;
 	bool		isnull;
 
@@ -421,16 +422,14 @@ jobq_purge(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("older_than must not be null"),
 				 errhint("Use '0' to purge every such job.")));
-	if (jobq_interval_usecs(PG_GETARG_INTERVAL_P(2)) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("older_than must not be negative")));
+	older_than_us = jobq_check_interval_arg(PG_GETARG_INTERVAL_P(2), "older_than", 0,
+											JOBQ_MAX_INTERVAL_US);
 	memset(&key_retention, 0, sizeof(key_retention));
 	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
 
 	values[1] = CStringGetTextDatum(status);
-	values[2] = TimestampTzGetDatum(GetCurrentTimestamp() -
-									jobq_interval_usecs(PG_GETARG_INTERVAL_P(2)));
+	values[2] = TimestampTzGetDatum(jobq_timestamp_add(GetCurrentTimestamp(),
+													   -older_than_us));
 	values[3] = IntervalPGetDatum(&key_retention);
 
 	jobq_become_owner(&saved);

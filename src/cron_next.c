@@ -28,10 +28,12 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "cron.h"
+#include "jobq.h"
 
 PG_FUNCTION_INFO_V1(jobq_cron_next);
 
@@ -136,7 +138,7 @@ jobq_cron_timezone(const char *name)
 	if (tz == NULL || !pg_tz_acceptable(tz))
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("unknown time zone \"%s\"", name),
+				errmsg("unknown time zone \"%s\"", jobq_quote_arg(name)),
 				errhint("Use a name from pg_timezone_names, such as \"UTC\" or \"America/New_York\"."));
 	return tz;
 }
@@ -148,12 +150,16 @@ jobq_cron_parse_or_error(const char *text, CronSpec *spec)
 	char		errbuf[512];
 
 	if (!cron_parse(text, spec, errbuf, sizeof(errbuf)))
+	{
+		/* the parser cuts a long message by bytes: end on a whole character */
+		errbuf[pg_mbcliplen(errbuf, strlen(errbuf), sizeof(errbuf) - 1)] = '\0';
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("invalid cron expression: %s", errbuf),
 				errhint("Use five fields \"minute hour day-of-month month day-of-week\" "
 						"(optionally after a seconds field), as in \"*/15 9-17 * * MON-FRI\", "
 						"or one of @yearly, @monthly, @weekly, @daily, @hourly, \"@every 5m\"."));
+	}
 }
 
 /*
@@ -214,12 +220,23 @@ jobq_cron_next_time(const CronSpec *spec, TimestampTz after, pg_tz *tz,
 Datum
 jobq_cron_next(PG_FUNCTION_ARGS)
 {
-	char	   *cron = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	text	   *cron_text = PG_GETARG_TEXT_PP(0);
 	TimestampTz after = PG_GETARG_TIMESTAMPTZ(1);
 	char	   *zone = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	char	   *cron;
 	CronSpec	spec;
 	pg_tz	   *tz;
 	TimestampTz next;
+
+	/* as for jobq.schedule: no expression is longer */
+	if (VARSIZE_ANY_EXHDR(cron_text) > jobq_max_cron_length)
+		ereport(ERROR,
+				errcode(ERRCODE_NAME_TOO_LONG),
+				errmsg("cron is too long"),
+				errdetail("It is %d bytes long; the limit is %d bytes.",
+						  (int) VARSIZE_ANY_EXHDR(cron_text), jobq_max_cron_length),
+				errhint("jobq.max_cron_length sets the limit."));
+	cron = text_to_cstring(cron_text);
 
 	jobq_cron_parse_or_error(cron, &spec);
 	tz = jobq_cron_timezone(zone);

@@ -38,8 +38,11 @@ int			jobq_max_key_length = JOBQ_MAX_KEY_LEN;
 /* jobq.max_cron_length: longest cron expression (bytes) */
 int			jobq_max_cron_length = 256;
 
-/* jobq.max_schedules: most schedules per database */
+/* jobq.max_schedules: most schedules per queue */
 int			jobq_max_schedules = 10000;
+
+/* jobq.max_database_schedules: most schedules per database */
+int			jobq_max_database_schedules = 100000;
 
 /* jobq.max_batch: most jobs one claim or complete_many may handle */
 int			jobq_max_batch = 1000;
@@ -96,10 +99,17 @@ _PG_init(void)
 							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.max_schedules",
-							"Most schedules in one database.",
-							NULL,
+							"Most schedules in one queue.",
+							"Each queue has this quota, so that one queue's administrator cannot use up another's.",
 							&jobq_max_schedules,
 							10000, 1, INT_MAX,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_database_schedules",
+							"Most schedules in one database, all queues together.",
+							NULL,
+							&jobq_max_database_schedules,
+							100000, 1, INT_MAX,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.max_batch",

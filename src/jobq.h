@@ -49,6 +49,7 @@ extern int	jobq_max_name_length;
 extern int	jobq_max_key_length;
 extern int	jobq_max_cron_length;
 extern int	jobq_max_schedules;
+extern int	jobq_max_database_schedules;
 extern int	jobq_max_batch;
 extern int	jobq_idempotency_retention;
 
@@ -118,10 +119,29 @@ extern bool jobq_insert_pending(const JobqNewJob *job, int32 max_retries,
 								const Datum *payloads, int n, TimestampTz now,
 								int64 *ids, bool ids_given);
 
+/*
+ * Longest interval jobq accepts as an argument or a queue setting: 1000
+ * years, measured as jobq_interval_usecs measures (a month is 30 days).
+ * Every time jobq computes from one (now + a lease, a delay or a backoff;
+ * now - a retention) then stays far inside the timestamp range.  A claim
+ * waits at most JOBQ_MAX_WAIT_US.
+ */
+#define JOBQ_MAX_INTERVAL_US \
+	((int64) 1000 * MONTHS_PER_YEAR * DAYS_PER_MONTH * USECS_PER_DAY)
+#define JOBQ_MAX_WAIT_US		((int64) USECS_PER_DAY)
+
+/* Longest piece of a user-supplied string an error message quotes (bytes). */
+#define JOBQ_MAX_QUOTED_LEN		64
+
 /* queue_ops.c */
 extern void jobq_enqueue_job(const JobqNewJob *job, TimestampTz now,
 							 int64 *job_id, bool *created);
 extern int64 jobq_interval_usecs(const Interval *iv);
+extern int64 jobq_check_interval_arg(const Interval *iv, const char *argname,
+									 int64 min_us, int64 max_us);
+extern TimestampTz jobq_check_timestamp_arg(TimestampTz t, const char *argname);
+extern TimestampTz jobq_timestamp_add(TimestampTz t, int64 usecs);
+extern const char *jobq_quote_arg(const char *s);
 extern text *jobq_clip_error(text *error);
 extern Jsonb *jobq_payload_arg(Datum d, const char *argname);
 extern const char *jobq_name_arg(FunctionCallInfo fcinfo, int argno,

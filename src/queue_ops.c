@@ -24,6 +24,7 @@
 #include "pgstat.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "common/pg_prng.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -208,16 +209,124 @@ jobq_interval_usecs(const Interval *iv)
 		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
 }
 
-/* An interval argument that must be strictly positive. */
+/* An interval of about usecs microseconds, in its largest whole unit. */
+static Interval *
+IntervalFromUsecs(int64 usecs)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+	int64		month_us = (int64) DAYS_PER_MONTH * USECS_PER_DAY;
+
+	if (usecs % month_us == 0)
+		iv->month = (int32) (usecs / month_us);
+	else if (usecs % USECS_PER_DAY == 0)
+		iv->day = (int32) (usecs / USECS_PER_DAY);
+	else
+		iv->time = usecs;
+	return iv;
+}
+
+/* An interval as text, as interval_out writes it. */
+static char *
+IntervalText(const Interval *iv)
+{
+	return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(iv)));
+}
+
+/*
+ * Check an interval argument (or a setting) against [min_us, max_us],
+ * measured by jobq_interval_usecs, and return its length in microseconds.
+ * Too short is 22023 (negative, or not positive when min_us > 0); too long
+ * is 22008: jobq could not compute a time from it, or the length means
+ * nothing (a claim's wait).  Callers with their own wording for "too
+ * short" check that first.
+ */
+int64
+jobq_check_interval_arg(const Interval *iv, const char *argname,
+						int64 min_us, int64 max_us)
+{
+	int64		usecs = jobq_interval_usecs(iv);
+
+	if (usecs < min_us)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 min_us > 0 ?
+				 errmsg("%s must be a positive interval", argname) :
+				 errmsg("%s must not be negative", argname)));
+	if (usecs > max_us)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_FIELD_OVERFLOW),
+				 errmsg("%s is out of range", argname),
+				 errdetail("%s was %s; the longest jobq accepts is %s.", argname,
+						   IntervalText(iv), IntervalText(IntervalFromUsecs(max_us))),
+				 min_us > 0 ?
+				 errhint("Use a positive interval of at most %s.",
+						 IntervalText(IntervalFromUsecs(max_us))) :
+				 errhint("Use an interval from 0 up to %s.",
+						 IntervalText(IntervalFromUsecs(max_us)))));
+	return usecs;
+}
+
+/*
+ * A timestamp argument that jobq stores (run_at): finite.  Every finite
+ * timestamptz can be stored; jobq never adds to one it was given.
+ */
+TimestampTz
+jobq_check_timestamp_arg(TimestampTz t, const char *argname)
+{
+	if (TIMESTAMP_NOT_FINITE(t))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a finite timestamp", argname),
+				 errhint("Use now() for a job due at once, or now() + an interval for a later one.")));
+	return t;
+}
+
+/*
+ * t + usecs, kept inside the range of finite timestamps.  For times jobq
+ * computes from stored settings (a queue's lease, backoff), whose arguments
+ * were checked when they were set: a value put into jobq.queue some other
+ * way must not make claims, fails or the reaper fail.
+ */
+TimestampTz
+jobq_timestamp_add(TimestampTz t, int64 usecs)
+{
+	TimestampTz result;
+
+	if (pg_add_s64_overflow(t, usecs, &result))
+		result = usecs > 0 ? END_TIMESTAMP - 1 : MIN_TIMESTAMP;
+	if (result >= END_TIMESTAMP)
+		result = END_TIMESTAMP - 1;
+	if (result < MIN_TIMESTAMP)
+		result = MIN_TIMESTAMP;
+	return result;
+}
+
+/*
+ * A user-supplied string for an error message: as it is when short, else
+ * its first JOBQ_MAX_QUOTED_LEN bytes (cut on a character boundary) and
+ * "...", as PostgreSQL cuts the values it shows in error details.
+ */
+const char *
+jobq_quote_arg(const char *s)
+{
+	int			len = strlen(s);
+
+	if (len <= JOBQ_MAX_QUOTED_LEN)
+		return s;
+	len = pg_mbcliplen(s, len, JOBQ_MAX_QUOTED_LEN);
+	return psprintf("%.*s...", len, s);
+}
+
+/*
+ * An interval argument that must be strictly positive and at most
+ * JOBQ_MAX_INTERVAL_US (a lease).
+ */
 static Interval *
 PositiveIntervalArg(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	Interval   *iv = PG_GETARG_INTERVAL_P(argno);
 
-	if (jobq_interval_usecs(iv) <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be a positive interval", argname)));
+	(void) jobq_check_interval_arg(iv, argname, 1, JOBQ_MAX_INTERVAL_US);
 	return iv;
 }
 
@@ -730,11 +839,7 @@ NewJobCommonArgs(FunctionCallInfo fcinfo, JobqNewJob *job)
 	job->queue = jobq_name_arg(fcinfo, 2, "queue", jobq_max_name_length, false);
 	job->priority = PriorityArg(fcinfo, 3);
 	RequireArg(fcinfo, 4, "run_at");
-	job->run_at = PG_GETARG_TIMESTAMPTZ(4);
-	if (TIMESTAMP_NOT_FINITE(job->run_at))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("run_at must be a finite timestamp")));
+	job->run_at = jobq_check_timestamp_arg(PG_GETARG_TIMESTAMPTZ(4), "run_at");
 	MaxRetriesArg(fcinfo, 5, &job->has_max_retries, &job->max_retries);
 	job->concurrency_key = jobq_name_arg(fcinfo, 7, "concurrency_key", jobq_max_key_length, true);
 }
@@ -988,7 +1093,9 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 	int64		running;
 
 	values[0] = CStringGetTextDatum(queue);
-	values[1] = TimestampTzGetDatum(now - jobq_interval_usecs(&q->rate_period));
+	values[1] = TimestampTzGetDatum(jobq_timestamp_add(now,
+													   -Min(jobq_interval_usecs(&q->rate_period),
+															JOBQ_MAX_INTERVAL_US)));
 	jobq_spi_exec(jobq_plan_generic(&plan_queue_lock,
 									"SELECT 1 FROM jobq.queue WHERE name = $1 FOR NO KEY UPDATE",
 									1, types),
@@ -1126,6 +1233,9 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	values[1] = Int32GetDatum(batch);
 	values[2] = kinds ? PointerGetDatum(kinds) : (Datum) 0;
 	nulls[2] = kinds ? ' ' : 'n';
+	/* a queue's lease longer than jobq accepts (set some other way) is cut */
+	if (lease == NULL && jobq_interval_usecs(&q.lease) > JOBQ_MAX_INTERVAL_US)
+		lease = IntervalFromUsecs(JOBQ_MAX_INTERVAL_US);
 	values[3] = IntervalPGetDatum(lease ? lease : &q.lease);
 	values[4] = worker_id ? CStringGetTextDatum(worker_id) : (Datum) 0;
 	nulls[4] = worker_id ? ' ' : 'n';
@@ -1288,11 +1398,8 @@ jobq_claim(PG_FUNCTION_ARGS)
 	}
 	if (!PG_ARGISNULL(5))
 	{
-		wait_us = jobq_interval_usecs(PG_GETARG_INTERVAL_P(5));
-		if (wait_us < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("wait must not be negative")));
+		wait_us = jobq_check_interval_arg(PG_GETARG_INTERVAL_P(5), "wait", 0,
+										  JOBQ_MAX_WAIT_US);
 		if (wait_us > 0 && IsolationUsesXactSnapshot())
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -1603,8 +1710,11 @@ jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc, JobqAttempt *a)
 	a->attempts = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
 	a->worker_id = SPI_getvalue(tup, desc, 8);
 	a->claimed_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 9, &a->claimed_null));
-	a->backoff_base_us = DatumGetFloat8(SPI_getbinval(tup, desc, 10, &isnull));
-	a->backoff_cap_us = DatumGetFloat8(SPI_getbinval(tup, desc, 11, &isnull));
+	/* in int64 range whatever jobq.queue holds (see jobq_timestamp_add) */
+	a->backoff_base_us = Min(DatumGetFloat8(SPI_getbinval(tup, desc, 10, &isnull)),
+							 (double) JOBQ_MAX_INTERVAL_US);
+	a->backoff_cap_us = Min(DatumGetFloat8(SPI_getbinval(tup, desc, 11, &isnull)),
+							(double) JOBQ_MAX_INTERVAL_US);
 	a->backoff_jitter = DatumGetFloat8(SPI_getbinval(tup, desc, 12, &isnull));
 	a->concurrency_key = SPI_getvalue(tup, desc, 13);
 }
@@ -1630,12 +1740,13 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	const char *status = retry ? "pending" : "failed";
 
 	if (retry && retry_in != NULL)
-		run_at = now + jobq_interval_usecs(retry_in);
+		run_at = jobq_timestamp_add(now, jobq_interval_usecs(retry_in));
 	else if (retry)
-		run_at = now + jobq_backoff_usecs((int64) a->backoff_base_us,
-										  (int64) a->backoff_cap_us,
-										  a->backoff_jitter, a->retry_count,
-										  pg_prng_double(&pg_global_prng_state));
+		run_at = jobq_timestamp_add(now,
+									jobq_backoff_usecs((int64) a->backoff_base_us,
+													   (int64) a->backoff_cap_us,
+													   a->backoff_jitter, a->retry_count,
+													   pg_prng_double(&pg_global_prng_state)));
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int64GetDatum(a->job_id);
@@ -1750,10 +1861,7 @@ jobq_fail(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(4))
 	{
 		retry_in = PG_GETARG_INTERVAL_P(4);
-		if (jobq_interval_usecs(retry_in) < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("retry_in must not be negative")));
+		(void) jobq_check_interval_arg(retry_in, "retry_in", 0, JOBQ_MAX_INTERVAL_US);
 	}
 
 	if (!EndAttemptByToken(fcinfo, error, retryable, retry_in, "failed",
@@ -1779,16 +1887,13 @@ jobq_snooze(PG_FUNCTION_ARGS)
 	RequireArg(fcinfo, 1, "lease_token");
 	RequireArg(fcinfo, 2, "delay");
 	delay = PG_GETARG_INTERVAL_P(2);
-	if (jobq_interval_usecs(delay) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("delay must not be negative")));
+	(void) jobq_check_interval_arg(delay, "delay", 0, JOBQ_MAX_INTERVAL_US);
 
 	now = GetCurrentTimestamp();
 	if (!EndAttemptByToken(fcinfo, cstring_to_text("snoozed"), true, delay, "snoozed",
 						   now, &status))
 		PG_RETURN_NULL();
-	PG_RETURN_TIMESTAMPTZ(now + jobq_interval_usecs(delay));
+	PG_RETURN_TIMESTAMPTZ(jobq_timestamp_add(now, jobq_interval_usecs(delay)));
 }
 
 /* jobq.extend(job_id, lease_token, lease) -> new lease expiry */
@@ -1863,7 +1968,10 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
  * Configuration
  * ---------------------------------------------------------------- */
 
-/* An optional interval setting that must be at least min_us long. */
+/*
+ * An optional interval setting that must be at least min_us long, and at
+ * most JOBQ_MAX_INTERVAL_US.
+ */
 static void
 SettingInterval(FunctionCallInfo fcinfo, int argno, const char *argname,
 				int64 min_us, Datum *value, char *null)
@@ -1878,6 +1986,8 @@ SettingInterval(FunctionCallInfo fcinfo, int argno, const char *argname,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be %s", argname,
 						min_us > 0 ? "a positive interval" : "zero or a positive interval")));
+	(void) jobq_check_interval_arg(PG_GETARG_INTERVAL_P(argno), argname, min_us,
+								   JOBQ_MAX_INTERVAL_US);
 	*value = PG_GETARG_DATUM(argno);
 	*null = ' ';
 }

@@ -271,29 +271,47 @@ jobq_fire_due_schedules(TimestampTz *next_due)
 	return fired;
 }
 
-/* Error out when another schedule would exceed jobq.max_schedules. */
+/*
+ * Error out when one more schedule in queue (besides the one named name,
+ * which is being updated) would exceed jobq.max_schedules, the quota of
+ * each queue, or jobq.max_database_schedules, the cap of the database.
+ * A queue's administrator can use up the quota of that queue only.
+ */
 static void
-ScheduleCountCheck(Datum name)
+ScheduleCountCheck(Datum name, Datum queue)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	bool		isnull;
-	int64		others;
+	int64		in_queue;
+	int64		in_database;
 
 	values[0] = name;
+	values[1] = queue;
 	jobq_spi_exec(jobq_plan(&plan_schedule_count,
-							"SELECT count(*) FROM jobq.schedule WHERE name <> $1",
-							1, types),
+							"SELECT count(*) FILTER (WHERE queue = $2), count(*)"
+							" FROM jobq.schedule WHERE name <> $1",
+							2, types),
 				  values, NULL, SPI_OK_SELECT);
-	others = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	if (others >= jobq_max_schedules)
+	in_queue = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	in_database = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (in_queue >= jobq_max_schedules)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many schedules in queue \"%s\"",
+						jobq_quote_arg(TextDatumGetCString(queue))),
+				 errdetail_plural("The queue has %lld schedule; jobq.max_schedules is %d per queue.",
+								  "The queue has %lld schedules; jobq.max_schedules is %d per queue.",
+								  in_queue, (long long) in_queue, jobq_max_schedules),
+				 errhint("Remove schedules of this queue with jobq.unschedule, or ask a superuser to raise jobq.max_schedules.")));
+	if (in_database >= jobq_max_database_schedules)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("too many schedules"),
-				 errdetail_plural("This database has %lld schedule; jobq.max_schedules is %d.",
-								  "This database has %lld schedules; jobq.max_schedules is %d.",
-								  others, (long long) others, jobq_max_schedules),
-				 errhint("Remove schedules with jobq.unschedule, or raise jobq.max_schedules.")));
+				 errdetail_plural("This database has %lld schedule; jobq.max_database_schedules is %d.",
+								  "This database has %lld schedules; jobq.max_database_schedules is %d.",
+								  in_database, (long long) in_database, jobq_max_database_schedules),
+				 errhint("Remove schedules with jobq.unschedule, or ask a superuser to raise jobq.max_database_schedules.")));
 }
 
 /* The misfire argument, checked. */
@@ -307,7 +325,7 @@ MisfireArg(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("misfire must be skip, run_once or run_all"),
-				 errdetail("misfire was \"%s\".", misfire),
+				 errdetail("misfire was \"%s\".", jobq_quote_arg(misfire)),
 				 errhint("skip fires none of the missed times, run_once one job for the latest, run_all each of them.")));
 	return misfire;
 }
@@ -371,7 +389,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	jobq_require(saved.caller, TextDatumGetCString(values[4]), JOBQ_CAP_ADMINISTER);
 	/* re-scheduling an existing name also needs its current queue */
 	ScheduleRequire(saved.caller, values[0], true);
-	ScheduleCountCheck(values[0]);
+	ScheduleCountCheck(values[0], values[4]);
 	jobq_spi_exec(jobq_plan(&plan_upsert,
 							"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
 							" misfire, priority, next_fire_at)"

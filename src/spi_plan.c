@@ -10,16 +10,61 @@
  * preparing: PostgreSQL 15's plan cache re-analyzes a saved plan whenever
  * the search path in force differs from the one it was made under.
  *
+ * Every statement is also planned and executed with jit = off.  A plan
+ * made with enable_sort off (the indexed statements) costs about 1e10 when
+ * it needs a sort anyway, far past jit_above_cost, and the default jit = on
+ * then spent tens to hundreds of milliseconds compiling a statement that
+ * runs in well under one, on every execution.  jobq's statements read a few
+ * rows through indexes: they never gain from JIT.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "catalog/namespace.h"
 #include "executor/spi.h"
+#include "jit/jit.h"
 #include "nodes/parsenodes.h"
 #include "utils/guc.h"
 
 #include "jobq.h"
+
+/*
+ * Set the planner settings of a jobq statement (jit off; with indexed, no
+ * sequential scans, bitmap scans or sorts either) until
+ * RestorePlannerSettings; returns the GUC nest level to restore, or -1 when
+ * nothing was set.  On error, the (sub)transaction's abort restores them.
+ */
+static int
+SetPlannerSettings(bool indexed)
+{
+	int			nestlevel;
+
+	if (!indexed && !jit_enabled)
+		return -1;
+	nestlevel = NewGUCNestLevel();
+	if (jit_enabled)
+		(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	if (indexed)
+	{
+		(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
+	return nestlevel;
+}
+
+/* Undo SetPlannerSettings. */
+static void
+RestorePlannerSettings(int nestlevel)
+{
+	if (nestlevel >= 0)
+		AtEOXact_GUC(true, nestlevel);
+}
 
 /* Make pg_catalog alone the search path, until PopOverrideSearchPath. */
 static void
@@ -91,28 +136,18 @@ jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 }
 
 /*
- * Execute a saved plan under the pg_catalog search path and check the SPI
- * result code.  indexed: plan (when the plan cache plans it now) with
- * sequential scans, bitmap scans and sorts disabled, so that the plan reads
- * its indexes.
+ * Execute a saved plan under the pg_catalog search path and jit off, and
+ * check the SPI result code.  indexed: plan (when the plan cache plans it
+ * now) with sequential scans, bitmap scans and sorts disabled, so that the
+ * plan reads its indexes.
  */
 static void
 ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
 		 bool indexed)
 {
 	int			rc;
-	int			nestlevel = 0;
+	int			nestlevel = SetPlannerSettings(indexed);
 
-	if (indexed)
-	{
-		nestlevel = NewGUCNestLevel();
-		(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	}
 	PushCatalogSearchPath();
 	PG_TRY();
 	{
@@ -123,9 +158,7 @@ ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
 		PopOverrideSearchPath();
 	}
 	PG_END_TRY();
-	/* on error, the transaction's (or subtransaction's) abort resets them */
-	if (indexed)
-		AtEOXact_GUC(true, nestlevel);
+	RestorePlannerSettings(nestlevel);
 	if (rc != expected)
 		elog(ERROR, "jobq: unexpected SPI result %s",
 			 SPI_result_code_string(rc));
@@ -151,11 +184,12 @@ jobq_spi_exec_indexed(SPIPlanPtr plan, Datum *values, const char *nulls, int exp
 	ExecPlan(plan, values, nulls, expected, true);
 }
 
-/* Run one SQL text (not kept) under the pg_catalog search path. */
+/* Run one SQL text (not kept) under the pg_catalog search path, jit off. */
 void
 jobq_spi_exec_sql(const char *sql, bool read_only, int expected)
 {
 	int			rc;
+	int			nestlevel = SetPlannerSettings(false);
 
 	PushCatalogSearchPath();
 	PG_TRY();
@@ -167,6 +201,7 @@ jobq_spi_exec_sql(const char *sql, bool read_only, int expected)
 		PopOverrideSearchPath();
 	}
 	PG_END_TRY();
+	RestorePlannerSettings(nestlevel);
 	if (rc != expected)
 		elog(ERROR, "jobq: unexpected SPI result %s",
 			 SPI_result_code_string(rc));
