@@ -43,10 +43,15 @@ my $now = $node->safe_psql('postgres', 'SELECT floor(extract(epoch FROM now())):
 # the gap starts at $t1 and the overlap at $t2, both in UTC seconds, both
 # ending in 2 or 7 (5k + 2)
 my $t1 = $now + $lead;
+# never across a UTC midnight: on New Year's Eve the rule would put 2000-01-01
+# 00:00 UTC into daylight time, and PostgreSQL refuses a zone whose clock
+# is not at second 0 then (its test for leap seconds)
+$t1 = int(($t1 + $summer + $dst + $step) / 86400) * 86400 + $step
+  if int(($t1 - $step) / 86400) != int(($t1 + $summer + $dst + $step) / 86400);
 $t1 += (2 - $t1 % $step) % $step;
 my $t2 = $t1 + $summer;
 
-# "hh:mm:ss" of $secs seconds (may pass 24 hours: POSIX rules allow to 167)
+# "hh:mm:ss" of $secs seconds
 sub hms
 {
 	my ($secs) = @_;
@@ -55,8 +60,7 @@ sub hms
 
 # The rule, as POSIX TZ: "JQS0JQD-0:00:20,n/start,n/end": day n counts from 0
 # (Jan 1st), the start is given in standard time (= UTC), the end in daylight
-# time.  Both are counted from the midnight of $t1's day, so a gap just
-# before midnight still works.
+# time, both on $t1's day.
 my @tm = gmtime($t1);
 my $yday = $tm[7];
 my $midnight = $t1 - ($tm[2] * 3600 + $tm[1] * 60 + $tm[0]);
