@@ -1,10 +1,11 @@
 # A rate limit holds under concurrent claimers: six pgbench clients claim
-# (in batches, some of them with a wait) from a queue limited to 8 claims
-# per second and complete what they get, until the backlog is gone.  From the claim time of every job
-# (each is claimed exactly once, so jobq.job keeps it): no window of one
-# rate_period ever holds more than 8 claims, the limit was actually reached
-# (the clients pressed against it), several clients got work, and every job
-# was completed: the limit slows the queue down but never stops it.
+# (in batches, half of the time with a wait) from a queue limited to 8 claims
+# per second and complete what they get, until the backlog is gone.  From
+# the claim time of every job (each is claimed exactly once, so jobq.job
+# keeps it): no window of one rate_period ever holds more than 8 claims, the
+# limit was actually reached (the clients pressed against it), several
+# clients got work, and every job was completed: the limit slows the queue
+# down but never stops it.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;

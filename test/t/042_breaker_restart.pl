@@ -15,7 +15,8 @@ use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('breaker');
 $node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'jobq'\njobq.naptime = 100ms\n");
+# stock settings otherwise: the reaper runs every second (jobq.naptime)
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'jobq'\n");
 $node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION jobq;
