@@ -34,6 +34,13 @@
 #error "jobq requires PostgreSQL 15 or later"
 #endif
 
+/* Intervals have 'infinity' from PostgreSQL 17 on. */
+#if PG_VERSION_NUM >= 170000
+#define JOBQ_INTERVAL_IS_INFINITY(iv)	INTERVAL_IS_NOEND(iv)
+#else
+#define JOBQ_INTERVAL_IS_INFINITY(iv)	false
+#endif
+
 /*
  * Hard upper bounds of the name limits (bytes); the GUCs jobq.max_name_length
  * and jobq.max_key_length set the limits in force, up to these.

@@ -1992,6 +1992,42 @@ SettingInterval(FunctionCallInfo fcinfo, int argno, const char *argname,
 	*null = ' ';
 }
 
+/*
+ * An optional retention setting: zero or positive, at most
+ * JOBQ_MAX_INTERVAL_US, or (from PostgreSQL 17, whose intervals have one)
+ * 'infinity', which keeps the jobs for ever.  A finite retention too long
+ * to compute is an error, never a silent "for ever".
+ */
+static void
+SettingRetention(FunctionCallInfo fcinfo, int argno, const char *argname,
+				 Datum *value, char *null)
+{
+	Interval   *iv;
+
+	if (PG_ARGISNULL(argno))
+	{
+		*null = 'n';
+		return;
+	}
+	iv = PG_GETARG_INTERVAL_P(argno);
+	if (!JOBQ_INTERVAL_IS_INFINITY(iv) && jobq_interval_usecs(iv) > JOBQ_MAX_INTERVAL_US)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_FIELD_OVERFLOW),
+				 errmsg("%s is out of range", argname),
+				 errdetail("%s was %s; the longest jobq accepts is 1000 years.", argname,
+						   IntervalText(iv)),
+				 errhint("Use an interval from 0 up to 1000 years%s.",
+						 PG_VERSION_NUM >= 170000 ? ", or 'infinity' to keep the jobs for ever" :
+						 "; 1000 years keeps the jobs for ever in practice (intervals have no 'infinity' before PostgreSQL 17)")));
+	if (!JOBQ_INTERVAL_IS_INFINITY(iv))
+		SettingInterval(fcinfo, argno, argname, 0, value, null);
+	else
+	{
+		*value = PG_GETARG_DATUM(argno);
+		*null = ' ';
+	}
+}
+
 /* An optional limit setting: NULL leaves it, 0 removes it, else positive. */
 static void
 SettingLimit(FunctionCallInfo fcinfo, int argno, const char *argname,
@@ -2067,8 +2103,8 @@ jobq_configure(PG_FUNCTION_ARGS)
 					 errhint("0.1 spreads each delay over plus or minus 10%%.")));
 		values[5] = PG_GETARG_DATUM(5);
 	}
-	SettingInterval(fcinfo, 6, "retention_completed", 0, &values[6], &nulls[6]);
-	SettingInterval(fcinfo, 7, "retention_failed", 0, &values[7], &nulls[7]);
+	SettingRetention(fcinfo, 6, "retention_completed", &values[6], &nulls[6]);
+	SettingRetention(fcinfo, 7, "retention_failed", &values[7], &nulls[7]);
 	SettingLimit(fcinfo, 8, "max_concurrency", &values[8], &nulls[8], &remove[0]);
 	SettingLimit(fcinfo, 9, "max_per_key", &values[9], &nulls[9], &remove[1]);
 	SettingLimit(fcinfo, 10, "rate_limit", &values[10], &nulls[10], &remove[2]);
