@@ -1,6 +1,11 @@
 # Jobs, their states and their lease tokens survive a clean restart and a
 # crash-like immediate shutdown; work committed before the crash is kept, work
 # in an open transaction at the time of the crash never happened.
+#
+# Stock settings: only shared_preload_libraries added to PostgreSQL's
+# defaults; fsync is set back on over PostgreSQL::Test::Cluster's
+# fsync = off, without which an immediate shutdown proves little about what
+# was committed.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -9,7 +14,10 @@ use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('main');
 $node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'jobq'\n");
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'jobq'\n"
+	  . "# PostgreSQL's defaults, restated over PostgreSQL::Test::Cluster's\n"
+	  . "fsync = on\njit = on\nmax_worker_processes = 8\n");
 $node->start;
 
 $node->safe_psql('postgres', 'CREATE EXTENSION jobq');

@@ -3,7 +3,8 @@
 # failed with "lease expired" when it has no retries left; the old lease
 # token can no longer change the job; a job completed or extended before its
 # lease ran out is left alone.  Also measures how long after expiry the reap
-# happens (diag), at jobq.naptime = 100ms and at the default 1s.
+# happens, at jobq.naptime = 100ms and at the default 1s: reported (diag),
+# never asserted beyond "not before the expiry".
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -31,39 +32,41 @@ $node->safe_psql('postgres', q{
 });
 
 # Claim one job of a kind with a lease, in a session that then disconnects:
-# its "worker" is gone.
+# its "worker" is gone.  $then, a statement run right after the claim in the
+# same session, returns its output.
 sub claim
 {
-	my ($kind, $lease) = @_;
-	$node->safe_psql('postgres', qq{
+	my ($kind, $lease, $then) = @_;
+	my $out = $node->safe_psql('postgres', qq{
 		INSERT INTO held
 		SELECT kind, job_id, lease_token, lease_expires_at
 		  FROM jobq.claim(worker_id => 'w-$kind', lease => '$lease',
-		                  kinds => ARRAY['$kind'])});
+		                  kinds => ARRAY['$kind']);
+		} . ($then // ''));
 	is($node->safe_psql('postgres', "SELECT count(*) FROM held WHERE kind = '$kind'"),
 		'1', "claimed the $kind job with a lease of $lease");
+	return $out;
 }
 
-# "done" and "extended" get 2 s so that they are completed / extended well
-# before expiry; "late" gets 3 s: once it is reaped, the reaper has run after
-# the leases of "done" and "extended" ran out.
+# "done" and "extended" get 2 s and are completed / extended by the next
+# statement of the claiming session, long before expiry however slow the
+# machine; "late" gets 3 s and is claimed after them: once it is reaped, the
+# reaper has run after the leases of "done" and "extended" ran out (checked
+# below, not assumed).
 claim('vanish',   '1 s');
 claim('once',     '1 s');
-claim('done',     '2 s');
-claim('extended', '2 s');
-claim('late',     '3 s');
-
-is( $node->safe_psql(
-		'postgres', q{
+is( claim(
+		'done', '2 s', q{
 	SELECT jobq.complete(job_id, lease_token, '{"ok": true}') FROM held WHERE kind = 'done'}),
 	't',
 	'the "done" job is completed before its lease runs out');
-is( $node->safe_psql(
-		'postgres', q{
+is( claim(
+		'extended', '2 s', q{
 	SELECT jobq.extend(job_id, lease_token, '1 hour') > now() + interval '59 minutes'
 	  FROM held WHERE kind = 'extended'}),
 	't',
 	'the "extended" job gets an hour more before its lease runs out');
+claim('late',     '3 s');
 
 # The worker is there and serves this database.
 ok( $node->poll_query_until(
@@ -160,6 +163,12 @@ ok( $node->poll_query_until(
 	'the "late" job (lease expiring last) is reaped');
 is( $node->safe_psql(
 		'postgres', q{
+	SELECT a.finished_at > (SELECT max(lease_expires_at) FROM held
+	                         WHERE kind IN ('done', 'extended'))
+	  FROM jobq.attempt a JOIN held h USING (job_id) WHERE h.kind = 'late'}),
+	't', 'the reaper ran after the first leases of "done" and "extended" ran out');
+is( $node->safe_psql(
+		'postgres', q{
 	SELECT h.kind, j.status, j.retry_count, j.result,
 	       (SELECT count(*) FROM jobq.attempt a WHERE a.job_id = j.job_id)
 	  FROM jobq.jobs j JOIN held h USING (job_id)
@@ -191,23 +200,24 @@ sub reap_delays
 	 WHERE h.kind IN ($kinds) ORDER BY h.kind});
 }
 
+# Each reap happened after its lease expired (never before); how long
+# after is reported only.
 sub check_delays
 {
-	my ($label, $lines, $limit_ms) = @_;
+	my ($label, $lines) = @_;
 	my @ms;
 	foreach my $line (split /\n/, $lines)
 	{
 		my ($kind, $ms) = split / /, $line;
 		push @ms, $ms;
-		ok($ms >= 0 && $ms < $limit_ms,
-			"$label: $kind reaped ${ms} ms after expiry (0 <= delay < $limit_ms ms)");
+		cmp_ok($ms, '>=', 0, "$label: $kind reaped after its lease expired (${ms} ms after)");
 	}
 	my $max = (sort { $a <=> $b } @ms)[-1];
 	diag("reap delay after lease expiry at $label: " . join(', ', map { "$_ ms" } @ms)
 		  . " (max $max ms)");
 }
 
-check_delays('jobq.naptime = 100ms', reap_delays(q{'vanish', 'once', 'late'}), 1000);
+check_delays('jobq.naptime = 100ms', reap_delays(q{'vanish', 'once', 'late'}));
 
 # The same at the default naptime of 1s, set by a reload.
 $node->safe_psql('postgres', q{
@@ -229,8 +239,7 @@ ok( $node->poll_query_until(
 	SELECT count(*) = 3 FROM jobq.attempt a JOIN held h USING (job_id)
 	 WHERE h.kind LIKE 'slow%'}),
 	'three more leases reaped at naptime 1s');
-check_delays('jobq.naptime = 1s',
-	reap_delays(q{'slow1', 'slow2', 'slow3'}), 2500);
+check_delays('jobq.naptime = 1s', reap_delays(q{'slow1', 'slow2', 'slow3'}));
 
 $node->stop;
 done_testing();

@@ -2,6 +2,11 @@
 # jobq worker itself, and of the postmaster, the server comes back with every
 # committed job and none of the uncommitted work, a jobq worker runs again,
 # and the leases that expired meanwhile are reaped by that new worker.
+#
+# Stock settings: PostgreSQL's defaults (fsync and restart_after_crash on,
+# both of which PostgreSQL::Test::Cluster turns off; jit on) and jobq's
+# (naptime 1 s), with only shared_preload_libraries added.  With fsync off a
+# crash of the postmaster proves little about what was committed.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -11,10 +16,10 @@ use Time::HiRes qw(usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('crash');
 $node->init;
-# PostgreSQL::Test::Cluster turns restart_after_crash off; this test needs it.
 $node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'jobq'\njobq.naptime = 100ms\njobq.prune_interval = 1s\n"
-	  . "restart_after_crash = on\n");
+	"shared_preload_libraries = 'jobq'\n"
+	  . "# PostgreSQL's defaults, restated over PostgreSQL::Test::Cluster's\n"
+	  . "fsync = on\nrestart_after_crash = on\njit = on\nmax_worker_processes = 8\n");
 $node->start;
 
 $node->safe_psql('postgres', q{
@@ -50,8 +55,12 @@ sub jobs_query
 
 # Per round: two jobs claimed (committed) with a short lease by a session
 # that then sits idle, one job left pending, and another session with an open
-# transaction that enqueued a job and claimed the pending one.  Returns the
-# two sessions and the committed state of the jobs.
+# transaction that enqueued a job and claimed the pending one.  That open
+# transaction also locks the two claimed jobs' rows: the reaper skips locked
+# rows, so however long the round takes before the crash, the running
+# worker cannot reap them; the crash ends the lock, and the worker started
+# after it must.  Returns the two sessions and the committed state of the
+# jobs.
 sub prepare_round
 {
 	my ($round) = @_;
@@ -60,16 +69,22 @@ sub prepare_round
 		SELECT count(*) FROM jobq.enqueue_many('$round',
 			ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[])});
 
-	# 3 s: long enough to outlive the kill, short enough to expire soon after
+	# the open transaction begins first, so that it locks the claimed jobs
+	# one statement after their claim committed (3 s: a wide margin)
+	my $open = $node->background_psql('postgres', on_error_stop => 0);
+	$open->query_safe('BEGIN');
 	my $claimer = $node->background_psql('postgres', on_error_stop => 0);
 	$claimer->query_safe(qq{
 		INSERT INTO held
 		SELECT '$round', job_id, lease_token
 		  FROM jobq.claim(worker_id => 'claimer', batch => 2, lease => '3 s',
 		                  kinds => ARRAY['$round'])});
-
-	my $open = $node->background_psql('postgres', on_error_stop => 0);
-	$open->query_safe('BEGIN');
+	is( $open->query_safe(qq{
+		SELECT string_agg(status, ',') FROM (
+			SELECT j.status FROM jobq.job j JOIN held h USING (job_id)
+			 WHERE h.round = '$round' FOR UPDATE OF j) l}),
+		'running,running',
+		"$round: the two claimed jobs are locked while running");
 	$open->query_safe(qq{SELECT * FROM jobq.enqueue('$round-uncommitted')});
 	$open->query_safe(qq{
 		SELECT * FROM jobq.claim(worker_id => 'open', kinds => ARRAY['$round'])});
@@ -79,7 +94,7 @@ sub prepare_round
 		SELECT status, count(*) FROM jobq.job WHERE kind LIKE '$round%'
 		 GROUP BY status ORDER BY status}),
 		"pending|1\nrunning|2",
-		"$round: two claimed jobs running (leases not yet expired), one pending");
+		"$round: two claimed jobs running (not reaped: locked), one pending");
 
 	return ($claimer, $open, $node->safe_psql('postgres', jobs_query($round)));
 }

@@ -1,7 +1,12 @@
 # On a streaming standby jobq runs no background process: jobs replicate,
 # but no launcher or worker starts and an expired lease stays as it is.  At
-# promotion the launcher starts, a worker for the database follows within
-# seconds, and it reaps the lease that expired while the server was a standby.
+# promotion the launcher starts, a worker for the database follows (how long
+# after is reported, not asserted), and it reaps the lease that expired while
+# the server was a standby.
+#
+# Stock settings for jobq: the default naptime, jit on, fsync on (over
+# PostgreSQL::Test::Cluster's fsync = off); the streaming setup keeps
+# PostgreSQL::Test::Cluster's small shared_buffers and max_connections.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -12,7 +17,9 @@ use Time::HiRes qw(time);
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
 $primary->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'jobq'\njobq.naptime = 100ms\njobq.prune_interval = 1s\n");
+	"shared_preload_libraries = 'jobq'\n"
+	  . "# PostgreSQL's defaults, restated over PostgreSQL::Test::Cluster's\n"
+	  . "fsync = on\njit = on\nmax_worker_processes = 8\n");
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION jobq');
 
@@ -31,16 +38,19 @@ $primary->safe_psql('postgres', q{
 	CREATE TABLE held AS
 	SELECT kind, job_id, lease_token, lease_expires_at
 	  FROM jobq.claim(worker_id => 'w-long', lease => '1 hour', kinds => ARRAY['long']);
-	INSERT INTO held
-	SELECT kind, job_id, lease_token, lease_expires_at
-	  FROM jobq.claim(worker_id => 'w-short', lease => '3 s', kinds => ARRAY['short']);
 });
 
 # The primary's own jobq worker would reap the short lease there (and that
 # would replicate).  A session on the primary keeps the job row locked: the
 # reaper skips locked rows, so the job stays running on the primary too.  On
-# the standby, and after its promotion, the lock does not exist.
+# the standby, and after its promotion, the lock does not exist.  The same
+# session claims the job and locks it in its next statement, long before
+# the lease of 3 s runs out.
 my $locker = $primary->background_psql('postgres');
+$locker->query_safe(q{
+	INSERT INTO held
+	SELECT kind, job_id, lease_token, lease_expires_at
+	  FROM jobq.claim(worker_id => 'w-short', lease => '3 s', kinds => ARRAY['short'])});
 $locker->query_safe('BEGIN');
 is( $locker->query_safe(q{
 	SELECT j.status FROM jobq.job j JOIN held h USING (job_id)
@@ -129,9 +139,7 @@ ok( $standby->poll_query_until(
 		'postgres', q{
 	SELECT count(*) = 1 FROM jobq.workers WHERE role = 'worker' AND database = 'postgres'}),
 	'a jobq worker runs on the promoted standby');
-my $took = time() - $promoted_at;
-diag(sprintf('jobq worker running %.2f s after promotion', $took));
-cmp_ok($took, '<', 10, 'the worker appears within seconds of promotion');
+diag(sprintf('jobq worker running %.2f s after promotion', time() - $promoted_at));
 is( $standby->safe_psql(
 		'postgres', q{
 	SELECT backend_type, datname FROM pg_stat_activity

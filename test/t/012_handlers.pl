@@ -2,7 +2,8 @@
 # effects, error -> retry -> dead letter, permanent SQLSTATE, snooze, role and
 # search_path of the handler, cancel of a running handler, a cron schedule
 # targeting a handler kind, and exactly-once effects across a kill -9 of the
-# executor in the middle of a job.
+# executor in the middle of a job.  fsync is set back on (over
+# PostgreSQL::Test::Cluster's fsync = off): the server crash-restarts.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -12,7 +13,8 @@ use Test::More;
 my $node = PostgreSQL::Test::Cluster->new('handlers');
 $node->init;
 $node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'jobq'\njobq.naptime = 100ms\njobq.executors = 2\nrestart_after_crash = on\n");
+	"shared_preload_libraries = 'jobq'\njobq.naptime = 100ms\njobq.executors = 2\nrestart_after_crash = on\n"
+	  . "fsync = on\n");
 $node->start;
 
 $node->safe_psql('postgres', q{

@@ -225,7 +225,9 @@ sub q_clean
 sub poll_clean
 {
 	my ($sql) = @_;
-	for (1 .. 300)    # 30 s: each awaited event takes a second or two
+	# poll_query_until's deadline: each awaited event takes a second or two,
+	# the deadline only catches a hang
+	for (1 .. 10 * $PostgreSQL::Test::Utils::timeout_default)
 	{
 		return 1 if q_clean($sql) eq 't';
 		Time::HiRes::usleep(100_000);
