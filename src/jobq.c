@@ -22,7 +22,7 @@
 
 PG_MODULE_MAGIC;
 
-/* jobq.max_payload_size: largest payload, result or checkpoint (bytes) */
+/* jobq.max_payload_size: largest payload (bytes); results: max_result_size */
 int			jobq_max_payload_size = 1024 * 1024;
 
 /* jobq.max_result_size: largest result or checkpoint (bytes) */
