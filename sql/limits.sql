@@ -160,13 +160,20 @@ SELECT jobq.purge('q', 'completed', '1000000 years');
 SELECT * FROM jobq.kind_stats('1000000 years');
 \echo :SQLSTATE
 
+-- health's thresholds: 22008 naming the argument
+SELECT * FROM jobq.health(grace => '1000000 years');
+\echo :SQLSTATE
+SELECT * FROM jobq.health(oldest_pending_threshold => '1001 years');
+\echo :SQLSTATE
+
 --
 -- settings stored some other way never break a claim, fail or the reaper
 -- (defence in depth): a superuser writes jobq.queue directly
 --
 
 UPDATE jobq.queue SET lease = '300000 years', backoff_base = '300000 years',
-       backoff_cap = '300000 years', rate_limit = 100, rate_period = '300000 years'
+       backoff_cap = '300000 years', backoff_jitter = 0, rate_limit = 100,
+       rate_period = '300000 years'
  WHERE name = 'q';
 SELECT count(*) FROM jobq.enqueue('k', queue => 'q');
 -- the claim works: the lease is cut to 1000 years
