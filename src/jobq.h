@@ -162,11 +162,16 @@ extern const char *jobq_end_attempt(const JobqAttempt *a, text *error,
 									bool retryable, const Interval *retry_in,
 									const char *outcome, TimestampTz now);
 
+/* contain.c */
+typedef void (*JobqUnitFn) (void *arg);
+extern bool jobq_run_unit(const char *unit, JobqUnitFn fn, void *arg);
+extern bool jobq_try_units(JobqUnitFn fn, void *arg);
+
 /* reaper.c (SPI must be connected) */
-extern int64 jobq_reap_expired(int batch);
+extern int64 jobq_reap_expired(int batch, bool *more);
 
 /* retention.c (SPI must be connected) */
-extern int64 jobq_prune_finished(int batch);
+extern int64 jobq_prune_finished(int batch, bool *more);
 
 /* Most executor processes per database. */
 #define JOBQ_MAX_EXECUTORS	16
@@ -209,7 +214,21 @@ extern void jobq_worker_wake_at_commit(void);
 /* scheduler.c (SPI must be connected) */
 extern int	jobq_misfire_grace_s;
 extern int	jobq_misfire_max_fires;
-extern int64 jobq_fire_due_schedules(TimestampTz *next_due);
+/* Prefix of the idempotency keys jobq derives itself; clients may not use it. */
+#define JOBQ_INTERNAL_KEY_PREFIX	"jobq:"
+
+/* A set of ids, growing in memory context cxt. */
+typedef struct JobqIdSet
+{
+	int64	   *ids;
+	int			n;
+	int			cap;
+	MemoryContext cxt;
+} JobqIdSet;
+
+extern int64 jobq_fire_due_schedules(TimestampTz *next_due, JobqIdSet *skip,
+									 bool *more);
+extern void jobq_client_key_check(const char *key, const char *argname);
 
 /* queue_state.c */
 extern void jobq_state_shmem_request(void);

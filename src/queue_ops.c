@@ -861,6 +861,7 @@ jobq_enqueue(PG_FUNCTION_ARGS)
 	RequireArg(fcinfo, 1, "payload");
 	job.payload = jobq_payload_arg(PG_GETARG_DATUM(1), "payload");
 	job.key = jobq_name_arg(fcinfo, 6, "idempotency_key", jobq_max_key_length, true);
+	jobq_client_key_check(job.key, "idempotency_key");
 
 	InitMaterializedSRF(fcinfo, 0);
 	jobq_become_owner(&saved);
@@ -935,6 +936,7 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 						 errdetail("It is %d bytes long; the limit is %d bytes.",
 								   len, jobq_max_key_length),
 						 errhint("jobq.max_key_length sets the limit.")));
+			jobq_client_key_check(TextDatumGetCString(keys[i]), argname);
 		}
 	}
 

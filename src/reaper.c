@@ -12,6 +12,15 @@
  * READ COMMITTED a complete that waits on the reaper re-checks its lease
  * token and status after the reaper commits, and so changes nothing.
  *
+ * Reaping goes queue by queue, only over the queues that have an expired
+ * lease, and each queue is a unit of its own (contain.c): one queue's error
+ * is logged once and does not keep the others unreaped.  A queue with a circuit breaker counts a reaped lease as a
+ * failure in its queue row, which a client's open transaction can hold (a
+ * fail or a claim not yet committed): the reaper takes that row with SKIP
+ * LOCKED first, and when it is held leaves the queue, its leases and their
+ * breaker accounting all for the next round, so nothing is lost and no
+ * other queue waits.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -24,47 +33,63 @@
 
 PG_FUNCTION_INFO_V1(jobq_reap);
 
+static SPIPlanPtr plan_reap_queues;
+static SPIPlanPtr plan_reap_queue_lock;
 static SPIPlanPtr plan_reap_lock;
 
-/*
- * Reap up to batch jobs whose lease expired before now; returns how many.
- * SPI must be connected.
- */
-int64
-jobq_reap_expired(int batch)
+/* One queue's reaping, as a unit: what it is given and what it did. */
+typedef struct JobqReapUnit
 {
-	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
-	Datum		values[2];
-	TimestampTz now = GetCurrentTimestamp();
+	const char *queue;
+	bool		has_breaker;
+	int			limit;			/* most leases to reap */
+	TimestampTz now;
+	int64		reaped;			/* out: leases reaped */
+} JobqReapUnit;
+
+/* Reap up to u->limit expired leases of one queue (SPI connected). */
+static void
+ReapQueue(void *arg)
+{
+	JobqReapUnit *u = (JobqReapUnit *) arg;
+	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
+	Datum		values[3];
 	text	   *error = cstring_to_text("lease expired");
 	SPITupleTable *tuptable;
 	uint64		n;
 
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(batch);
+	u->reaped = 0;
+	values[0] = CStringGetTextDatum(u->queue);
+	values[1] = TimestampTzGetDatum(u->now);
+	values[2] = Int32GetDatum(u->limit);
+
+	/* the breaker's row first, without waiting: held, the queue waits */
+	if (u->has_breaker)
+	{
+		jobq_spi_exec(jobq_plan_generic(&plan_reap_queue_lock,
+										"SELECT 1 FROM jobq.queue WHERE name = $1"
+										" FOR NO KEY UPDATE SKIP LOCKED",
+										1, types),
+					  values, NULL, SPI_OK_SELECT);
+		if (SPI_processed == 0)
+			return;
+	}
+
 	/*
-	 * Per queue, the expired leases are a prefix of job_running_lease_idx
-	 * (queue, lease_expires_at): read only that, queue by queue (LATERAL
-	 * leaves the planner no other order).  Asked across queues at once, the
-	 * planner walks the whole index, which under a long-held snapshot keeps
-	 * an entry for every job claimed since (their dead versions): that walk
-	 * grew by a megabyte per second of a busy queue.  A queue's rows beyond
-	 * the batch stay locked until this transaction ends and are reaped in
-	 * the next one.
+	 * The expired leases of a queue are a prefix of job_running_lease_idx
+	 * (queue, lease_expires_at).  A long-held snapshot keeps an entry there
+	 * for every job claimed since (their dead versions), so the reaper never
+	 * walks the index across queues.  Rows beyond the limit are reaped in
+	 * the next transaction.
 	 */
 	jobq_spi_exec_indexed(jobq_plan_generic(&plan_reap_lock,
 											"SELECT " JOBQ_ATTEMPT_COLUMNS
-											" FROM jobq.queue q CROSS JOIN LATERAL"
-											" (SELECT j.job_id, j.retry_count, j.max_retries, j.queue,"
-											"  j.kind, j.priority, j.attempts, j.worker_id, j.claimed_at,"
-											"  j.concurrency_key, j.lease_expires_at"
-											"  FROM jobq.job j"
-											"  WHERE j.queue = q.name AND j.lease_expires_at < $1"
-											"  AND j.status = 'running'"
-											"  ORDER BY j.lease_expires_at LIMIT $2"
-											"  FOR UPDATE OF j SKIP LOCKED) j"
-											" ORDER BY j.lease_expires_at LIMIT $2",
-											2, types),
+											" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+											" WHERE j.queue = $1 AND j.lease_expires_at < $2"
+											" AND j.status = 'running'"
+											" ORDER BY j.lease_expires_at LIMIT $3"
+											" FOR UPDATE OF j SKIP LOCKED",
+											3, types),
 						  values, NULL, SPI_OK_SELECT);
 
 	/* jobq_end_attempt runs more SPI queries: keep our result set */
@@ -76,7 +101,7 @@ jobq_reap_expired(int batch)
 		const char *status;
 
 		jobq_attempt_from_tuple(tuptable->vals[i], tuptable->tupdesc, &a);
-		status = jobq_end_attempt(&a, error, true, NULL, "lease expired", now);
+		status = jobq_end_attempt(&a, error, true, NULL, "lease expired", u->now);
 		ereport(LOG,
 				(errmsg("jobq: lease of job %lld expired; job is now %s",
 						(long long) a.job_id, status),
@@ -84,7 +109,73 @@ jobq_reap_expired(int batch)
 						   a.queue, a.kind, a.worker_id ? a.worker_id : "",
 						   a.retry_count, a.max_retries)));
 	}
-	return (int64) n;
+	u->reaped = (int64) n;
+}
+
+/*
+ * Reap up to batch jobs whose lease expired before now, queue by queue;
+ * returns how many.  Each queue is a unit of its own (jobq_run_unit): its
+ * error is logged and leaves the others be, for the worker as for a
+ * jobq.reap() from cron.  *more is set when the batch ran out before every
+ * queue was seen to.  SPI must be connected.
+ */
+int64
+jobq_reap_expired(int batch, bool *more)
+{
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		values[1];
+	TimestampTz now = GetCurrentTimestamp();
+	int64		total = 0;
+	int			nqueues;
+	char	  **queues;
+	bool	   *breakers;
+
+	*more = false;
+	values[0] = TimestampTzGetDatum(now);
+	/* a look at the head of each queue's part of job_running_lease_idx */
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_reap_queues,
+											"SELECT q.name, q.breaker_threshold IS NOT NULL"
+											" FROM jobq.queue q WHERE EXISTS (SELECT 1 FROM jobq.job j"
+											" WHERE j.queue = q.name AND j.lease_expires_at < $1"
+											" AND j.status = 'running')"
+											" ORDER BY q.name",
+											1, types),
+						  values, NULL, SPI_OK_SELECT);
+	nqueues = (int) SPI_processed;
+	queues = palloc(sizeof(char *) * Max(nqueues, 1));
+	breakers = palloc(sizeof(bool) * Max(nqueues, 1));
+	for (int i = 0; i < nqueues; i++)
+	{
+		bool		isnull;
+
+		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		breakers[i] = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+												 SPI_tuptable->tupdesc, 2, &isnull));
+	}
+
+	for (int i = 0; i < nqueues; i++)
+	{
+		JobqReapUnit u;
+		char	   *unit;
+
+		if (total >= batch)
+		{
+			*more = true;
+			break;
+		}
+		u.queue = queues[i];
+		u.has_breaker = breakers[i];
+		u.limit = (int) (batch - total);
+		u.now = now;
+		u.reaped = 0;
+		unit = psprintf("reaping expired leases of queue \"%s\"", queues[i]);
+		(void) jobq_run_unit(unit, ReapQueue, &u);
+		pfree(unit);
+		total += u.reaped;
+	}
+	if (total >= batch)
+		*more = true;
+	return total;
 }
 
 /* jobq.reap(batch) -> number of expired leases reaped */
@@ -94,6 +185,7 @@ jobq_reap(PG_FUNCTION_ARGS)
 	JobqSavedUser saved;
 	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
 	int64		n;
+	bool		more;
 
 	if (batch < 1)
 		ereport(ERROR,
@@ -102,7 +194,7 @@ jobq_reap(PG_FUNCTION_ARGS)
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
-	n = jobq_reap_expired(batch);
+	n = jobq_reap_expired(batch, &more);
 	SPI_finish();
 	jobq_restore_user(&saved);
 	PG_RETURN_INT64(n);

@@ -12,51 +12,78 @@
  * waits on (or blocks) anything else.  A pruned job's attempt history goes
  * with it.
  *
+ * Each queue and the expired keys are units that fail alone (contain.c):
+ * one queue whose retention cannot be computed (a value too large for a
+ * timestamp, planted before configure checked it) is logged once and left
+ * unpruned, and every other queue is pruned as usual.  The queues that work
+ * are pruned together, in one statement, as before.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
 
 #include "jobq.h"
 
 PG_FUNCTION_INFO_V1(jobq_prune);
 
+static SPIPlanPtr plan_prune_queues;
 static SPIPlanPtr plan_prune_jobs;
 static SPIPlanPtr plan_prune_keys;
 
 /*
- * Delete up to batch finished jobs past retention and up to batch expired
- * keys; returns the number of rows deleted.  SPI must be connected.
+ * Queues whose pruning failed when they were last pruned on their own
+ * (names in TopMemoryContext): they are pruned one by one until they work
+ * again, the others together.
  */
-int64
-jobq_prune_finished(int batch)
+static List *failing_queues = NIL;
+
+/* Pruning of some queues' jobs (or of the keys), as a unit. */
+typedef struct JobqPruneUnit
 {
-	Oid			types[3] = {TIMESTAMPTZOID, INT4OID, INTERVALOID};
-	Datum		values[3];
+	Datum		queues;			/* text[]: the queues to prune */
+	int			limit;			/* most rows to delete */
+	TimestampTz now;
+	int64		deleted;		/* out: rows deleted */
+} JobqPruneUnit;
+
+/* Delete up to u->limit finished jobs of u->queues past retention. */
+static void
+PruneQueues(void *arg)
+{
+	JobqPruneUnit *u = (JobqPruneUnit *) arg;
+	Oid			types[4] = {TIMESTAMPTZOID, INT4OID, INTERVALOID, TEXTARRAYOID};
+	Datum		values[4];
 	Interval	key_retention;
-	int64		deleted;
 	bool		isnull;
 
 	memset(&key_retention, 0, sizeof(key_retention));
 	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
-	values[0] = TimestampTzGetDatum(GetCurrentTimestamp());
-	values[1] = Int32GetDatum(batch);
+	values[0] = TimestampTzGetDatum(u->now);
+	values[1] = Int32GetDatum(u->limit);
 	values[2] = IntervalPGetDatum(&key_retention);
+	values[3] = u->queues;
 
 	/*
-	 * The first condition walks job_finished_idx up to the shortest
-	 * retention of any queue; the second applies each job's own queue.
+	 * c holds each queue's two cutoffs (a retention that is NULL keeps for
+	 * ever), all computed before any job is read, so a queue whose cutoff
+	 * cannot be computed fails the statement whatever its jobs.  The scan
+	 * walks job_finished_idx up to the latest cutoff; the status picks the
+	 * cutoff that applies to each job.
 	 */
 	jobq_spi_exec(jobq_plan(&plan_prune_jobs,
-							"WITH victims AS (SELECT j.job_id FROM jobq.job j"
-							" JOIN jobq.queue q ON q.name = j.queue"
-							" WHERE j.finished_at < $1 - (SELECT least(min(retention_completed),"
-							" min(retention_failed)) FROM jobq.queue)"
-							" AND ((j.status IN ('completed', 'cancelled')"
-							" AND j.finished_at < $1 - q.retention_completed)"
-							" OR (j.status = 'failed' AND j.finished_at < $1 - q.retention_failed))"
+							"WITH c AS MATERIALIZED (SELECT name, $1 - retention_completed AS done_before,"
+							" $1 - retention_failed AS failed_before"
+							" FROM jobq.queue WHERE name = ANY ($4)),"
+							" victims AS (SELECT j.job_id FROM jobq.job j JOIN c ON c.name = j.queue"
+							" WHERE j.finished_at < (SELECT max(greatest(done_before, failed_before)) FROM c)"
+							" AND ((j.status IN ('completed', 'cancelled') AND j.finished_at < c.done_before)"
+							" OR (j.status = 'failed' AND j.finished_at < c.failed_before))"
 							" ORDER BY j.finished_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"
 							" dj AS (DELETE FROM jobq.job j USING victims v"
 							" WHERE j.job_id = v.job_id"
@@ -66,10 +93,22 @@ jobq_prune_finished(int batch)
 							" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key"
 							" AND k.job_id = dj.job_id)"
 							" SELECT count(*) FROM dj",
-							3, types),
+							4, types),
 				  values, NULL, SPI_OK_SELECT);
-	deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	u->deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+}
 
+/* Delete up to u->limit idempotency keys past their expiry. */
+static void
+PruneKeys(void *arg)
+{
+	JobqPruneUnit *u = (JobqPruneUnit *) arg;
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+
+	values[0] = TimestampTzGetDatum(u->now);
+	values[1] = Int32GetDatum(u->limit);
 	/* through idempotency_key_expires_idx: the expired keys only */
 	jobq_spi_exec_indexed(jobq_plan_generic(&plan_prune_keys,
 											"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
@@ -77,8 +116,134 @@ jobq_prune_finished(int batch)
 											" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
 											2, types),
 						  values, NULL, SPI_OK_DELETE);
-	deleted += SPI_processed;
-	return deleted;
+	u->deleted = (int64) SPI_processed;
+}
+
+/* A text[] datum of the n names. */
+static Datum
+NameArray(char **names, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = CStringGetTextDatum(names[i]);
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* Was queue failing when it was last pruned on its own? */
+static bool
+QueueFailing(const char *queue)
+{
+	ListCell   *lc;
+
+	foreach(lc, failing_queues)
+	{
+		if (strcmp((char *) lfirst(lc), queue) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Prune one queue as a unit of its own, logged by name (jobq_run_unit);
+ * returns the rows deleted, and adds the queue to *failing if it fails.
+ */
+static int64
+PruneOneQueue(char *queue, int limit, TimestampTz now, List **failing)
+{
+	JobqPruneUnit u;
+	char	   *unit = psprintf("pruning finished jobs of queue \"%s\"", queue);
+
+	u.queues = NameArray(&queue, 1);
+	u.limit = limit;
+	u.now = now;
+	u.deleted = 0;
+	if (!jobq_run_unit(unit, PruneQueues, &u))
+		*failing = lappend(*failing, MemoryContextStrdup(TopMemoryContext, queue));
+	pfree(unit);
+	return u.deleted;
+}
+
+/*
+ * Delete up to batch finished jobs past retention and up to batch expired
+ * keys; returns the number of rows deleted.  Each queue and the keys are
+ * units that fail alone: the queues are pruned together in one unit, and
+ * when that fails, one by one, to find the queue that fails (a retention
+ * too large to compute, say), log it and prune the others.  A queue found
+ * failing is pruned alone from then on, until it works again.  The same
+ * holds for the worker and for a jobq.prune() from cron.  *more is set when
+ * a batch ran out.  SPI must be connected.
+ */
+int64
+jobq_prune_finished(int batch, bool *more)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	JobqPruneUnit u;
+	List	   *failing = NIL;
+	int64		jobs = 0;
+	int			nqueues;
+	int			nhealthy = 0;
+	char	  **queues;
+	char	  **healthy;
+	ListCell   *lc;
+
+	*more = false;
+	jobq_spi_exec(jobq_plan(&plan_prune_queues,
+							"SELECT name FROM jobq.queue ORDER BY name", 0, NULL),
+				  NULL, NULL, SPI_OK_SELECT);
+	nqueues = (int) SPI_processed;
+	queues = palloc(sizeof(char *) * Max(nqueues, 1));
+	healthy = palloc(sizeof(char *) * Max(nqueues, 1));
+	for (int i = 0; i < nqueues; i++)
+	{
+		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		if (!QueueFailing(queues[i]))
+			healthy[nhealthy++] = queues[i];
+	}
+
+	/* the healthy queues together; one by one if one of them fails */
+	u.queues = NameArray(healthy, nhealthy);
+	u.limit = batch;
+	u.now = now;
+	u.deleted = 0;
+	if (nhealthy > 0 && jobq_try_units(PruneQueues, &u))
+		jobs = u.deleted;
+	else
+	{
+		for (int i = 0; i < nhealthy && jobs < batch; i++)
+			jobs += PruneOneQueue(healthy[i], (int) (batch - jobs), now, &failing);
+	}
+
+	/* the failing ones alone, until they work again */
+	for (int i = 0; i < nqueues; i++)
+	{
+		if (!QueueFailing(queues[i]))
+			continue;
+		if (jobs < batch)
+			jobs += PruneOneQueue(queues[i], (int) (batch - jobs), now, &failing);
+		else
+			failing = lappend(failing, MemoryContextStrdup(TopMemoryContext, queues[i]));
+	}
+	foreach(lc, failing_queues)
+		pfree(lfirst(lc));
+	list_free(failing_queues);
+	failing_queues = NIL;
+	if (failing != NIL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		failing_queues = list_copy(failing);
+		MemoryContextSwitchTo(old);
+		list_free(failing);
+	}
+
+	u.queues = (Datum) 0;
+	u.limit = batch;
+	u.deleted = 0;
+	(void) jobq_run_unit("pruning expired idempotency keys", PruneKeys, &u);
+
+	*more = jobs >= batch || u.deleted >= batch;
+	return jobs + u.deleted;
 }
 
 /* jobq.prune(batch) -> rows deleted */
@@ -88,6 +253,7 @@ jobq_prune(PG_FUNCTION_ARGS)
 	JobqSavedUser saved;
 	int32		batch;
 	int64		deleted;
+	bool		more;
 
 	if (PG_ARGISNULL(0) || PG_GETARG_INT32(0) < 1)
 		ereport(ERROR,
@@ -97,7 +263,7 @@ jobq_prune(PG_FUNCTION_ARGS)
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
-	deleted = jobq_prune_finished(batch);
+	deleted = jobq_prune_finished(batch, &more);
 	SPI_finish();
 	jobq_restore_user(&saved);
 	PG_RETURN_INT64(deleted);

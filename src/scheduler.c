@@ -13,7 +13,14 @@
  * the fire time, then moves next_fire_at past now, all in one transaction.
  * A crash between enqueue and commit loses both; a fire that did commit
  * can never be enqueued again, since its key stays reserved (jobs and keys
- * are the fire history, pruned like any job).
+ * are the fire history, pruned like any job) and last_fire_at moved.
+ * Keys beginning with "jobq:" are refused to clients' enqueue and
+ * enqueue_many, so no client can take a fire's key or hold it in an open
+ * transaction the fire would wait for.
+ *
+ * Each schedule fires as a unit of its own (contain.c): its error is logged
+ * once and the other schedules fire as usual; a schedule row a client holds
+ * (an administrator's open transaction) is skipped until the next round.
  *
  * Misfires.  A due fire time no older than jobq.misfire_grace is on time
  * and fires.  Older ones (the server was down, or the worker behind) are
@@ -29,8 +36,11 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "cron.h"
 #include "jobq.h"
@@ -45,6 +55,8 @@ PG_FUNCTION_INFO_V1(jobq_run_schedules);
 #define JOBQ_MAX_FIRE_SCAN		100000
 /* Most schedules fired in one transaction. */
 #define JOBQ_SCHEDULE_BATCH		100
+/* Most other keys derived for one fire whose own key a client's job holds. */
+#define JOBQ_FIRE_KEY_TRIES		8
 
 int			jobq_misfire_grace_s = 5;
 int			jobq_misfire_max_fires = 100;
@@ -103,15 +115,43 @@ ScheduleFromTuple(HeapTuple tup, TupleDesc desc, JobqSchedule *s)
 }
 
 /*
+ * Error out when key, a client's idempotency key given as argument argname,
+ * lies in the namespace of the keys jobq derives itself (JOBQ_INTERNAL_KEY_PREFIX).
+ * A client could otherwise take a future fire's key ahead of the schedule,
+ * or hold it in an open transaction that the fire would wait for.
+ */
+void
+jobq_client_key_check(const char *key, const char *argname)
+{
+	if (key != NULL &&
+		strncmp(key, JOBQ_INTERNAL_KEY_PREFIX, strlen(JOBQ_INTERNAL_KEY_PREFIX)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not begin with \"%s\"", argname, JOBQ_INTERNAL_KEY_PREFIX),
+				 errdetail("Keys beginning with \"%s\" are reserved for the keys jobq derives itself, such as those of schedule fires.",
+						   JOBQ_INTERNAL_KEY_PREFIX),
+				 errhint("Use a key with a prefix of your own.")));
+}
+
+/*
  * Enqueue the job standing for one fire time into *job_id; false when the
- * fire's key was taken already (it fired before) or the time is not after
- * the schedule's last fire, which never fires twice whatever else changed.
+ * time is not after the schedule's last fire, which never fires twice
+ * whatever else changed.
+ *
+ * The job's key is derived from (schedule, fire time), in the "jobq:"
+ * namespace that clients may not write (jobq_client_key_check).  A fire
+ * after last_fire_at has never been enqueued (last_fire_at moves in the
+ * same transaction as every fire), so a job found holding its key is not
+ * this schedule's: a client planted it before "jobq:" keys were reserved.
+ * That job is reported and the fire goes under the next derived key, so it
+ * happens all the same.
  */
 static bool
 FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now, int64 *job_id)
 {
 	JobqNewJob	job;
 	bool		created;
+	char	   *key;
 
 	if (s->last_fire_at != 0 && fire_time <= s->last_fire_at)
 		return false;
@@ -124,10 +164,25 @@ FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now, int64 *j
 	job.has_max_retries = false;
 	job.max_retries = 0;
 	job.concurrency_key = NULL;
-	job.key = psprintf("jobq:schedule:%lld:%lld", (long long) s->id,
-					   (long long) fire_time);
-	jobq_enqueue_job(&job, now, job_id, &created);
-	return created;
+	key = psprintf(JOBQ_INTERNAL_KEY_PREFIX "schedule:%lld:%lld", (long long) s->id,
+				   (long long) fire_time);
+	for (int attempt = 0; attempt <= JOBQ_FIRE_KEY_TRIES; attempt++)
+	{
+		job.key = attempt == 0 ? key : psprintf("%s:%d", key, attempt);
+		jobq_enqueue_job(&job, now, job_id, &created);
+		if (created)
+			return true;
+		ereport(WARNING,
+				(errmsg("jobq: key \"%s\" of a fire of schedule \"%s\" is held by job %lld, which the schedule did not enqueue",
+						job.key, s->name, (long long) *job_id),
+				 errdetail("The job was enqueued by a client before keys beginning with \"jobq:\" were reserved."),
+				 errhint("The fire goes under the next key derived from it; cancel job %lld if it is not wanted.",
+						 (long long) *job_id)));
+	}
+	ereport(WARNING,
+			(errmsg("jobq: schedule \"%s\" did not fire at %s: every key derived for the fire is held",
+					s->name, timestamptz_to_str(fire_time))));
+	return false;
 }
 
 /*
@@ -224,15 +279,65 @@ FireSchedule(const JobqSchedule *s, TimestampTz now, bool all_missed)
 	return fired;
 }
 
+/* One schedule's firing, as a unit (contain.c). */
+typedef struct JobqFireUnit
+{
+	const JobqSchedule *s;
+	TimestampTz now;
+	int			fired;			/* out: jobs enqueued */
+} JobqFireUnit;
+
+/* Fire one locked, due schedule (SPI connected). */
+static void
+FireUnit(void *arg)
+{
+	JobqFireUnit *u = (JobqFireUnit *) arg;
+
+	u->fired = FireSchedule(u->s, u->now, false);
+}
+
+/* skip's ids as an int8[] datum. */
+static Datum
+SkipArray(const JobqIdSet *skip)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(skip->n, 1));
+
+	for (int i = 0; i < skip->n; i++)
+		elems[i] = Int64GetDatum(skip->ids[i]);
+	return PointerGetDatum(construct_array(elems, skip->n, INT8OID, sizeof(int64),
+										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/* Add id to skip, whose memory lives in skip->cxt. */
+static void
+SkipAdd(JobqIdSet *skip, int64 id)
+{
+	if (skip->n == skip->cap)
+	{
+		skip->cap = Max(16, skip->cap * 2);
+		skip->ids = skip->ids == NULL ?
+			MemoryContextAlloc(skip->cxt, sizeof(int64) * skip->cap) :
+			repalloc(skip->ids, sizeof(int64) * skip->cap);
+	}
+	skip->ids[skip->n++] = id;
+}
+
 /*
- * Fire every due, unpaused schedule (SPI connected).  Returns the number of
- * jobs enqueued; *next_due gets the earliest next fire time left (0: none).
+ * Fire the due, unpaused schedules, up to JOBQ_SCHEDULE_BATCH of them, each
+ * a unit of its own (jobq_run_unit): one schedule's error (a cron
+ * expression or time zone that no longer parses, a queue that refuses the
+ * job) is logged, rolls back that schedule's fire alone, and leaves it due
+ * for the next round.  Schedules locked by someone else are skipped (SKIP
+ * LOCKED), as are the ids in *skip, and those that fail now are added to it
+ * so the rest of the round leaves them out.  SPI connected.  Returns the
+ * number of jobs enqueued; *more is set when the batch was full; *next_due
+ * gets the earliest next fire time of the schedules not skipped (0: none).
  */
 int64
-jobq_fire_due_schedules(TimestampTz *next_due)
+jobq_fire_due_schedules(TimestampTz *next_due, JobqIdSet *skip, bool *more)
 {
-	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
-	Datum		values[2];
+	Oid			types[3] = {TIMESTAMPTZOID, INT4OID, INT8ARRAYOID};
+	Datum		values[3];
 	TimestampTz now = GetCurrentTimestamp();
 	SPITupleTable *due;
 	uint64		n;
@@ -241,28 +346,43 @@ jobq_fire_due_schedules(TimestampTz *next_due)
 
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(JOBQ_SCHEDULE_BATCH);
+	values[2] = SkipArray(skip);
 	jobq_spi_exec(jobq_plan(&plan_due,
 							"SELECT " JOBQ_SCHEDULE_COLUMNS " FROM jobq.schedule"
 							" WHERE NOT paused AND next_fire_at <= $1"
+							" AND schedule_id <> ALL ($3)"
 							" ORDER BY next_fire_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-							2, types),
+							3, types),
 				  values, NULL, SPI_OK_SELECT);
 	due = SPI_tuptable;
 	n = SPI_processed;
+	*more = n >= JOBQ_SCHEDULE_BATCH;
 	for (uint64 i = 0; i < n; i++)
 	{
 		JobqSchedule s;
+		JobqFireUnit u;
+		char	   *unit;
 
 		ScheduleFromTuple(due->vals[i], due->tupdesc, &s);
-		fired += FireSchedule(&s, now, false);
+		u.s = &s;
+		u.now = now;
+		u.fired = 0;
+		unit = psprintf("firing schedule \"%s\"", s.name);
+		if (jobq_run_unit(unit, FireUnit, &u))
+			fired += u.fired;
+		else
+			SkipAdd(skip, s.id);
+		pfree(unit);
 	}
 
 	if (next_due != NULL)
 	{
+		values[0] = SkipArray(skip);
 		jobq_spi_exec(jobq_plan(&plan_next_fire,
-								"SELECT min(next_fire_at) FROM jobq.schedule WHERE NOT paused",
-								0, NULL),
-					  NULL, NULL, SPI_OK_SELECT);
+								"SELECT min(next_fire_at) FROM jobq.schedule WHERE NOT paused"
+								" AND schedule_id <> ALL ($1)",
+								1, &types[2]),
+					  values, NULL, SPI_OK_SELECT);
 		*next_due = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 													  SPI_tuptable->tupdesc, 1, &isnull));
 		if (isnull)
@@ -529,12 +649,19 @@ Datum
 jobq_run_schedules(PG_FUNCTION_ARGS)
 {
 	JobqSavedUser saved;
-	int64		fired;
+	int64		fired = 0;
+	JobqIdSet	skip;
+	bool		more;
 
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
-	fired = jobq_fire_due_schedules(NULL);
+	skip.ids = NULL;
+	skip.n = skip.cap = 0;
+	skip.cxt = CurrentMemoryContext;
+	do
+		fired += jobq_fire_due_schedules(NULL, &skip, &more);
+	while (more);
 	SPI_finish();
 	jobq_restore_user(&saved);
 	PG_RETURN_INT64(fired);

@@ -729,34 +729,53 @@ WorkerExtensionPresent(bool *usable)
 /*
  * One round of work; false when the extension is gone.  *next_due gets the
  * earliest next schedule fire (0: none).
+ *
+ * Every duty is split into units that fail alone (contain.c): a schedule,
+ * the expired leases of a queue, the finished jobs of a queue, the expired
+ * keys.  A unit's error is logged once and the round goes on; what a client
+ * holds locked is skipped and comes back next round.  Nothing a tenant does
+ * to its own queue or schedule stops or stalls the round for the others.
  */
 static bool
 WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 {
+	static JobqIdSet failed_schedules = {NULL, 0, 0, NULL};
 	int64		reaped = 0;
 	int64		pruned = 0;
-	int64		fired;
-	int64		n;
+	int64		fired = 0;
+	bool		more;
+	TimestampTz round_start = GetCurrentTimestamp();
 	TimestampTz now;
 	bool		usable;
-	bool		has_handlers;
+	bool		has_handlers = false;
 
 	if (RecoveryInProgress() || !WorkerExtensionPresent(&usable))
 		return false;
 	if (!usable)
 		return true;
 
-	WorkerBeginStep("jobq: firing schedules");
-	if (!WorkerLockExtension())
+	/* fire due schedules, batch by batch; a failing one waits a round */
+	failed_schedules.cxt = TopMemoryContext;
+	failed_schedules.n = 0;
+	do
 	{
+		WorkerBeginStep("jobq: firing schedules");
+		if (!WorkerLockExtension())
+		{
+			WorkerEndStep();
+			return false;
+		}
+		SPI_connect();
+		fired += jobq_fire_due_schedules(next_due, &failed_schedules, &more);
+		if (!more)
+			has_handlers = jobq_database_has_handlers();
+		SPI_finish();
 		WorkerEndStep();
-		return false;
-	}
-	SPI_connect();
-	fired = jobq_fire_due_schedules(next_due);
-	has_handlers = jobq_database_has_handlers();
-	SPI_finish();
-	WorkerEndStep();
+		CHECK_FOR_INTERRUPTS();
+	} while (more);
+	/* still due though due at the start: locked by a client; try next round */
+	if (*next_due != 0 && *next_due <= round_start)
+		*next_due = 0;
 	if (has_handlers)
 		WorkerStartExecutors();
 
@@ -770,12 +789,11 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 			return false;
 		}
 		SPI_connect();
-		n = jobq_reap_expired(jobq_reap_batch);
+		reaped += jobq_reap_expired(jobq_reap_batch, &more);
 		SPI_finish();
 		WorkerEndStep();
-		reaped += n;
 		CHECK_FOR_INTERRUPTS();
-	} while (n >= jobq_reap_batch);
+	} while (more);
 
 	now = GetCurrentTimestamp();
 	if (TimestampDifferenceExceeds(*last_prune, now, jobq_prune_interval_s * 1000))
@@ -790,12 +808,11 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 				return false;
 			}
 			SPI_connect();
-			n = jobq_prune_finished(jobq_prune_batch);
+			pruned += jobq_prune_finished(jobq_prune_batch, &more);
 			SPI_finish();
 			WorkerEndStep();
-			pruned += n;
 			CHECK_FOR_INTERRUPTS();
-		} while (n >= jobq_prune_batch);
+		} while (more);
 	}
 
 	LWLockAcquire(JobqWorkerLock, LW_EXCLUSIVE);

@@ -1,0 +1,200 @@
+/*-------------------------------------------------------------------------
+ *
+ * contain.c
+ *	  Units of the background worker's duties that fail alone.
+ *
+ * The worker's duties are split into units: reaping the expired leases of
+ * one queue, pruning one queue's finished jobs, pruning expired keys,
+ * firing one schedule.  Each unit runs in a subtransaction of its step's
+ * transaction, as a PL/pgSQL exception block does: an error rolls back that
+ * unit alone, and the worker goes on with the others.  One queue's or one
+ * schedule's bad state (a retention too large to compute, a cron expression
+ * that no longer parses, a row that breaks a constraint) so never stops the
+ * worker's duties for the rest, nor makes the worker exit.
+ *
+ * A failing unit is tried again next round, but logged once per cause: when
+ * it first fails, when it fails with another SQLSTATE, and when it works
+ * again.  A subtransaction costs a few microseconds; the worker opens one
+ * per queue that has something to do, never one per job.
+ *
+ * A unit's statements run with lock_timeout JOBQ_UNIT_LOCK_TIMEOUT_MS.  The
+ * rows a client can hold in an open transaction (queue rows, schedule rows,
+ * jobs) are taken with SKIP LOCKED, so the worker does not wait for them at
+ * all; the timeout covers any other lock wait a client could cause, so it
+ * costs that unit a short wait and a retry next round, never the worker a
+ * stall.
+ *
+ * State: the table of failing units is private to the process that runs
+ * them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+#include "jobq.h"
+
+/* How long a unit's statement waits for a lock before the unit gives up. */
+#define JOBQ_UNIT_LOCK_TIMEOUT_MS	100
+
+/* Longest unit name kept (longer ones are cut, which only merges logs). */
+#define JOBQ_UNIT_NAME_LEN		256
+
+/* A unit whose last run failed. */
+typedef struct JobqFailedUnit
+{
+	char		name[JOBQ_UNIT_NAME_LEN];	/* hash key */
+	int			sqlerrcode;		/* the SQLSTATE it failed with last */
+} JobqFailedUnit;
+
+static HTAB *failed_units = NULL;
+
+/* The table of failing units, created on first use. */
+static HTAB *
+FailedUnits(void)
+{
+	if (failed_units == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = JOBQ_UNIT_NAME_LEN;
+		ctl.entrysize = sizeof(JobqFailedUnit);
+		ctl.hcxt = TopMemoryContext;
+		failed_units = hash_create("jobq failed units", 64, &ctl,
+								   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	return failed_units;
+}
+
+/* The hash key of unit: its name, cut to fit. */
+static void
+UnitKey(const char *unit, char *key)
+{
+	strlcpy(key, unit, JOBQ_UNIT_NAME_LEN);
+}
+
+/* Log a unit's error, unless it failed the same way last time. */
+static void
+NoteFailure(const char *unit, ErrorData *edata)
+{
+	char		key[JOBQ_UNIT_NAME_LEN];
+	JobqFailedUnit *entry;
+	bool		found;
+
+	UnitKey(unit, key);
+	entry = hash_search(FailedUnits(), key, HASH_ENTER, &found);
+	if (found && entry->sqlerrcode == edata->sqlerrcode)
+		return;
+	entry->sqlerrcode = edata->sqlerrcode;
+	ereport(WARNING,
+			(errcode(edata->sqlerrcode),
+			 errmsg("jobq: %s failed: %s", unit, edata->message),
+			 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
+			 errhint("The worker goes on with its other duties and tries this one again every round; it logs again when the error changes or clears.")));
+}
+
+/* Log that a unit which failed works again. */
+static void
+NoteSuccess(const char *unit)
+{
+	char		key[JOBQ_UNIT_NAME_LEN];
+
+	if (failed_units == NULL || hash_get_num_entries(failed_units) == 0)
+		return;
+	UnitKey(unit, key);
+	if (hash_search(failed_units, key, HASH_REMOVE, NULL) != NULL)
+		ereport(LOG,
+				(errmsg("jobq: %s works again", unit)));
+}
+
+/*
+ * Run fn(arg) in a subtransaction, with SPI connected, under the unit lock
+ * timeout; true when it succeeded.  On error the subtransaction is rolled
+ * back and the error, copied, goes to *edata (NULL: dropped).
+ */
+static bool
+RunContained(JobqUnitFn fn, void *arg, ErrorData **edata)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	bool		ok;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		int			nestlevel = NewGUCNestLevel();
+		char		timeout[32];
+
+		snprintf(timeout, sizeof(timeout), "%d", JOBQ_UNIT_LOCK_TIMEOUT_MS);
+		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		SPI_connect();
+		fn(arg);
+		SPI_finish();
+		AtEOXact_GUC(true, nestlevel);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		ok = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *error;
+
+		MemoryContextSwitchTo(oldcontext);
+		error = CopyErrorData();
+		FlushErrorState();
+		/* this also closes the SPI connection and resets the GUCs */
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		if (edata != NULL)
+			*edata = error;
+		else
+			FreeErrorData(error);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
+ * Run fn(arg) as one contained unit named unit (for the log, e.g. "reaping
+ * expired leases of queue \"q\""): in a subtransaction, with SPI connected,
+ * under the unit lock timeout.  Returns true when it succeeded; on error,
+ * the unit's work is rolled back, the error logged once per cause, and
+ * false returned.  A transaction must be in progress; what fn allocates in
+ * the caller's memory context (SPI_palloc) outlives the unit.
+ */
+bool
+jobq_run_unit(const char *unit, JobqUnitFn fn, void *arg)
+{
+	ErrorData  *edata = NULL;
+
+	if (!RunContained(fn, arg, &edata))
+	{
+		NoteFailure(unit, edata);
+		FreeErrorData(edata);
+		return false;
+	}
+	NoteSuccess(unit);
+	return true;
+}
+
+/*
+ * Run fn(arg) as jobq_run_unit does, but say nothing of an error: for work
+ * done for many units at once, which the caller redoes unit by unit when it
+ * fails, to find (and log) the one that fails.
+ */
+bool
+jobq_try_units(JobqUnitFn fn, void *arg)
+{
+	return RunContained(fn, arg, NULL);
+}
