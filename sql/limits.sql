@@ -48,6 +48,12 @@ SELECT jobq.configure('q', lease => '1000 years 1 day');
 \echo :SQLSTATE
 :trace
 
+-- a lease of one day written with fields out of range: adding its 1000000
+-- years to a timestamp overflows before its days are taken off: 22008
+SELECT jobq.configure('q', lease => '1000000 years -359999999 days');
+\echo :SQLSTATE
+:trace
+
 -- backoff_base and backoff_cap: 22008
 SELECT jobq.configure('q', backoff_base => '1000000 years');
 \echo :SQLSTATE
@@ -184,6 +190,12 @@ SELECT status, lease_expires_at = claimed_at + interval '1000 years' AS lease_cu
 SELECT jobq.fail(:job, :token, 'boom');
 SELECT status, run_at - updated_at = interval '360000 days' AS backoff_cut_to_1000_years
   FROM jobq.jobs WHERE job_id = :job;
+-- a lease of one day with fields out of range is taken as the one day
+UPDATE jobq.queue SET lease = '1000000 years -359999999 days' WHERE name = 'q2';
+SELECT count(*) FROM jobq.enqueue('k', queue => 'q2');
+SELECT job_id AS job2 FROM jobq.claim('q2') \gset
+SELECT status, lease_expires_at = claimed_at + interval '1 day' AS lease_is_one_day
+  FROM jobq.jobs WHERE job_id = :job2;
 -- and every row can still be read, as pg_dump reads them
 SELECT count(*) > 0 AS readable FROM (SELECT j::text FROM jobq.job j) x;
 

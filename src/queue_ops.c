@@ -53,6 +53,20 @@ PG_FUNCTION_INFO_V1(jobq_configure);
 /* Longest single sleep of a waiting claim (it re-checks the queue then). */
 #define JOBQ_MAX_WAIT_SLEEP_MS	5000
 
+/*
+ * How often a waiting claim looks again while its queue has ready jobs but
+ * max_concurrency (or a throttled breaker) allows none: nothing signals a
+ * running job's end to waiting claims, so they poll, at this pace, only
+ * while the limit holds.
+ */
+#define JOBQ_LIMITED_POLL_MS	100
+
+/*
+ * Set by the last claim attempt that a limit held back: when it may be
+ * worth looking again (0: no limit held it back).
+ */
+static TimestampTz claim_retry_at = 0;
+
 /* Most due scheduled jobs one claim moves into jobq.ready. */
 #define JOBQ_PROMOTE_BATCH	1000
 
@@ -96,6 +110,7 @@ static SPIPlanPtr plan_count_running;
 static SPIPlanPtr plan_rate_trim;
 static SPIPlanPtr plan_rate_count;
 static SPIPlanPtr plan_rate_spend;
+static SPIPlanPtr plan_rate_oldest;
 static SPIPlanPtr plan_breaker_fail;
 static SPIPlanPtr plan_breaker_success;
 static SPIPlanPtr plan_complete;
@@ -225,6 +240,23 @@ IntervalFromUsecs(int64 usecs)
 	return iv;
 }
 
+/*
+ * Whether each field of an interval (months, days, time) is at most
+ * JOBQ_MAX_INTERVAL_US long.  Its total can be short while its fields are
+ * not ('1000000 years -359999999 days' is one day): adding it to a
+ * timestamp as PostgreSQL does, field by field, could still overflow.
+ */
+static bool
+IntervalFieldsInRange(const Interval *iv)
+{
+	int64		max_months = JOBQ_MAX_INTERVAL_US / ((int64) DAYS_PER_MONTH * USECS_PER_DAY);
+	int64		max_days = JOBQ_MAX_INTERVAL_US / USECS_PER_DAY;
+
+	return iv->month <= max_months && iv->month >= -max_months &&
+		iv->day <= max_days && iv->day >= -max_days &&
+		iv->time <= JOBQ_MAX_INTERVAL_US && iv->time >= -JOBQ_MAX_INTERVAL_US;
+}
+
 /* An interval as text, as interval_out writes it. */
 static char *
 IntervalText(const Interval *iv)
@@ -252,7 +284,7 @@ jobq_check_interval_arg(const Interval *iv, const char *argname,
 				 min_us > 0 ?
 				 errmsg("%s must be a positive interval", argname) :
 				 errmsg("%s must not be negative", argname)));
-	if (usecs > max_us)
+	if (usecs > max_us || !IntervalFieldsInRange(iv))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_FIELD_OVERFLOW),
 				 errmsg("%s is out of range", argname),
@@ -1130,7 +1162,26 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 							  values, NULL, SPI_OK_SELECT);
 		used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		batch = (int32) Max(0, Min(batch, q->rate_limit - used));
+		if (batch == 0)
+		{
+			/* the window frees a claim when its oldest one leaves it */
+			jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_oldest,
+													"SELECT min(claimed_at) FROM jobq.rate_window WHERE queue = $1",
+													1, types),
+								  values, NULL, SPI_OK_SELECT);
+			claim_retry_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+															   SPI_tuptable->tupdesc, 1, &isnull));
+			if (isnull)
+				claim_retry_at = TimestampTzPlusMilliseconds(now, JOBQ_LIMITED_POLL_MS);
+			else
+				claim_retry_at = jobq_timestamp_add(claim_retry_at,
+													Min(jobq_interval_usecs(&q->rate_period),
+														JOBQ_MAX_INTERVAL_US) + 1000);
+			return 0;
+		}
 	}
+	if (batch == 0)
+		claim_retry_at = TimestampTzPlusMilliseconds(now, JOBQ_LIMITED_POLL_MS);
 	return batch;
 }
 
@@ -1214,6 +1265,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	bool		isnull;
 
 	*promoted = false;
+	claim_retry_at = 0;
 	if (!QueueGet(queue, &q) || q.paused)
 		return 0;
 
@@ -1236,8 +1288,10 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	values[2] = kinds ? PointerGetDatum(kinds) : (Datum) 0;
 	nulls[2] = kinds ? ' ' : 'n';
 	/* a queue's lease longer than jobq accepts (set some other way) is cut */
-	if (lease == NULL && jobq_interval_usecs(&q.lease) > JOBQ_MAX_INTERVAL_US)
-		lease = IntervalFromUsecs(JOBQ_MAX_INTERVAL_US);
+	if (lease == NULL && (jobq_interval_usecs(&q.lease) > JOBQ_MAX_INTERVAL_US ||
+						  !IntervalFieldsInRange(&q.lease)))
+		lease = IntervalFromUsecs(Max(Min(jobq_interval_usecs(&q.lease),
+										  JOBQ_MAX_INTERVAL_US), 1));
 	values[3] = IntervalPGetDatum(lease ? lease : &q.lease);
 	values[4] = worker_id ? CStringGetTextDatum(worker_id) : (Datum) 0;
 	nulls[4] = worker_id ? ' ' : 'n';
@@ -1363,7 +1417,9 @@ ClaimAttempt(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
  * With wait > 0 and nothing claimable, the claim sleeps on the queue's
  * condition variable in shared memory until a transaction that made a job
  * ready commits (queue_state.c broadcasts from its commit callback), the
- * queue's next delayed job is due, or wait is over; a query cancel or
+ * queue's next delayed job is due, a limit that held the claim back may
+ * allow one (the rate window's oldest claim leaves it; max_concurrency is
+ * looked at again every JOBQ_LIMITED_POLL_MS), or wait is over; a query cancel or
  * statement_timeout ends the sleep.  No LISTEN/NOTIFY, no session state:
  * it works through transaction-mode poolers.
  */
@@ -1453,6 +1509,9 @@ jobq_claim(PG_FUNCTION_ARGS)
 		wake = jobq_state_next_due(args.queue);
 		if (wake == 0 || wake > deadline)
 			wake = deadline;
+		/* a limit held the attempt back: look again when it may allow one */
+		if (claim_retry_at != 0 && claim_retry_at < wake)
+			wake = Max(claim_retry_at, now);
 		timeout_ms = Max((wake - now + 999) / 1000, 1);
 		if (cv)
 			(void) ConditionVariableTimedSleep(cv, Min(timeout_ms, JOBQ_MAX_WAIT_SLEEP_MS),
@@ -2012,7 +2071,8 @@ SettingRetention(FunctionCallInfo fcinfo, int argno, const char *argname,
 		return;
 	}
 	iv = PG_GETARG_INTERVAL_P(argno);
-	if (!JOBQ_INTERVAL_IS_INFINITY(iv) && jobq_interval_usecs(iv) > JOBQ_MAX_INTERVAL_US)
+	if (!JOBQ_INTERVAL_IS_INFINITY(iv) &&
+		(jobq_interval_usecs(iv) > JOBQ_MAX_INTERVAL_US || !IntervalFieldsInRange(iv)))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_FIELD_OVERFLOW),
 				 errmsg("%s is out of range", argname),
