@@ -18,6 +18,14 @@
 # the job's final lease token; no cron fire doubled; retry counts within
 # max_retries and consistent with the attempt history; no crash but ours.
 #
+# It also proves the load was there: every planned kill was made (each
+# victim found within a generous deadline, and seen dying of SIGKILL in the
+# server log), a minimum of jobs was enqueued, completed by the chaos
+# workers, failed and fired by cron, a planted expired lease was reaped,
+# and every pgbench error was one a killed server explains (connection
+# lost, server in recovery or starting up: counted by test/chaos/loop.sh);
+# any other error, jobq's among them, fails the test.
+#
 # JOBQ_CHAOS_SECONDS (default 40) sets the length of the chaos phase; the
 # number of kills grows with it (one every ~6 s, at least 5).
 use strict;
@@ -103,6 +111,15 @@ END $$;
 SELECT jobq.schedule('chaos-tick', '* * * * * *', 'chaos.tick', queue => 'chaos');
 });
 
+# one job abandoned with its lease at once, so the reaper has at least one
+# lease to take back whatever the random workers do
+my $planted = $node->safe_psql('postgres', q{
+	SELECT count(*) FROM jobq.enqueue('chaos.work', queue => 'chaos', idempotency_key => 'planted');
+	INSERT INTO chaos.produced SELECT 'planted', job_id, true FROM jobq.job WHERE idempotency_key = 'planted';
+	SELECT job_id FROM jobq.claim('chaos', 'abandoner', 1, '2 s', ARRAY['chaos.work']);});
+$planted = (split /\n/, $planted)[-1];
+like($planted, qr/^\d+$/, 'a job claimed and abandoned before the load starts');
+
 # ---------------------------------------------------------------------------
 # load: pgbench bursts in loops
 
@@ -151,6 +168,7 @@ my @loops;
 # kills
 
 my %kills = (backend => 0, 'jobq worker' => 0, postmaster => 0);
+my %failed_kills;
 my %killed_pids;
 
 # Wait until a process is gone (kill -9 returns before it is).
@@ -181,11 +199,12 @@ sub children_of
 	return @pids;
 }
 
-# The pid found by $sql, retried while the server is busy coming back.
+# The pid found by $sql, retried while the server is busy coming back
+# (a deadline that only catches a load that is gone).
 sub find_pid
 {
 	my ($sql) = @_;
-	foreach (1 .. 50)
+	foreach (1 .. 10 * $PostgreSQL::Test::Utils::timeout_default)
 	{
 		my ($ret, $out) = $node->psql('postgres', $sql);
 		return $out if $ret == 0 && $out =~ /^\d+$/;
@@ -218,26 +237,50 @@ sub kill_one
 		$kills{$kind}++;
 		return 1;
 	}
-	my $pid =
-	  $kind eq 'backend'
-	  ? find_pid(q{SELECT pid FROM pg_stat_activity
-	                WHERE backend_type = 'client backend' AND application_name = 'chaos workers'
-	                ORDER BY random() LIMIT 1})
-	  : find_pid(q{SELECT pid FROM pg_stat_activity
-	                WHERE backend_type = 'jobq worker' AND datname = 'postgres'});
-	if (!defined $pid)
+	# A backend of a burst may end between the look-up and the kill (then
+	# nothing crashes): such a victim is not counted, another is taken.
+	foreach my $attempt (1 .. 5)
 	{
-		diag("no $kind to kill; pg_stat_activity:\n"
-			  . $node->safe_psql('postgres', q{SELECT pid, backend_type, application_name, state, left(query, 60)
-			                                     FROM pg_stat_activity}));
-		return 0;
+		my $pid =
+		  $kind eq 'backend'
+		  ? find_pid(q{SELECT pid FROM pg_stat_activity
+		                WHERE backend_type = 'client backend' AND application_name = 'chaos workers'
+		                  AND state = 'active' ORDER BY random() LIMIT 1})
+		  : find_pid(q{SELECT pid FROM pg_stat_activity
+		                WHERE backend_type = 'jobq worker' AND datname = 'postgres'});
+		if (!defined $pid)
+		{
+			diag("no $kind to kill; pg_stat_activity:\n"
+				  . $node->safe_psql('postgres', q{SELECT pid, backend_type, application_name, state, left(query, 60)
+				                                     FROM pg_stat_activity}));
+			last;
+		}
+		my $offset = -s $node->logfile;
+		if (kill('KILL', $pid) && log_shows(qr/\(PID $pid\) was terminated by signal 9/, $offset))
+		{
+			$killed_pids{$pid} = $kind;
+			crash_restart_done($offset);
+			$kills{$kind}++;
+			return 1;
+		}
+		note("$kind $pid ended on its own before the kill; taking another");
 	}
-	my $offset = -s $node->logfile;
-	kill 'KILL', $pid;
-	$killed_pids{$pid} = $kind;
-	crash_restart_done($offset);
-	$kills{$kind}++;
-	return 1;
+	$failed_kills{$kind}++;
+	return 0;
+}
+
+# True when the server log shows $re after $offset within 30 s (a deadline
+# far above the milliseconds the postmaster takes to log a child's death).
+sub log_shows
+{
+	my ($re, $offset) = @_;
+	foreach (1 .. 300)
+	{
+		my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+		return 1 if $log =~ $re;
+		usleep(100_000);
+	}
+	return 0;
 }
 
 my $nkills = int($seconds / 6);
@@ -250,8 +293,14 @@ foreach my $k (0 .. $#plan)
 	# spread over the run, at a random moment of each slot
 	my $at = $t0 + ($k + 0.3 + 0.5 * rand()) * $seconds / @plan;
 	usleep(1_000_000 * ($at - time())) if $at > time();
-	kill_one($plan[$k]) or kill_one('jobq worker');
-	note("killed a $plan[$k] at " . sprintf('%.1f', time() - $t0) . ' s');
+	if (kill_one($plan[$k]))
+	{
+		note("killed a $plan[$k] at " . sprintf('%.1f', time() - $t0) . ' s');
+	}
+	else
+	{
+		diag("found no $plan[$k] to kill at " . sprintf('%.1f', time() - $t0) . ' s');
+	}
 }
 usleep(1_000_000 * ($t0 + $seconds - time())) if $t0 + $seconds > time();
 
@@ -260,15 +309,36 @@ usleep(1_000_000 * ($t0 + $seconds - time())) if $t0 + $seconds > time();
 
 PostgreSQL::Test::Utils::append_to_file($stop, '');
 $_->[2]->finish foreach @loops;
-my %bursts;
+my (%bursts, %loop);
 foreach my $l (@loops)
 {
 	my ($name, $log) = @$l;
 	my $s = -e "$log.summary" ? PostgreSQL::Test::Utils::slurp_file("$log.summary") : 'none';
 	chomp $s;
 	$bursts{$name} = $s;
+	$loop{$name} = { split / /, $s } if $s ne 'none';
 }
 my $chaos_secs = time() - $t0;
+
+# the kills were made as planned, none replaced by another or left out
+my %planned = map { $_ => 0 } keys %kills;
+$planned{$_}++ foreach @plan;
+is(join(', ', map { "$_ $kills{$_}" } sort keys %kills),
+	join(', ', map { "$_ $planned{$_}" } sort keys %planned),
+	'every planned kill was made (' . scalar(@plan) . ')');
+is(join(', ', map { "$_ $failed_kills{$_}" } sort keys %failed_kills), '', 'no kill found its victim missing');
+
+# the pgbench loops ran, and every error they saw is one a killed server explains
+foreach my $name (map { $_->[0] } @loops)
+{
+	my $log = "$tmp/$name.log";
+	ok(defined $loop{$name}, "the $name loop wrote its summary") or next;
+	cmp_ok($loop{$name}{ok}, '>=', 1, "$name: at least one burst ran through ($bursts{$name})");
+	cmp_ok($loop{$name}{transactions}, '>=', 5 * $seconds, "$name: at least 5 transactions per second of chaos");
+	my $unexpected = -s "$log.unexpected" ? PostgreSQL::Test::Utils::slurp_file("$log.unexpected") : '';
+	is($loop{$name}{unexpected}, '0', "$name: no error but those of a killed server")
+	  or diag("$name: unexpected errors (first lines):\n" . join("\n", grep { defined } (split /\n/, $unexpected)[ 0 .. 19 ]));
+}
 
 # no more cron fires from here on: the fired set is final
 $node->safe_psql('postgres', "SELECT jobq.unschedule('chaos-tick')");
@@ -284,6 +354,21 @@ while (1)
 }
 my $drain_secs = time() - $drain_start;
 is($left, '0', sprintf('drained in %.1f s: no job pending or running', $drain_secs));
+
+# the checks below are about real load: the ledgers and the fires are not
+# empty (at least 5 enqueues and 5 completions per second of chaos by the
+# chaos workers, far below what even a busy machine does)
+my ($produced, $completed_chaos, $fails, $ticks, $reaped_planted) = split /\|/, $node->safe_psql('postgres', qq{
+	SELECT (SELECT count(*) FROM chaos.produced),
+	       (SELECT count(*) FROM chaos.completed WHERE worker <> 'drain'),
+	       (SELECT count(*) FROM chaos.fail_log WHERE new_status IS NOT NULL),
+	       (SELECT count(*) FROM jobq.job WHERE kind = 'chaos.tick'),
+	       (SELECT count(*) FROM jobq.attempt WHERE job_id = $planted AND outcome = 'lease expired')});
+cmp_ok($produced, '>=', 5 * $seconds, 'producers committed enough enqueues');
+cmp_ok($completed_chaos, '>=', 5 * $seconds, 'the chaos workers completed enough jobs');
+cmp_ok($fails, '>=', 1, 'the chaos workers failed jobs');
+cmp_ok($ticks, '>=', 1, 'the every-second schedule fired');
+cmp_ok($reaped_planted, '>=', 1, 'the planted lease was reaped');
 
 # ---------------------------------------------------------------------------
 # proofs
@@ -359,10 +444,16 @@ foreach my $c (@checks)
 my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
 my @died = $log =~ /\(PID (\d+)\) was terminated by signal (\d+)/g;
 my @unexpected;
+my %died;
 while (my ($pid, $sig) = splice(@died, 0, 2))
 {
+	$died{$pid} = $sig;
 	push @unexpected, "pid $pid signal $sig" if $sig != 9 || !$killed_pids{$pid};
 }
+# and every process we killed (but the postmaster, whose death nobody logs)
+# is logged as killed by signal 9: the kills were real
+is(join(', ', map { "$killed_pids{$_} $_" } grep { $killed_pids{$_} ne 'postmaster' && ($died{$_} // 0) != 9 }
+		sort keys %killed_pids), '', 'every process killed is logged as terminated by signal 9');
 push @unexpected, $1 while $log =~ /^(.*(?:PANIC|TRAP|was terminated by exception).*)$/mg;
 is(join(', ', @unexpected), '', 'no server process died but the ones killed with SIGKILL');
 
