@@ -255,10 +255,7 @@ jobq_snooze_handler(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("jobq.snooze(delay) can only be called from a job handler"),
 				 errhint("A worker outside the database calls jobq.snooze(job_id, lease_token, delay).")));
-	if (jobq_interval_usecs(PG_GETARG_INTERVAL_P(0)) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("delay must not be negative")));
+	(void) jobq_check_interval_arg(PG_GETARG_INTERVAL_P(0), "delay", 0, JOBQ_MAX_INTERVAL_US);
 	snooze_delay = *PG_GETARG_INTERVAL_P(0);
 	snooze_requested = true;
 	ereport(ERROR,
