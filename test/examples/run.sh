@@ -386,12 +386,20 @@ done
 
 if [ -n "$PY" ]; then
 	echo "# monitoring/postgres_exporter.yml"
+	mon_rc=0
 	env PGHOST="$DIRECT_HOST" PGPORT="$DIRECT_PORT" QUEUE_PREFIX="${P}mon" \
-		"$PY" "$ROOT/test/monitoring/check.py" "$ROOT/monitoring/postgres_exporter.yml" >"$TMP/mon.out" 2>&1
+		"$PY" "$ROOT/test/monitoring/check.py" "$ROOT/monitoring/postgres_exporter.yml" >"$TMP/mon.out" 2>&1 ||
+		mon_rc=$?
 	grep -v '^[0-9]* passed, [0-9]* failed$' "$TMP/mon.out"
 	passed=$((passed + $(grep -c '^ok - ' "$TMP/mon.out")))
 	failed=$((failed + $(grep -c '^not ok - ' "$TMP/mon.out")))
 	grep -q '^ok - \|^not ok - ' "$TMP/mon.out" || failed=$((failed + 1))
+	# a traceback after some "ok -" lines, or a failure it did not print as
+	# "not ok -", still fails
+	if [ "$mon_rc" -ne 0 ] && ! grep -q '^not ok - ' "$TMP/mon.out"; then
+		echo "not ok - test/monitoring/check.py exited with status $mon_rc"
+		failed=$((failed + 1))
+	fi
 fi
 
 echo "$passed passed, $failed failed"
