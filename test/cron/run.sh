@@ -24,7 +24,7 @@ cd "$(dirname "$0")/../.." || exit 2
 FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 CRON_CASES=${CRON_CASES:-3000}
 CC=${CC:-cc}
-work=$(mktemp -d)
+work=$(mktemp -d) || { echo "0 passed, 1 failed"; exit 2; }
 trap 'rm -rf "$work"' EXIT INT TERM
 passed=0
 failed=0
