@@ -2,8 +2,8 @@
 #
 # Some thousands of calls of random functions with random awkward arguments,
 # in batches (one transaction each, every other one REPEATABLE READ; each
-# call in a subtransaction), on a
-# server with the background worker and an executor running.  Every call
+# call in a subtransaction), on a server with the background worker and an
+# executor running.  Every call
 # must end in a result or a clean ERROR: never an internal error (SQLSTATE
 # class XX), never a crash (the server answers after each batch and its log
 # shows no crashed process), never a half-written row (an erroring call
@@ -15,9 +15,10 @@
 # strings.  Before the random calls, a sweep (fuzz.sweep()) calls every
 # function with every extreme value in every interval and timestamp
 # argument, each call rolled back after its follow-ups, and lists every
-# (function, argument, value) whose stored result cannot be used.  Claims with extreme positive waits are tried one by one: each
-# must block (until a statement_timeout cancels it) or be refused with a
-# clean error, never return at once.  After every batch, and at the end,
+# (function, argument, value) whose stored result cannot be used.  Claims
+# with extreme positive waits are tried one by one: each must block (until
+# a statement_timeout cancels it) or be refused with a clean error, never
+# return at once.  After every batch, and at the end,
 # pg_dump of the database must succeed; at the end the background worker
 # must still serve it: a job planted with an expired lease is reaped and a
 # schedule fires, within generous deadlines.
