@@ -41,7 +41,7 @@ PGBOUNCER=${PGBOUNCER:-/usr/sbin/pgbouncer}
 P=ex_$$_
 passed=0
 failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/jobq-examples.XXXXXX")
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/jobq-examples.XXXXXX") || { echo "0 passed, 1 failed"; exit 2; }
 worker_pid=
 bouncer_pid=
 sub_pids=()
@@ -85,7 +85,7 @@ poll() {
 
 # drained QUEUE: wait until the queue has no handled job pending or running
 drained() {
-	poll 30 "SELECT count(*) = 0 FROM jobq.job
+	poll 300 "SELECT count(*) = 0 FROM jobq.job
 	          WHERE queue = '$1' AND kind <> 'video.transcode' AND status IN ('pending', 'running')" && return 0
 	got=$(q "SELECT string_agg(kind || ' ' || status || ' ' || n, ', ')
 	           FROM (SELECT kind, status, count(*) n FROM jobq.job WHERE queue = '$1' GROUP BY 1, 2) s")
@@ -292,14 +292,14 @@ example() {
 	# SIGTERM while a slow job runs
 	q "SELECT jobq.enqueue('report.build', '{\"seconds\": 2}', '$Q', idempotency_key => '$Q-term')" >/dev/null
 	check "$t: the slow job is claimed" \
-		poll 10 "SELECT status = 'running' FROM jobq.jobs WHERE queue = '$Q' AND idempotency_key = '$Q-term'"
+		poll 60 "SELECT status = 'running' FROM jobq.jobs WHERE queue = '$Q' AND idempotency_key = '$Q-term'"
 	sleep 0.5 # claimed is not started yet for the bash worker, which runs a batch in turn
 	kill -TERM "$worker_pid"
-	local end=$((SECONDS + 5))
+	local end=$((SECONDS + 60))
 	until grep -q 'no more claims' "$log" || [ "$SECONDS" -ge "$end" ]; do sleep 0.05; done
 	# a job enqueued after the signal must not be claimed
 	q "SELECT jobq.enqueue('email.send', '{\"to\": \"late@example.com\"}', '$Q', idempotency_key => '$Q-late')" >/dev/null
-	end=$((SECONDS + 15))
+	end=$((SECONDS + 120))
 	while kill -0 "$worker_pid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.1; done
 	rc=0
 	if kill -0 "$worker_pid" 2>/dev/null; then
@@ -324,13 +324,13 @@ example() {
 			>>"$log" 2>&1 &
 		worker_pid=$!
 		check "$t: a 30-second job is claimed" \
-			poll 10 "SELECT status = 'running' FROM jobq.jobs WHERE queue = '$Q' AND idempotency_key = '$Q-abandon'"
+			poll 60 "SELECT status = 'running' FROM jobq.jobs WHERE queue = '$Q' AND idempotency_key = '$Q-abandon'"
 		sleep 0.5
 		kill -TERM "$worker_pid"
-		end=$((SECONDS + 5))
+		end=$((SECONDS + 60))
 		until [ "$(grep -c 'no more claims' "$log")" = 2 ] || [ "$SECONDS" -ge "$end" ]; do sleep 0.05; done
 		kill -TERM "$worker_pid"
-		end=$((SECONDS + 10))
+		end=$((SECONDS + 120))
 		while kill -0 "$worker_pid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.1; done
 		rc=0
 		if kill -0 "$worker_pid" 2>/dev/null; then
