@@ -5,10 +5,16 @@
 # a jobq-<version>/ prefix; <version> is jobq.control's default_version, and
 # META.json must carry the same version (checked).  Uncommitted changes are
 # not in the archive: the target warns about them.
+#
+# "make deb" is the Debian package, postgresql-15-jobq_<version>-<rev>_<arch>.deb
+# in dist/, built by scripts/deb-build from "git archive" of HEAD with
+# dpkg-buildpackage and debian/ (pg_buildext).  scripts/deb-check installs it,
+# and upgrades to it from the previous release's package, in a throwaway
+# Debian 12 root.
 
 DIST_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/jobq.control)
 DIST_NAME = jobq-$(DIST_VERSION)
-EXTRA_CLEAN += jobq-*.zip
+EXTRA_CLEAN += jobq-*.zip dist
 
 .PHONY: dist
 dist:
@@ -18,3 +24,7 @@ dist:
 	@git -C $(srcdir) diff --quiet HEAD -- || echo "dist: warning: uncommitted changes are not in the archive" >&2
 	git -C $(srcdir) archive --format=zip --prefix=$(DIST_NAME)/ -o $(abspath $(DIST_NAME).zip) HEAD
 	@echo "dist: $(DIST_NAME).zip"
+
+.PHONY: deb
+deb:
+	$(srcdir)/scripts/deb-build -o $(abspath dist) HEAD
