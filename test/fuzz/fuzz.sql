@@ -77,7 +77,8 @@ DECLARE
         $q$'-178000000 years'::interval$q$, $q$'1 month -31 days'::interval$q$, $q$'-1 month 40 days'::interval$q$,
         $q$'2147483647 days'::interval$q$, $q$'-2147483648 months'::interval$q$, $q$'10 minutes'::interval$q$,
         $q$'-1000000 years'::interval$q$, $q$'10000 years'::interval$q$, $q$'300000 years'::interval$q$,
-        $q$'2147483647 hours'::interval$q$, $q$'-2147483648 hours'::interval$q$];
+        $q$'2147483647 hours'::interval$q$, $q$'-2147483648 hours'::interval$q$,
+        $q$'1000000 years -359999999 days'::interval$q$, $q$'-1000000 years 360000001 days'::interval$q$];
     -- waits must stay short or negative: a claim really waits (with 30-day
     -- months, '-1 month 40 days' is ten days)
     waits text[] := ARRAY['NULL::interval', $q$'0'::interval$q$, $q$'-1 s'::interval$q$, $q$'1 ms'::interval$q$,
@@ -535,7 +536,11 @@ DECLARE
         'interval', ARRAY[$q$'1000000 years'::interval$q$, $q$'-1000000 years'::interval$q$,
                           $q$'178000000 years'::interval$q$, $q$'-178000000 years'::interval$q$,
                           $q$'2147483647 days'::interval$q$, $q$'-2147483648 months'::interval$q$,
-                          $q$'2147483647 hours'::interval$q$, $q$'10000 years'::interval$q$],
+                          $q$'2147483647 hours'::interval$q$, $q$'10000 years'::interval$q$,
+                          -- fields far out of range whose sum is small (PostgreSQL
+                          -- adds them to a timestamp one by one)
+                          $q$'1000000 years -359999999 days'::interval$q$,
+                          $q$'-1000000 years 360000001 days'::interval$q$],
         'wait', ARRAY[$q$'-1000000 years'::interval$q$, $q$'-178000000 years'::interval$q$,
                       $q$'-2147483648 months'::interval$q$],
         'ts', ARRAY[$q$'infinity'::timestamptz$q$, $q$'-infinity'::timestamptz$q$,
