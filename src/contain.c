@@ -12,10 +12,15 @@
  * that no longer parses, a row that breaks a constraint) so never stops the
  * worker's duties for the rest, nor makes the worker exit.
  *
+ * A query cancel (pg_cancel_backend, statement_timeout) is not contained: as
+ * PL/pgSQL's WHEN OTHERS, a unit lets it through, and it ends the call.
+ *
  * A failing unit is tried again next round, but logged once per cause: when
  * it first fails, when it fails with another SQLSTATE, and when it works
  * again.  A subtransaction costs a few microseconds; the worker opens one
- * per queue that has something to do, never one per job.
+ * per due schedule and per queue with an expired lease, one for pruning all
+ * the queues that work (and one per queue that fails), never one per job.
+ * jobq.reap(), jobq.prune() and jobq.run_schedules() go unit by unit too.
  *
  * A unit's statements run with lock_timeout JOBQ_UNIT_LOCK_TIMEOUT_MS.  The
  * rows a client can hold in an open transaction (queue rows, schedule rows,
@@ -155,6 +160,9 @@ RunContained(JobqUnitFn fn, void *arg, ErrorData **edata)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
+		/* a cancel stops the whole call, as in a PL/pgSQL exception block */
+		if (error->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ReThrowError(error);
 		if (edata != NULL)
 			*edata = error;
 		else

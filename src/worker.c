@@ -17,12 +17,16 @@
  * A worker loops: fire due schedules (scheduler.c), reap expired leases
  * (reaper.c), prune finished jobs every jobq.prune_interval (retention.c),
  * then sleep on its latch until the next schedule is due, jobq.naptime at
- * most; a transaction that changes a schedule sets the latch at commit.  Every step is a transaction of its own, so no snapshot is held
- * while it sleeps.  It exits when the extension is dropped.  Workers are
- * never restarted by the postmaster; the launcher starts them again, at
- * most once per JOBQ_RESTART_DELAY_MS per database.  The launcher itself
- * is restarted by the postmaster, and after a crash-restart everything
- * starts afresh from the tables: expired leases are simply reaped.
+ * most; a transaction that changes a schedule sets the latch at commit.
+ * Every step is a transaction of its own, so no snapshot is held while it
+ * sleeps.  Inside a step each schedule and each queue is a unit that fails
+ * alone (contain.c), and nothing a client holds locked makes the worker
+ * wait: no tenant can stop or stall it for the others.  It exits when the
+ * extension is dropped.  Workers are never restarted by the postmaster; the
+ * launcher starts them again, at most once per JOBQ_RESTART_DELAY_MS per
+ * database.  The launcher itself is restarted by the postmaster, and after
+ * a crash-restart everything starts afresh from the tables: expired leases
+ * are simply reaped.
  *
  * Commands that need a database to themselves (DROP DATABASE, CREATE
  * DATABASE from it as template, ALTER DATABASE RENAME) first block the
