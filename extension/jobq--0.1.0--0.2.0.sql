@@ -473,3 +473,7 @@ BEGIN
     RETURN NEXT;
 END
 $$;
+
+-- jobq.idempotency_retention = -1 keeps keys for ever (their expiry stays NULL)
+COMMENT ON COLUMN jobq.idempotency_key.expires_at IS
+    'when the key may be pruned: NULL while its job exists, and for ever when jobq.idempotency_retention is -1';

@@ -63,3 +63,27 @@ COMMIT;
 
 -- bad input
 SELECT jobq.prune(0);
+
+-- jobq.idempotency_retention = -1 keeps a pruned job's key for ever: its
+-- expires_at stays NULL, prune never deletes it, and it still de-duplicates
+-- (in one transaction, out of the background worker's sight)
+BEGIN;
+SET LOCAL jobq.idempotency_retention = -1;
+SELECT created FROM jobq.enqueue('forever.kind', '{}', 'forever', idempotency_key => 'fk1');
+SELECT jobq.complete(job_id, lease_token) AS completed FROM jobq.claim('forever');
+SELECT jobq.purge('forever', 'completed') AS purged;
+SELECT count(*) AS key_rows, count(expires_at) AS with_expiry
+  FROM jobq.idempotency_key WHERE kind = 'forever.kind' AND key = 'fk1';
+SELECT FROM (SELECT jobq.prune(1000)) AS pruned;
+SELECT count(*) AS key_rows_after_prune
+  FROM jobq.idempotency_key WHERE kind = 'forever.kind' AND key = 'fk1';
+SELECT created AS created_again FROM jobq.enqueue('forever.kind', '{}', 'forever', idempotency_key => 'fk1');
+ROLLBACK;
+-- with the default, the same purge sets the key's expiry a week after the job finished
+BEGIN;
+SELECT created FROM jobq.enqueue('week.kind', '{}', 'forever', idempotency_key => 'wk1');
+SELECT jobq.complete(job_id, lease_token) AS completed FROM jobq.claim('forever');
+SELECT jobq.purge('forever', 'completed') AS purged;
+SELECT expires_at - now() BETWEEN interval '6 days 23 hours' AND interval '7 days 1 minute' AS expires_in_a_week
+  FROM jobq.idempotency_key WHERE kind = 'week.kind' AND key = 'wk1';
+ROLLBACK;

@@ -403,6 +403,7 @@ jobq_purge(PG_FUNCTION_ARGS)
 	JobqSavedUser saved;
 	Oid			types[4] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, INTERVALOID};
 	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 	const char *status;
 	Interval	key_retention;
 	int64		older_than_us;
@@ -424,8 +425,10 @@ jobq_purge(PG_FUNCTION_ARGS)
 				 errhint("Use '0' to purge every such job.")));
 	older_than_us = jobq_check_interval_arg(PG_GETARG_INTERVAL_P(2), "older_than", 0,
 											JOBQ_MAX_INTERVAL_US);
+	/* a key's retention of -1 keeps it for ever: its expires_at stays NULL */
 	memset(&key_retention, 0, sizeof(key_retention));
 	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
+	nulls[3] = jobq_idempotency_retention < 0 ? 'n' : ' ';
 
 	values[1] = CStringGetTextDatum(status);
 	values[2] = TimestampTzGetDatum(jobq_timestamp_add(GetCurrentTimestamp(),
@@ -445,7 +448,7 @@ jobq_purge(PG_FUNCTION_ARGS)
 							" AND k.job_id = dj.job_id)"
 							" SELECT count(*) FROM dj",
 							4, types),
-				  values, NULL, SPI_OK_SELECT);
+				  values, nulls, SPI_OK_SELECT);
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	jobq_restore_user(&saved);

@@ -121,9 +121,9 @@ _PG_init(void)
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.idempotency_retention",
 							"How long an idempotency key stays reserved after its job finished, even if the job is pruned earlier.",
-							NULL,
+							"-1 keeps keys for ever.",
 							&jobq_idempotency_retention,
-							7 * 24 * 3600, 0, INT_MAX,
+							7 * 24 * 3600, -1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
 

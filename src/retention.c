@@ -59,14 +59,17 @@ PruneQueues(void *arg)
 	JobqPruneUnit *u = (JobqPruneUnit *) arg;
 	Oid			types[4] = {TIMESTAMPTZOID, INT4OID, INTERVALOID, TEXTARRAYOID};
 	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 	Interval	key_retention;
 	bool		isnull;
 
+	/* a key's retention of -1 keeps it for ever: its expires_at stays NULL */
 	memset(&key_retention, 0, sizeof(key_retention));
 	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
 	values[0] = TimestampTzGetDatum(u->now);
 	values[1] = Int32GetDatum(u->limit);
 	values[2] = IntervalPGetDatum(&key_retention);
+	nulls[2] = jobq_idempotency_retention < 0 ? 'n' : ' ';
 	values[3] = u->queues;
 
 	/*
@@ -94,7 +97,7 @@ PruneQueues(void *arg)
 							" AND k.job_id = dj.job_id)"
 							" SELECT count(*) FROM dj",
 							4, types),
-				  values, NULL, SPI_OK_SELECT);
+				  values, nulls, SPI_OK_SELECT);
 	u->deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 											 SPI_tuptable->tupdesc, 1, &isnull));
 }
