@@ -38,6 +38,7 @@
 
 #include "access/xact.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -171,6 +172,19 @@ RunContained(JobqUnitFn fn, void *arg, ErrorData **edata)
 	}
 	PG_END_TRY();
 	return ok;
+}
+
+/*
+ * The SQL-callable duties (jobq.reap(), jobq.prune(), jobq.run_schedules())
+ * refuse a read-only transaction and a standby up front: their units would
+ * otherwise each fail, be contained, and the call return 0 as if there had
+ * been nothing to do.
+ */
+void
+jobq_require_writable(const char *cmdname)
+{
+	PreventCommandIfReadOnly(cmdname);
+	PreventCommandDuringRecovery(cmdname);
 }
 
 /*

@@ -165,6 +165,7 @@ extern const char *jobq_end_attempt(const JobqAttempt *a, text *error,
 /* contain.c */
 typedef void (*JobqUnitFn) (void *arg);
 extern bool jobq_run_unit(const char *unit, JobqUnitFn fn, void *arg);
+extern void jobq_require_writable(const char *cmdname);
 extern bool jobq_try_units(JobqUnitFn fn, void *arg);
 
 /* reaper.c (SPI must be connected) */

@@ -191,6 +191,7 @@ jobq_reap(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be positive")));
+	jobq_require_writable("jobq.reap()");
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);

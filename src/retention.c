@@ -263,6 +263,7 @@ jobq_prune(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be a positive integer")));
 	batch = PG_GETARG_INT32(0);
+	jobq_require_writable("jobq.prune()");
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);

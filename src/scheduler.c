@@ -653,6 +653,7 @@ jobq_run_schedules(PG_FUNCTION_ARGS)
 	JobqIdSet	skip;
 	bool		more;
 
+	jobq_require_writable("jobq.run_schedules()");
 	jobq_become_owner(&saved);
 	SPI_connect();
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
