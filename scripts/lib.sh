@@ -8,12 +8,21 @@
 #
 # initdb and postgres refuse to run as root.  When we are root, every server
 # command goes through pg_as, which runs it as the "postgres" user (created by
-# the postgresql-common package); otherwise pg_as runs it as ourselves.
+# the postgresql-common package); otherwise pg_as runs it as ourselves.  runuser
+# keeps the working directory, and PostgreSQL's programs complain ("could not
+# change directory") when that user cannot enter it (a checkout in root's
+# home): callers cd to a directory of their scratch tree first.
+#
+# PG_BIN and PG_CONFIG name the system's PostgreSQL until use_private_pg
+# points them at a private copy of it (see private_pg_tree).
 
 PG_MAJOR=15
-PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_SYS_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_BIN=$PG_SYS_BIN
 PG_CONFIG=$PG_BIN/pg_config
 export PG_CONFIG
+# DESTDIR of build_and_install: empty = the system's directories (as root)
+PG_PRIVATE_ROOT=
 
 if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then
 	_c_bold=$'\e[1m' _c_red=$'\e[31m' _c_green=$'\e[32m' _c_yellow=$'\e[33m' _c_off=$'\e[0m'
@@ -70,11 +79,27 @@ set_pg_as /tmp
 # Run a command as the server user (postgres when root).
 pg_as() { "${PG_AS[@]}" "$@"; }
 
+# A package counts as present when its command is on PATH, whatever
+# installed it (this machine's Node 20 comes with its own npm and conflicts
+# with Debian's npm package).
+declare -A PKG_COMMAND=([nodejs]=node [npm]=npm [git]=git)
+
+# Services that installing a package enables and starts: stopped and
+# disabled again when that package was installed by us (see quiet_services).
+declare -A PKG_SERVICE=([pgbouncer]=pgbouncer ["postgresql-$PG_MAJOR"]=postgresql)
+
 # Install the given Debian packages that are not installed yet.  apt-get
-# runs only when something is missing, non-interactively.
+# runs only when something is missing, non-interactively.  Services that the
+# newly installed packages enabled and started (pgbouncer; the $PG_MAJOR/main
+# cluster that installing postgresql-$PG_MAJOR creates) are stopped and
+# disabled again: the caller starts servers of its own.  Services of packages
+# that were installed before are never touched.
 ensure_packages() {
 	local missing=() p status
 	for p in "$@"; do
+		if [ -n "${PKG_COMMAND[$p]:-}" ] && command -v "${PKG_COMMAND[$p]}" >/dev/null; then
+			continue
+		fi
 		status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
 		case "$status" in
 			*" installed") ;;
@@ -85,10 +110,59 @@ ensure_packages() {
 		info "packages present: $*"
 		return 0
 	fi
+	# Whether postgresql-common (the "postgresql" service and any cluster
+	# of another version) was there before this install.
+	local common_before=0
+	pkg_installed postgresql-common && common_before=1
 	info "installing missing packages: ${missing[*]}"
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 		--no-install-recommends "${missing[@]}" </dev/null
+	quiet_services "$common_before" "${missing[@]}"
+}
+
+# True when Debian package $1 is installed.
+pkg_installed() {
+	case "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" in
+		*" installed") return 0 ;;
+		*) return 1 ;;
+	esac
+}
+
+# quiet_services COMMON_BEFORE PACKAGE...: stop and disable the services of
+# the given packages (just installed by ensure_packages), with systemctl when
+# systemd runs, else with service and update-rc.d.  postgresql-$PG_MAJOR's
+# service is the "postgresql" service of postgresql-common, which also starts
+# clusters of other versions: when postgresql-common was there before
+# (COMMON_BEFORE=1), only the $PG_MAJOR/main cluster is stopped and set to
+# start manually (its start.conf), and the service is left alone.
+quiet_services() {
+	local common_before=$1 p svc
+	shift
+	for p in "$@"; do
+		svc=${PKG_SERVICE[$p]:-}
+		[ -n "$svc" ] || continue
+		if [ "$svc" = postgresql ] && [ "$common_before" = 1 ]; then
+			if [ -f "/etc/postgresql/$PG_MAJOR/main/start.conf" ]; then
+				info "stopping cluster $PG_MAJOR/main (created by installing $p) and setting it to start manually"
+				as_root pg_ctlcluster "$PG_MAJOR" main stop >/dev/null 2>&1 || true
+				echo manual | as_root tee "/etc/postgresql/$PG_MAJOR/main/start.conf" >/dev/null
+			fi
+			continue
+		fi
+		info "stopping and disabling service $svc (enabled by installing $p)"
+		if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+			as_root systemctl disable --now "$svc" >/dev/null 2>&1 ||
+				warn "could not stop and disable $svc (systemctl disable --now $svc)"
+		else
+			if command -v service >/dev/null && [ -x "/etc/init.d/$svc" ]; then
+				as_root service "$svc" stop >/dev/null 2>&1 || warn "could not stop $svc (service $svc stop)"
+			fi
+			if command -v update-rc.d >/dev/null && [ -x "/etc/init.d/$svc" ]; then
+				as_root update-rc.d "$svc" disable >/dev/null 2>&1 || warn "could not disable $svc (update-rc.d $svc disable)"
+			fi
+		fi
+	done
 }
 
 # The packages a build needs.
@@ -97,8 +171,10 @@ BUILD_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" make gc
 
 # The packages the test suites need on top of the build ones.
 # shellcheck disable=SC2034
+# (node and npm: test/examples and the bench; git: the bench records the commit.)
 TEST_PACKAGES=("postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
-	clang libclang-rt-14-dev python3 tzdata pgbouncer python3-psycopg python3-yaml)
+	clang libclang-rt-14-dev python3 tzdata pgbouncer python3-psycopg python3-yaml
+	nodejs npm git)
 
 # Copy the source tree $1 into the existing directory $2: the files git knows
 # about (tracked, plus untracked ones that are not ignored), or, outside a git
@@ -120,13 +196,72 @@ copy_tree() {
 	fi
 }
 
+# private_pg_tree ROOT: copy the system's PostgreSQL $PG_MAJOR installation
+# (/usr/lib/postgresql/$PG_MAJOR and /usr/share/postgresql/$PG_MAJOR, with what
+# packages such as pgTAP put there) to ROOT/usr/..., and make it the DESTDIR of
+# build_and_install.  PostgreSQL finds lib/ and share/ relative to its
+# binaries, so servers started from ROOT's bin/ load what is installed there
+# and nothing else; PostgreSQL 15 has no extension_control_path to point a
+# server at a private directory otherwise.  The headers are a symlink, so
+# ROOT's pg_config describes a tree PGXS can use.
+private_pg_tree() {
+	local root=$1
+	mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql" "$root/usr/include"
+	cp -a "/usr/lib/postgresql/$PG_MAJOR" "$root/usr/lib/postgresql/"
+	cp -a "/usr/share/postgresql/$PG_MAJOR" "$root/usr/share/postgresql/"
+	[ -e /usr/include/postgresql ] && ln -sfn /usr/include/postgresql "$root/usr/include/postgresql"
+	PG_PRIVATE_ROOT=$root
+}
+
 # Build jobq in directory $1 (as the server user when root, so the tree stays
-# writable by it) and install it; extra arguments go to the build's make.
+# writable by it) with the system's pg_config, and install it: into
+# $PG_PRIVATE_ROOT (make install DESTDIR=..., as ourselves, who made that
+# copy) when set, else into the system's directories (as root).  Extra
+# arguments go to the build's make.  Then use_private_pg switches PG_BIN and
+# PG_CONFIG to the private tree.
 build_and_install() {
 	local dir=$1
 	shift
-	(cd "$dir" && pg_as make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" "$@") &&
-		(cd "$dir" && as_root make install PG_CONFIG="$PG_CONFIG" >/dev/null)
+	(cd "$dir" && pg_as make -j"$(nproc)" PG_CONFIG="$PG_SYS_BIN/pg_config" "$@") || return 1
+	if [ -n "$PG_PRIVATE_ROOT" ]; then
+		(cd "$dir" && make install DESTDIR="$PG_PRIVATE_ROOT" PG_CONFIG="$PG_SYS_BIN/pg_config" >/dev/null)
+	else
+		(cd "$dir" && as_root make install PG_CONFIG="$PG_SYS_BIN/pg_config" >/dev/null)
+	fi
+}
+
+# use_private_pg: point PG_BIN and PG_CONFIG at $PG_PRIVATE_ROOT's copy.
+use_private_pg() {
+	[ -n "$PG_PRIVATE_ROOT" ] || return 0
+	PG_BIN=$PG_PRIVATE_ROOT/usr/lib/postgresql/$PG_MAJOR/bin
+	PG_CONFIG=$PG_BIN/pg_config
+	export PG_CONFIG
+}
+
+# check_installed BUILD_DIR: fail (with a message) unless $PG_CONFIG's
+# directories hold the library and control file just built in BUILD_DIR, and,
+# with a private tree, unless those directories are inside it.
+check_installed() {
+	local dir=$1 lib share
+	lib=$("$PG_CONFIG" --pkglibdir) share=$("$PG_CONFIG" --sharedir)
+	if [ -n "$PG_PRIVATE_ROOT" ]; then
+		case "$lib/" in
+			"$PG_PRIVATE_ROOT"/*) ;;
+			*) echo "pg_config $PG_CONFIG gives pkglibdir $lib, outside $PG_PRIVATE_ROOT" >&2; return 1 ;;
+		esac
+	fi
+	cmp -s "$dir/jobq.so" "$lib/jobq.so" ||
+		{ echo "$lib/jobq.so is not the library just built in $dir" >&2; return 1; }
+	cmp -s "$dir/jobq.control" "$share/extension/jobq.control" ||
+		{ echo "$share/extension/jobq.control is not $dir/jobq.control" >&2; return 1; }
+}
+
+# loaded_jobq DATADIR: the path of the jobq.so that the server running on
+# DATADIR has mapped (shared_preload_libraries), from /proc.
+loaded_jobq() {
+	local pid
+	pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) || return 1
+	awk '$6 ~ /\/jobq\.so$/ { print $6; exit }' "/proc/$pid/maps" 2>/dev/null
 }
 
 # Print a TCP port on 127.0.0.1 that nothing listens on.  Our servers listen
