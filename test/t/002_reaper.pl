@@ -128,6 +128,34 @@ is( $node->safe_psql(
 is($node->safe_psql('postgres', $job_row),
 	$before, 'the refused calls changed nothing');
 
+# Claimed again, under a new lease and token: the old token still cannot
+# change the job, now that it is running again (the fencing check itself,
+# not the status, refuses it), and the new holder's token can.
+$node->safe_psql('postgres', q{CREATE TABLE reclaimed (job_id bigint, lease_token bigint)});
+ok( $node->poll_query_until(
+		'postgres', q{
+	WITH c AS (SELECT job_id, lease_token
+	             FROM jobq.claim(kinds => ARRAY['vanish'], worker_id => 'w-new', lease => '1 hour')),
+	     i AS (INSERT INTO reclaimed SELECT * FROM c RETURNING 1)
+	SELECT count(*) > 0 FROM i}),
+	'the reaped job is claimed again');
+is( $node->safe_psql(
+		'postgres', q{
+	SELECT jobq.complete(h.job_id, h.lease_token),
+	       jobq.checkpoint(h.job_id, h.lease_token, '{"stale": true}'),
+	       jobq.extend(h.job_id, h.lease_token, '1 minute') IS NULL,
+	       jobq.fail(h.job_id, h.lease_token, 'stale') IS NULL
+	  FROM held h WHERE h.kind = 'vanish'}),
+	'f|f|t|t',
+	'while it runs under a new lease, the old token cannot complete, checkpoint, extend or fail it');
+is( $node->safe_psql(
+		'postgres', q{
+	SELECT j.status, j.worker_id, j.checkpoint IS NULL, j.lease_expires_at > now() + interval '50 minutes'
+	  FROM jobq.jobs j JOIN reclaimed r USING (job_id)}),
+	'running|w-new|t|t', 'the new holder keeps it, its lease untouched');
+is($node->safe_psql('postgres', q{SELECT jobq.complete(job_id, lease_token) FROM reclaimed}),
+	't', "the new holder's token completes it");
+
 #
 # expired lease with no retries left (max_retries 0): failed, dead letter
 #
@@ -197,7 +225,7 @@ sub reap_delays
 		'postgres', qq{
 	SELECT h.kind || ' ' || round(extract(epoch FROM a.finished_at - h.lease_expires_at) * 1000, 1)
 	  FROM held h JOIN jobq.attempt a USING (job_id)
-	 WHERE h.kind IN ($kinds) ORDER BY h.kind});
+	 WHERE h.kind IN ($kinds) AND a.outcome = 'lease expired' ORDER BY h.kind});
 }
 
 # Each reap happened after its lease expired (never before); how long
