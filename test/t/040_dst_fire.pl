@@ -122,6 +122,21 @@ is(around($t1 - 7, $t1 + 8), join(' ', $t1 - 7, $t1 - 2, $t1, $t1 + 3, $t1 + 8),
 is(around($t2 - 7, $t2 + 28), join(' ', $t2 - 7, $t2 - 2, $t2 + 23, $t2 + 28),
 	'model: the times the overlap repeats do not fire again');
 
+# --- a schedule made inside the overlap -------------------------------------
+
+# While the overlap repeats wall-clock times that have already passed once, a
+# new schedule must not fire them either (their first occurrence is gone):
+# its first fire is the first matching time after the overlap, as for the
+# schedule that lived through it.
+ok($node->poll_query_until('postgres', "SELECT now() >= to_timestamp($t2)"),
+	'the overlap has begun');
+$node->safe_psql('postgres', qq{
+	SELECT jobq.schedule('dst2', '*/$step * * * * *', 'k.dst2', timezone => '$tz',
+	                     misfire => 'run_all')});
+my $made = $node->safe_psql('postgres', 'SELECT floor(extract(epoch FROM now()))::bigint');
+cmp_ok($made, '<', $t2 + $dst - $step,
+	'the second schedule was made while repeated fire times were still ahead');
+
 # --- the worker's fires -------------------------------------------------------
 
 ok($node->poll_query_until('postgres', "SELECT now() > to_timestamp($until)"),
@@ -137,6 +152,15 @@ my $fired = $node->safe_psql('postgres', qq{
 is($fired, join(' ', @expected),
 	'the worker fired exactly the wall-clock times of the model (UTC seconds)')
   or diag('gap at ' . $t1 . ', overlap at ' . $t2);
+
+ok($node->poll_query_until('postgres', qq{
+	SELECT last_fire_at >= to_timestamp($until - $step) FROM jobq.schedule WHERE name = 'dst2'}),
+	'the worker fired the second schedule up to the end of the watch');
+is($node->safe_psql('postgres', qq{
+	SELECT string_agg(extract(epoch FROM run_at)::bigint::text, ' ' ORDER BY run_at)
+	  FROM jobq.job WHERE kind = 'k.dst2' AND run_at <= to_timestamp($until)}),
+	join(' ', grep { $_ > $made } @expected),
+	'the schedule made inside the overlap fired none of the repeated times');
 
 # readable, in the zone: the fire that ends the gap, none in the overlap
 is($node->safe_psql('postgres', qq{
