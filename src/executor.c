@@ -633,6 +633,8 @@ ExecResetSession(void)
 	ResetTempTableNamespace();
 	ResetSequenceCaches();
 	ExecEnd(true);
+	/* a handler's SET application_name, rolled back, left it empty */
+	pgstat_report_appname("jobq executor");
 }
 
 /*
