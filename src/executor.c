@@ -39,8 +39,8 @@
  * does (temporary objects, GUCs, prepared statements, cursors, advisory
  * locks, LISTEN, sequence state).  While a handler runs, jobq's own
  * capability checks ask about the handler's role (acl.c), exactly as when
- * that role connects.  Queues with handlers share the executors (at most
- * executors / queues each while others wait), and any error of a step -- a
+ * that role connects.  The roles handlers run as share the executors (at
+ * most executors / roles each), and any error of a step -- a
  * claim, a handler, the completion of a result too large -- ends in that
  * job's failure or a log line, never in the executor's exit.
  *
@@ -335,11 +335,11 @@ LoadHandlers(MemoryContext cxt)
 }
 
 /*
- * Claim one job of the handled kinds of queue (SPI connected); false when
- * there is none.
+ * Claim one job of queue of the kinds whose handlers run as role (SPI
+ * connected); false when there is none.
  */
 static bool
-ExecClaim(const char *queue, List *handlers, JobqExecJob *job, MemoryContext cxt)
+ExecClaim(const char *queue, Oid role, List *handlers, JobqExecJob *job, MemoryContext cxt)
 {
 	Oid			types[3] = {TEXTOID, TEXTOID, TEXTARRAYOID};
 	Datum		values[3];
@@ -356,7 +356,7 @@ ExecClaim(const char *queue, List *handlers, JobqExecJob *job, MemoryContext cxt
 	{
 		JobqHandler *h = (JobqHandler *) lfirst(lc);
 
-		if (strcmp(h->queue, queue) == 0)
+		if (strcmp(h->queue, queue) == 0 && h->run_as == role)
 			kinds[nkinds++] = CStringGetTextDatum(h->kind);
 	}
 	values[0] = CStringGetTextDatum(queue);
@@ -691,17 +691,25 @@ ExecRunJob(const JobqHandler *h, const JobqExecJob *job, MemoryContext cxt)
 	ExecResetSession();
 }
 
+/* One queue and one role whose handlers run its jobs: what a claim is for. */
+typedef struct JobqClaimFor
+{
+	const char *queue;
+	Oid			role;
+} JobqClaimFor;
+
 /*
- * One round: claim and run at most one job from each queue with handlers
- * (within the queue's share of the executors).  Returns the number of jobs
- * run, or -1 when there is nothing to do here any more (no extension, no
- * handlers).
+ * One round: claim and run at most one job for each queue and role with
+ * handlers (within the role's share of the executors).  Returns the number
+ * of jobs run, or -1 when there is nothing to do here any more (no
+ * extension, no handlers).
  */
 static int
 ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 {
 	List	   *handlers;
-	List	   *queues = NIL;
+	List	   *units = NIL;
+	List	   *roles = NIL;
 	ListCell   *lc;
 	int			ran = 0;
 
@@ -719,20 +727,37 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 	if (handlers == NIL)
 		return -1;
 
+	/* the distinct (queue, role) pairs, and the distinct roles */
 	foreach(lc, handlers)
 	{
 		JobqHandler *h = (JobqHandler *) lfirst(lc);
+		ListCell   *uc;
+		bool		known = false;
 
-		if (queues == NIL || strcmp((char *) llast(queues), h->queue) != 0)
-			queues = lappend(queues, h->queue);
+		foreach(uc, units)
+		{
+			JobqClaimFor *u = (JobqClaimFor *) lfirst(uc);
+
+			if (u->role == h->run_as && strcmp(u->queue, h->queue) == 0)
+				known = true;
+		}
+		if (!known)
+		{
+			JobqClaimFor *u = palloc(sizeof(JobqClaimFor));
+
+			u->queue = h->queue;
+			u->role = h->run_as;
+			units = lappend(units, u);
+		}
+		roles = list_append_unique_oid(roles, h->run_as);
 	}
 
 	*next_due = 0;
-	foreach(lc, queues)
+	foreach(lc, units)
 	{
-		const char *queue = (const char *) lfirst(lc);
+		const char *queue = ((JobqClaimFor *) lfirst(lc))->queue;
+		Oid			role = ((JobqClaimFor *) lfirst(lc))->role;
 		TimestampTz due = jobq_state_next_due(queue);
-		uint32		qh = hash_bytes((const unsigned char *) queue, strlen(queue));
 		JobqExecJob job;
 		bool		got = false;
 		ListCell   *hc;
@@ -741,14 +766,13 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 		if (due != 0 && (*next_due == 0 || due < *next_due))
 			*next_due = due;
 		CHECK_FOR_INTERRUPTS();
-		/* 0 means "no queue" in the slot */
-		if (!jobq_executor_take_share(qh == 0 ? 1 : qh, list_length(queues)))
+		if (!jobq_executor_take_share(role, list_length(roles)))
 			continue;
 		PG_TRY();
 		{
 			ExecBegin("jobq executor: claiming");
 			SPI_connect();
-			got = ExecClaim(queue, handlers, &job, round_cxt);
+			got = ExecClaim(queue, role, handlers, &job, round_cxt);
 			SPI_finish();
 			ExecEnd(true);
 		}
@@ -770,7 +794,7 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 			MemoryContextSwitchTo(round_cxt);
 			ran++;
 		}
-		(void) jobq_executor_take_share(0, 0);
+		(void) jobq_executor_take_share(InvalidOid, 0);
 	}
 	return ran;
 }

@@ -204,7 +204,7 @@ extern int	jobq_executors;
 extern void jobq_worker_init(void);
 extern bool jobq_executor_attach(int index);
 extern void jobq_executor_set_job(int64 job_id, TimestampTz deadline);
-extern bool jobq_executor_take_share(uint32 queue_hash, int nqueues);
+extern bool jobq_executor_take_share(Oid role, int nroles);
 extern void jobq_worker_wake_executors(Oid dbid);
 extern void jobq_worker_interrupt_job(int64 job_id);
 

@@ -114,7 +114,7 @@ typedef struct JobqDbSlot
 	TimestampTz executor_deadline[JOBQ_MAX_EXECUTORS];	/* that job's lease at claim */
 	TimestampTz executor_cancel_at[JOBQ_MAX_EXECUTORS];	/* when jobq.cancel interrupted it, else 0 */
 	bool		executor_terminated[JOBQ_MAX_EXECUTORS];	/* SIGTERM sent for that job */
-	uint32		executor_queue[JOBQ_MAX_EXECUTORS];	/* hash of the queue it claims from, else 0 */
+	Oid			executor_role[JOBQ_MAX_EXECUTORS];	/* the role whose jobs it claims or runs, else 0 */
 } JobqDbSlot;
 
 /* State shared by the launcher, the workers and every backend. */
@@ -967,7 +967,7 @@ ExecutorSlotClear(JobqDbSlot *slot, int index, pid_t pid)
 	slot->executor_deadline[index] = 0;
 	slot->executor_cancel_at[index] = 0;
 	slot->executor_terminated[index] = false;
-	slot->executor_queue[index] = 0;
+	slot->executor_role[index] = InvalidOid;
 }
 
 /* on_shmem_exit of an executor: free its place. */
@@ -1055,15 +1055,16 @@ jobq_executor_set_job(int64 job_id, TimestampTz deadline)
 }
 
 /*
- * Take a share of this database's executors for the queue whose name hashes
- * to queue_hash (0: give the share back).  Queues with handlers share the
- * executors: while other executors already run share jobs of this queue,
- * where share is the executors divided by the queues with handlers (at
- * least one), this one claims elsewhere, so one queue's long handlers never
- * hold every executor.
+ * Take a share of this database's executors for the jobs of role, the role
+ * handlers run as (InvalidOid: give the share back).  The roles with
+ * handlers share the executors: while other executors already claim or run
+ * share jobs of this role, where share is the executors divided by the
+ * roles with handlers (rounded up), this one claims for another role.  So
+ * one tenant's long handlers, in however many queues, never hold every
+ * executor.
  */
 bool
-jobq_executor_take_share(uint32 queue_hash, int nqueues)
+jobq_executor_take_share(Oid role, int nroles)
 {
 	JobqDbSlot *slot;
 	bool		ok = true;
@@ -1072,19 +1073,19 @@ jobq_executor_take_share(uint32 queue_hash, int nqueues)
 	slot = ExecutorSlot();
 	if (slot != NULL)
 	{
-		if (queue_hash != 0)
+		if (OidIsValid(role))
 		{
-			int			share = Max(1, (jobq_executors + Max(nqueues, 1) - 1) / Max(nqueues, 1));
+			int			share = Max(1, (jobq_executors + Max(nroles, 1) - 1) / Max(nroles, 1));
 			int			taken = 0;
 
 			for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
 				if (e != MyExecutorIndex && slot->executor_pid[e] != 0 &&
-					slot->executor_queue[e] == queue_hash)
+					slot->executor_role[e] == role)
 					taken++;
 			ok = taken < share;
 		}
 		if (ok)
-			slot->executor_queue[MyExecutorIndex] = queue_hash;
+			slot->executor_role[MyExecutorIndex] = role;
 	}
 	LWLockRelease(JobqWorkerLock);
 	return ok;

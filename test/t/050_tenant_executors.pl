@@ -10,7 +10,8 @@
 #     role exactly as for that role connected directly;
 #   - a handler that swallows jobq.cancel's interrupt loses its executor,
 #     and the other tenant's job runs;
-#   - one tenant's long handlers never hold every executor;
+#   - one tenant's long handlers, even in several queues, never hold every
+#     executor (the executors are shared per role);
 #   - a handler result over jobq.max_result_size fails that job, and the
 #     executor goes on;
 #   - a queue whose stored lease cannot be computed does not stop the
@@ -36,6 +37,7 @@ $node->safe_psql('postgres', q{
 	CREATE SCHEMA carol AUTHORIZATION carol;
 	CREATE SCHEMA dave AUTHORIZATION dave;
 	SELECT jobq.grant('qc', 'carol', 'administer');
+	SELECT jobq.grant('qc2', 'carol', 'administer');
 	SELECT jobq.grant('qd', 'dave', 'administer');
 });
 
@@ -203,15 +205,19 @@ $node->safe_psql('postgres', q{
 		RETURN '{}';
 	END $$;
 	SELECT jobq.register_handler('c.hold', 'carol.hold(jsonb)', 'qc');
+	SELECT jobq.register_handler('c.hold2', 'carol.hold(jsonb)', 'qc2');
 });
 my $gate = $node->background_psql('postgres');
 $gate->query_safe('SELECT pg_catalog.pg_advisory_lock(777)');
+# held jobs in both of carol's queues: a share per queue would give her both
+# executors
 $node->safe_psql('postgres', q{
 	SET ROLE carol;
-	SELECT jobq.enqueue_many('c.hold', ARRAY['{}', '{}', '{}']::jsonb[], queue => 'qc');
+	SELECT jobq.enqueue_many('c.hold', ARRAY['{}', '{}']::jsonb[], queue => 'qc');
+	SELECT jobq.enqueue_many('c.hold2', ARRAY['{}']::jsonb[], queue => 'qc2');
 });
 ok($node->poll_query_until('postgres',
-	q{SELECT count(*) = 1 FROM jobq.jobs WHERE kind = 'c.hold' AND status = 'running'}),
+	q{SELECT count(*) = 1 FROM jobq.jobs WHERE kind LIKE 'c.hold%' AND status = 'running'}),
 	"one of carol's held jobs runs");
 my $d4 = $node->safe_psql('postgres',
 	q{SET ROLE dave; SELECT job_id FROM jobq.enqueue('d.send', '{"msg": "fair"}', queue => 'qd')});
@@ -219,12 +225,12 @@ ok($node->poll_query_until('postgres',
 	"SELECT status = 'completed' FROM jobq.job WHERE job_id = $d4"),
 	"dave's job runs while carol's handlers wait");
 is($node->safe_psql('postgres',
-	q{SELECT count(*) FROM jobq.jobs WHERE kind = 'c.hold' AND status = 'running'}),
-	'1', 'carol held one executor, not both');
+	q{SELECT count(*) FROM jobq.jobs WHERE kind LIKE 'c.hold%' AND status = 'running'}),
+	'1', 'carol held one executor, not both, with jobs in two queues');
 $gate->query_safe('SELECT pg_catalog.pg_advisory_unlock(777)');
 $gate->quit;
 ok($node->poll_query_until('postgres',
-	q{SELECT count(*) = 3 FROM jobq.jobs WHERE kind = 'c.hold' AND status = 'completed'}),
+	q{SELECT count(*) = 3 FROM jobq.jobs WHERE kind LIKE 'c.hold%' AND status = 'completed'}),
 	"carol's jobs complete once released");
 
 # --- 5. a result over jobq.max_result_size fails the job -------------------
