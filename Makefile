@@ -54,6 +54,15 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# test/layout/check: src/ includes go one way (processes -> features ->
+# queue operations -> access control and shared memory -> leaf), no C file
+# over 900 lines.  Every installcheck runs it first.
+.PHONY: check-layout
+check-layout:
+	$(srcdir)/test/layout/check
+
+installcheck: check-layout
+
 .PHONY: format
 format:
 	clang-format -i --style=file src/*.c src/*.h

@@ -12,7 +12,7 @@
  *
  * jobq's C functions are SECURITY INVOKER.  Each one checks the caller's
  * capability for the queue it acts on, then switches to the extension
- * owner (jobq_become_owner) for its own table access, like PostgreSQL's
+ * owner (jobq_owner_begin) for its own table access, like PostgreSQL's
  * internal operations do; an error anywhere restores the caller's identity
  * as the (sub)transaction aborts.  Their queries are prepared under a
  * search_path of pg_catalog alone (spi_plan.c), so nothing a caller
@@ -41,7 +41,11 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "acl.h"
+#include "args.h"
+#include "guc.h"
 #include "jobq.h"
+#include "spi_plan.h"
 
 PG_FUNCTION_INFO_V1(jobq_grant);
 PG_FUNCTION_INFO_V1(jobq_revoke);
@@ -91,21 +95,28 @@ AllPowerful(Oid role)
 }
 
 /*
- * Switch to the extension owner for jobq's own table access; the caller's
- * identity is kept in *saved.  No switch when the caller is the owner.
+ * Begin the table access of one of jobq's SQL functions: switch to the
+ * extension owner and connect SPI.  The caller's identity is kept in *saved
+ * (saved->caller, which the function checks capabilities of) and returned.
+ * Every such function runs its saved plans between this and
+ * jobq_owner_end(); an error in between restores the caller's identity and
+ * SPI as the (sub)transaction aborts.
  */
-void
-jobq_become_owner(JobqSavedUser *saved)
+Oid
+jobq_owner_begin(JobqSavedUser *saved)
 {
 	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
 	saved->caller = saved->userid;
 	SetUserIdAndSecContext(JobqOwner(), saved->sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	SPI_connect();
+	return saved->caller;
 }
 
-/* Switch back to the caller. */
+/* End what jobq_owner_begin() began: disconnect SPI, switch back to the caller. */
 void
-jobq_restore_user(const JobqSavedUser *saved)
+jobq_owner_end(const JobqSavedUser *saved)
 {
+	SPI_finish();
 	SetUserIdAndSecContext(saved->userid, saved->sec_context);
 }
 
@@ -235,8 +246,7 @@ jobq_grant(PG_FUNCTION_ARGS)
 				 errmsg("role must not be null")));
 	role = PG_GETARG_OID(1);
 
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, strcmp(queue, "*") == 0 ? NULL : queue, JOBQ_CAP_ADMINISTER);
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = ObjectIdGetDatum(role);
@@ -249,8 +259,7 @@ jobq_grant(PG_FUNCTION_ARGS)
 				  values, NULL, SPI_OK_INSERT);
 	GrantObjects(role, cap);
 	acl_generation++;
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_VOID();
 }
 
@@ -269,8 +278,7 @@ jobq_revoke(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("role must not be null")));
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, strcmp(queue, "*") == 0 ? NULL : queue, JOBQ_CAP_ADMINISTER);
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = PG_GETARG_DATUM(1);
@@ -282,8 +290,7 @@ jobq_revoke(PG_FUNCTION_ARGS)
 				  values, NULL, SPI_OK_DELETE);
 	done = SPI_processed > 0;
 	acl_generation++;
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -338,11 +345,9 @@ jobq_may_sql(PG_FUNCTION_ARGS)
 
 	if (AllPowerful(role))
 		PG_RETURN_BOOL(true);
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	may = jobq_may(role, strcmp(queue, "*") == 0 ? NULL : queue, cap);
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(may);
 }
 
@@ -375,11 +380,9 @@ jobq_may_use_queue(PG_FUNCTION_ARGS)
 		cached_role == role && strcmp(cached_queue, queue) == 0)
 		PG_RETURN_BOOL(cached_answer);
 
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	may = jobq_may(role, queue, JOBQ_CAP_ENQUEUE) || jobq_may(role, queue, JOBQ_CAP_WORK);
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 
 	cached_lxid = MyProc->lxid;
 	cached_generation = acl_generation;

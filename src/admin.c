@@ -21,7 +21,14 @@
 #include "utils/memutils.h"
 #include "access/xact.h"
 
-#include "jobq.h"
+#include "acl.h"
+#include "args.h"
+#include "guc.h"
+#include "queue_enqueue.h"
+#include "queue_settings.h"
+#include "shm_bgw.h"
+#include "shm_queue.h"
+#include "spi_plan.h"
 
 PG_FUNCTION_INFO_V1(jobq_retry);
 PG_FUNCTION_INFO_V1(jobq_retry_failed);
@@ -116,11 +123,9 @@ jobq_retry(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("job_id must not be null")));
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	done = RetryJob(PG_GETARG_INT64(0), GetCurrentTimestamp(), saved.caller);
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -143,8 +148,7 @@ jobq_retry_failed(PG_FUNCTION_ARGS)
 	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
 	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
 
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, PG_ARGISNULL(1) ? NULL : TextDatumGetCString(values[1]),
 				 JOBQ_CAP_ADMINISTER);
 	jobq_spi_exec(jobq_plan(&plan_retry_failed_ids,
@@ -162,8 +166,7 @@ jobq_retry_failed(PG_FUNCTION_ARGS)
 		if (RetryJob(job_id, now, saved.caller))
 			retried++;
 	}
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_INT64(retried);
 }
 
@@ -259,7 +262,7 @@ CancelXactCallback(XactEvent event, void *arg)
 		return;
 	if (event == XACT_EVENT_COMMIT)
 		foreach(lc, interrupt_at_commit)
-			jobq_worker_interrupt_job(*(int64 *) lfirst(lc));
+			jobq_bgw_interrupt_job(*(int64 *) lfirst(lc));
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
 	{
 		list_free_deep(interrupt_at_commit);
@@ -290,8 +293,7 @@ jobq_cancel(PG_FUNCTION_ARGS)
 		callback_registered = true;
 	}
 
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	for (int i = 0; i < JOBQ_CANCEL_TRIES; i++)
 	{
 		HeapTuple	tup;
@@ -339,8 +341,7 @@ jobq_cancel(PG_FUNCTION_ARGS)
 		else
 			break;				/* finished: nothing to cancel */
 	}
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -356,8 +357,7 @@ SetPaused(FunctionCallInfo fcinfo, bool paused)
 
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = BoolGetDatum(paused);
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
 	jobq_spi_exec(jobq_plan(&plan_pause,
 							"INSERT INTO jobq.queue AS q (name, paused) VALUES ($1, $2)"
@@ -367,8 +367,7 @@ SetPaused(FunctionCallInfo fcinfo, bool paused)
 							" breaker_failures = 0, updated_at = now()",
 							2, types),
 				  values, NULL, SPI_OK_INSERT);
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 }
 
 /* jobq.pause(queue): the queue hands out no jobs until resumed */
@@ -435,8 +434,7 @@ jobq_purge(PG_FUNCTION_ARGS)
 													   -older_than_us));
 	values[3] = IntervalPGetDatum(&key_retention);
 
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, TextDatumGetCString(values[0]), JOBQ_CAP_ADMINISTER);
 	jobq_spi_exec(jobq_plan(&plan_purge,
 							"WITH dj AS (DELETE FROM jobq.job j WHERE j.queue = $1"
@@ -450,7 +448,6 @@ jobq_purge(PG_FUNCTION_ARGS)
 							4, types),
 				  values, nulls, SPI_OK_SELECT);
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_INT64(n);
 }

@@ -16,7 +16,7 @@
 
 #include <math.h>
 
-#include "jobq.h"
+#include "backoff.h"
 
 /*
  * Delay in microseconds before the next attempt.  unit_random is a uniform

@@ -44,7 +44,7 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
-#include "jobq.h"
+#include "contain.h"
 
 /* How long a unit's statement waits for a lock before the unit gives up. */
 #define JOBQ_UNIT_LOCK_TIMEOUT_MS	100

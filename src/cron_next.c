@@ -32,8 +32,9 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "args.h"
 #include "cron.h"
-#include "jobq.h"
+#include "guc.h"
 
 PG_FUNCTION_INFO_V1(jobq_cron_next);
 

@@ -7,7 +7,7 @@
  * jobq.register_handler(kind, handler) binds a kind to a SQL function
  * taking the payload (and, optionally, a jsonb describing the job) and
  * returning jsonb.  While a database has handlers, its jobq worker keeps
- * jobq.executors executor processes running (worker.c).  An executor
+ * jobq.executors executor processes running (bgw_worker.c).  An executor
  * claims one job of a handled kind at a time (woken through its latch when
  * such a job becomes ready), then, in one transaction:
  *
@@ -32,7 +32,7 @@
  * jobq.cancel of a job an executor runs sends that executor SIGINT, which
  * interrupts the handler (the ordinary query-cancel path).  A handler that
  * catches the cancel, or the statement timeout at the end of its lease, is
- * terminated by the launcher a few seconds later (worker.c).
+ * terminated by the launcher a few seconds later (bgw_launcher.c).
  *
  * Tenants share executors, so nothing passes from one job to the next:
  * after every job the executor discards its session state as DISCARD ALL
@@ -45,7 +45,7 @@
  * job's failure or a log line, never in the executor's exit.
  *
  * Locking: the executor slots in shared memory are guarded by the worker
- * lock (worker.c).
+ * lock (shm_bgw.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -83,7 +83,13 @@
 #include "utils/syscache.h"
 #include "utils/timeout.h"
 
-#include "jobq.h"
+#include "acl.h"
+#include "args.h"
+#include "executor.h"
+#include "guc.h"
+#include "shm_bgw.h"
+#include "shm_queue.h"
+#include "spi_plan.h"
 
 /* SQLSTATE of the error jobq.snooze(delay) raises to end a handler. */
 #define ERRCODE_JOBQ_SNOOZE		MAKE_SQLSTATE('J','Q','S','N','Z')
@@ -198,8 +204,7 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 	values[2] = CStringGetTextDatum(queue);
 	values[3] = ObjectIdGetDatum(run_as);
 	values[4] = BoolGetDatum(allow_superuser);
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(run_as, queue, JOBQ_CAP_ADMINISTER);
 	HandlerOwnerCheck(kind, run_as);
 	jobq_spi_exec(jobq_plan(&plan_register,
@@ -209,9 +214,8 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 							" run_as = $4, allow_superuser = $5, updated_at = now()",
 							5, types),
 				  values, NULL, SPI_OK_INSERT);
-	SPI_finish();
-	jobq_restore_user(&saved);
-	jobq_worker_wake_at_commit();
+	jobq_owner_end(&saved);
+	jobq_bgw_wake_worker_at_commit();
 	PG_RETURN_VOID();
 }
 
@@ -225,16 +229,14 @@ jobq_unregister_handler(PG_FUNCTION_ARGS)
 	JobqSavedUser saved;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false));
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller);
 	jobq_spi_exec(jobq_plan(&plan_unregister,
 							"DELETE FROM jobq.handler WHERE kind = $1",
 							1, types),
 				  values, NULL, SPI_OK_DELETE);
 	done = SPI_processed > 0;
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -455,7 +457,7 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	TimestampDifference(GetCurrentTimestamp(), job->lease_expires_at, &secs, &usecs);
 	snooze_requested = false;
-	jobq_executor_set_job(job->job_id, job->lease_expires_at);
+	jobq_bgw_executor_set_job(job->job_id, job->lease_expires_at);
 	jobq_acl_set_handler_role(h->run_as);
 	enable_timeout_after(STATEMENT_TIMEOUT, Max((int) Min(secs * 1000 + usecs / 1000, INT_MAX), 1));
 
@@ -493,7 +495,7 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	jobq_acl_set_handler_role(InvalidOid);
-	jobq_executor_set_job(0, 0);
+	jobq_bgw_executor_set_job(0, 0);
 	AtEOXact_GUC(false, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec);
 
@@ -664,7 +666,7 @@ ExecRunJob(const JobqHandler *h, const JobqExecJob *job, MemoryContext cxt)
 		edata = ExecRecover(cxt);
 	}
 	PG_END_TRY();
-	jobq_executor_set_job(0, 0);
+	jobq_bgw_executor_set_job(0, 0);
 
 	if (edata != NULL)
 	{
@@ -766,7 +768,7 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 		if (due != 0 && (*next_due == 0 || due < *next_due))
 			*next_due = due;
 		CHECK_FOR_INTERRUPTS();
-		if (!jobq_executor_take_share(role, list_length(roles)))
+		if (!jobq_bgw_executor_take_share(role, list_length(roles)))
 			continue;
 		PG_TRY();
 		{
@@ -794,7 +796,7 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 			MemoryContextSwitchTo(round_cxt);
 			ran++;
 		}
-		(void) jobq_executor_take_share(InvalidOid, 0);
+		(void) jobq_bgw_executor_take_share(InvalidOid, 0);
 	}
 	return ran;
 }
@@ -816,7 +818,7 @@ jobq_executor_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 	pgstat_report_appname("jobq executor");
 	in_executor = true;
-	if (!jobq_executor_attach(index))
+	if (!jobq_bgw_executor_attach(index))
 		proc_exit(0);
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "jobq executor round",

@@ -48,6 +48,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "job_insert.h"
 #include "jobq.h"
 
 /* What a column of a new job's rows gets. */

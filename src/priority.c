@@ -14,7 +14,7 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 
-#include "jobq.h"
+#include "args.h"
 
 typedef struct JobqPriorityLabel
 {

@@ -28,8 +28,13 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
-#include "jobq.h"
+#include "acl.h"
+#include "contain.h"
+#include "queue_attempt.h"
+#include "reaper.h"
+#include "spi_plan.h"
 
 PG_FUNCTION_INFO_V1(jobq_reap);
 
@@ -192,11 +197,9 @@ jobq_reap(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be positive")));
 	jobq_require_writable("jobq.reap()");
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
 	n = jobq_reap_expired(batch, &more);
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_INT64(n);
 }

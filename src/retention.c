@@ -27,8 +27,13 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
-#include "jobq.h"
+#include "acl.h"
+#include "contain.h"
+#include "guc.h"
+#include "retention.h"
+#include "spi_plan.h"
 
 PG_FUNCTION_INFO_V1(jobq_prune);
 
@@ -264,11 +269,9 @@ jobq_prune(PG_FUNCTION_ARGS)
 				 errmsg("batch must be a positive integer")));
 	batch = PG_GETARG_INT32(0);
 	jobq_require_writable("jobq.prune()");
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
 	deleted = jobq_prune_finished(batch, &more);
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_INT64(deleted);
 }

@@ -42,8 +42,16 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "acl.h"
+#include "args.h"
+#include "contain.h"
 #include "cron.h"
-#include "jobq.h"
+#include "guc.h"
+#include "job_insert.h"
+#include "queue_enqueue.h"
+#include "scheduler.h"
+#include "shm_bgw.h"
+#include "spi_plan.h"
 
 PG_FUNCTION_INFO_V1(jobq_schedule);
 PG_FUNCTION_INFO_V1(jobq_unschedule);
@@ -57,9 +65,6 @@ PG_FUNCTION_INFO_V1(jobq_run_schedules);
 #define JOBQ_SCHEDULE_BATCH		100
 /* Most other keys derived for one fire whose own key a client's job holds. */
 #define JOBQ_FIRE_KEY_TRIES		8
-
-int			jobq_misfire_grace_s = 5;
-int			jobq_misfire_max_fires = 100;
 
 static SPIPlanPtr plan_upsert;
 static SPIPlanPtr plan_schedule_queue;
@@ -112,25 +117,6 @@ ScheduleFromTuple(HeapTuple tup, TupleDesc desc, JobqSchedule *s)
 	s->last_fire_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 11, &isnull));
 	if (isnull)
 		s->last_fire_at = 0;
-}
-
-/*
- * Error out when key, a client's idempotency key given as argument argname,
- * lies in the namespace of the keys jobq derives itself (JOBQ_INTERNAL_KEY_PREFIX).
- * A client could otherwise take a future fire's key ahead of the schedule,
- * or hold it in an open transaction that the fire would wait for.
- */
-void
-jobq_client_key_check(const char *key, const char *argname)
-{
-	if (key != NULL &&
-		strncmp(key, JOBQ_INTERNAL_KEY_PREFIX, strlen(JOBQ_INTERNAL_KEY_PREFIX)) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not begin with \"%s\"", argname, JOBQ_INTERNAL_KEY_PREFIX),
-				 errdetail("Keys beginning with \"%s\" are reserved for the keys jobq derives itself, such as those of schedule fires.",
-						   JOBQ_INTERNAL_KEY_PREFIX),
-				 errhint("Use a key with a prefix of your own.")));
 }
 
 /*
@@ -504,8 +490,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	values[8] = TimestampTzGetDatum(next);
 	nulls[8] = has_next ? ' ' : 'n';
 
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, TextDatumGetCString(values[4]), JOBQ_CAP_ADMINISTER);
 	/* re-scheduling an existing name also needs its current queue */
 	ScheduleRequire(saved.caller, values[0], true);
@@ -521,9 +506,8 @@ jobq_schedule(PG_FUNCTION_ARGS)
 							9, types),
 				  values, nulls, SPI_OK_INSERT_RETURNING);
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	jobq_restore_user(&saved);
-	jobq_worker_wake_at_commit();
+	jobq_owner_end(&saved);
+	jobq_bgw_wake_worker_at_commit();
 	PG_RETURN_INT64(id);
 }
 
@@ -559,16 +543,14 @@ jobq_unschedule(PG_FUNCTION_ARGS)
 	bool		done;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	ScheduleRequire(saved.caller, values[0], false);
 	jobq_spi_exec(jobq_plan(&plan_unschedule,
 							"DELETE FROM jobq.schedule WHERE name = $1",
 							1, types),
 				  values, NULL, SPI_OK_DELETE);
 	done = SPI_processed > 0;
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -582,8 +564,7 @@ jobq_pause_schedule(PG_FUNCTION_ARGS)
 	bool		done;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	ScheduleRequire(saved.caller, values[0], false);
 	jobq_spi_exec(jobq_plan(&plan_pause,
 							"UPDATE jobq.schedule SET paused = true, updated_at = now()"
@@ -591,8 +572,7 @@ jobq_pause_schedule(PG_FUNCTION_ARGS)
 							1, types),
 				  values, NULL, SPI_OK_UPDATE);
 	done = SPI_processed > 0;
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }
 
@@ -611,8 +591,7 @@ jobq_resume_schedule(PG_FUNCTION_ARGS)
 	bool		done = false;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	ScheduleRequire(saved.caller, values[0], false);
 	jobq_spi_exec(jobq_plan(&plan_resume_lock,
 							"WITH old AS (SELECT schedule_id, paused FROM jobq.schedule"
@@ -637,10 +616,9 @@ jobq_resume_schedule(PG_FUNCTION_ARGS)
 			FireSchedule(&s, GetCurrentTimestamp(), true);
 		done = true;
 	}
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	if (done)
-		jobq_worker_wake_at_commit();
+		jobq_bgw_wake_worker_at_commit();
 	PG_RETURN_BOOL(done);
 }
 
@@ -654,8 +632,7 @@ jobq_run_schedules(PG_FUNCTION_ARGS)
 	bool		more;
 
 	jobq_require_writable("jobq.run_schedules()");
-	jobq_become_owner(&saved);
-	SPI_connect();
+	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
 	skip.ids = NULL;
 	skip.n = skip.cap = 0;
@@ -663,7 +640,6 @@ jobq_run_schedules(PG_FUNCTION_ARGS)
 	do
 		fired += jobq_fire_due_schedules(NULL, &skip, &more);
 	while (more);
-	SPI_finish();
-	jobq_restore_user(&saved);
+	jobq_owner_end(&saved);
 	PG_RETURN_INT64(fired);
 }

@@ -27,7 +27,7 @@
 #include "nodes/parsenodes.h"
 #include "utils/guc.h"
 
-#include "jobq.h"
+#include "spi_plan.h"
 
 /*
  * Set the planner settings of a jobq statement (jit off; with indexed, no

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * queue_state.c
+ * shm_queue.c
  *	  Per-queue claim positions and due times kept in shared memory.
  *
  * A claim deletes rows from the head of jobq.ready's claim index.  While any
@@ -52,7 +52,7 @@
  * each entry's fields are guarded by its own spinlock.
  *
  * Queue settings: every backend keeps the jobq.queue rows it read (see
- * QueueGet in queue_ops.c), valid while a shared generation counter has not
+ * jobq_queue_get in queue_settings.c), valid while a shared generation counter has not
  * moved.  A trigger on jobq.queue marks the transaction that writes it, and
  * its commit callback bumps the counter, after the commit is visible; a
  * reader reads the counter before its snapshot, so a row it caches is never
@@ -77,7 +77,10 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "guc.h"
 #include "jobq.h"
+#include "shm_bgw.h"
+#include "shm_queue.h"
 
 /*
  * How many recent lowerings a queue remembers: a claim during which more
@@ -130,7 +133,6 @@ typedef struct JobqShared
 									 * jobq.queue */
 } JobqShared;
 
-static int	jobq_max_tracked_queues = 1024;
 static HTAB *JobqStateHash = NULL;
 static LWLock *JobqStateLock = NULL;
 static JobqShared *jobq_shared = NULL;
@@ -209,14 +211,6 @@ StateShmemStartup(void)
 void
 jobq_state_shmem_request(void)
 {
-	DefineCustomIntVariable("jobq.max_tracked_queues",
-							"Number of queues whose claim positions are kept in shared memory.",
-							"Queues beyond this number still work; their claims scan from the head of the queue.",
-							&jobq_max_tracked_queues,
-							1024, 16, 1000000,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = StateShmemRequest;
 	prev_shmem_startup_hook = shmem_startup_hook;
@@ -494,7 +488,7 @@ StateLower(const char *queue, const JobqClaimPos *pos)
 	/* rows became claimable: wake waiting claims, and executors */
 	ConditionVariableBroadcast(&entry->cv);
 	if (entry->handled)
-		jobq_worker_wake_executors(entry->key.dbid);
+		jobq_bgw_wake_executors(entry->key.dbid);
 }
 
 /* Executors run handlers for this queue: wake them when jobs get ready. */

@@ -1,0 +1,34 @@
+/*-------------------------------------------------------------------------
+ *
+ * acl.h
+ *	  Who may do what to a queue, and acting as the extension owner (acl.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_ACL_H
+#define JOBQ_ACL_H
+
+#include "postgres.h"
+
+typedef enum JobqCapability
+{
+	JOBQ_CAP_ENQUEUE,
+	JOBQ_CAP_WORK,
+	JOBQ_CAP_ADMINISTER
+} JobqCapability;
+
+/* The caller's identity while a function acts as the extension owner. */
+typedef struct JobqSavedUser
+{
+	Oid			caller;			/* the role that called the function */
+	Oid			userid;			/* to restore */
+	int			sec_context;	/* to restore */
+} JobqSavedUser;
+
+extern Oid	jobq_owner_begin(JobqSavedUser *saved);
+extern void jobq_owner_end(const JobqSavedUser *saved);
+extern bool jobq_may(Oid role, const char *queue, JobqCapability cap);
+extern void jobq_require(Oid role, const char *queue, JobqCapability cap);
+extern void jobq_acl_set_handler_role(Oid role);
+
+#endif							/* JOBQ_ACL_H */

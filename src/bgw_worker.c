@@ -1,0 +1,502 @@
+/*-------------------------------------------------------------------------
+ *
+ * bgw_worker.c
+ *	  The per-database jobq worker.
+ *
+ * A worker loops: fire due schedules (scheduler.c), reap expired leases
+ * (reaper.c), prune finished jobs every jobq.prune_interval (retention.c),
+ * then sleep on its latch until the next schedule is due, jobq.naptime at
+ * most; a transaction that changes a schedule sets the latch at commit.
+ * Every step is a transaction of its own, so no snapshot is held while it
+ * sleeps.  Inside a step each schedule and each queue is a unit that fails
+ * alone (contain.c), and nothing a client holds locked makes the worker
+ * wait: no tenant can stop or stall it for the others.  It exits when the
+ * extension is dropped.  Workers are never restarted by the postmaster; the
+ * launcher starts them again, at most once per JOBQ_RESTART_DELAY_MS per
+ * database.  The launcher itself is restarted by the postmaster, and after
+ * a crash-restart everything starts afresh from the tables: expired leases
+ * are simply reaped.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/genam.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
+#include "commands/defrem.h"
+#include "commands/extension.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+#include "executor/spi.h"
+
+#include "bgw_worker.h"
+#include "contain.h"
+#include "executor.h"
+#include "guc.h"
+#include "reaper.h"
+#include "retention.h"
+#include "scheduler.h"
+#include "shm_bgw.h"
+
+PGDLLEXPORT void jobq_worker_main(Datum main_arg);
+
+static void WorkerStartExecutors(void);
+
+/* ----------------------------------------------------------------
+ * Per-database worker
+ * ---------------------------------------------------------------- */
+
+static int	MySlot = -1;
+
+/* on_shmem_exit: this worker is gone. */
+static void
+WorkerDetach(int code, Datum arg)
+{
+	if (MySlot < 0)
+		return;
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	if (JobqBgw->slots[MySlot].pid == MyProcPid)
+	{
+		JobqBgw->slots[MySlot].pid = 0;
+		JobqBgw->slots[MySlot].latch = NULL;
+	}
+	if (JobqBgw->launcher_latch)
+		SetLatch(JobqBgw->launcher_latch);
+	LWLockRelease(JobqBgwLock);
+}
+
+/* Is this database (still) one jobq.databases lets a worker serve? */
+static bool
+WorkerDatabaseListed(void)
+{
+	char	   *rawlist;
+	List	   *wanted = NIL;
+	char	   *dbname;
+	ListCell   *lc;
+	bool		listed = false;
+
+	if (jobq_databases == NULL || jobq_databases[0] == '\0')
+		return true;
+	rawlist = pstrdup(jobq_databases);
+	if (!SplitIdentifierString(rawlist, ',', &wanted))
+		return true;			/* the launcher logs the bad syntax */
+	StartTransactionCommand();
+	dbname = get_database_name(MyDatabaseId);
+	foreach(lc, wanted)
+	{
+		if (dbname != NULL && strcmp((char *) lfirst(lc), dbname) == 0)
+			listed = true;
+	}
+	CommitTransactionCommand();
+	return listed;
+}
+
+/* Find this database's slot and put our pid in it; false if it is taken. */
+static bool
+WorkerAttach(void)
+{
+	bool		ok = false;
+
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (slot->dbid != MyDatabaseId)
+			continue;
+		/* a DROP DATABASE or the like wants the database: go away */
+		if (slot->pid == 0 && slot->blocked_until <= GetCurrentTimestamp())
+		{
+			slot->pid = MyProcPid;
+			slot->latch = MyLatch;
+			slot->started_at = GetCurrentTimestamp();
+			slot->reaped = 0;
+			slot->pruned = 0;
+			slot->fired = 0;
+			MySlot = i;
+			ok = true;
+		}
+		break;
+	}
+	LWLockRelease(JobqBgwLock);
+	return ok;
+}
+
+/* Start a transaction for one step of work, with a snapshot for SPI. */
+static void
+WorkerBeginStep(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+/*
+ * Take a share lock on the jobq extension object for the rest of this
+ * step, and tell whether the extension (still) exists.  DROP EXTENSION
+ * locks that object before anything it drops, so with this lock taken
+ * before any of jobq's tables, a step and a DROP EXTENSION queue up behind
+ * each other instead of deadlocking.
+ */
+static bool
+WorkerLockExtension(void)
+{
+	Oid			extoid = get_extension_oid("jobq", true);
+
+	if (!OidIsValid(extoid))
+		return false;
+	LockDatabaseObject(ExtensionRelationId, extoid, 0, AccessShareLock);
+	/* it may have been dropped while we waited */
+	return get_extension_oid("jobq", true) == extoid;
+}
+
+/* Commit one step of work. */
+static void
+WorkerEndStep(void)
+{
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* The installed version of the jobq extension here, or NULL. */
+static char *
+ExtensionVersion(void)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tup;
+	char	   *version = NULL;
+
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("jobq"));
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = text_to_cstring(DatumGetTextPP(d));
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/*
+ * The releases whose schema this library serves: the worker reaps, fires and
+ * prunes in a database at any of them, so a database whose ALTER EXTENSION
+ * jobq UPDATE is still due keeps its leases reaped.  A release is listed only
+ * while the worker's statements work on its schema, which the upgrade test
+ * checks for each one.
+ */
+static const char *const WorkerServedVersions[] = {"0.1.0", JOBQ_VERSION};
+
+/* Does this library's worker serve a database at extension version v? */
+static bool
+WorkerServesVersion(const char *v)
+{
+	for (int i = 0; i < lengthof(WorkerServedVersions); i++)
+		if (strcmp(v, WorkerServedVersions[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Is the extension installed here?  Checked in a transaction of its own
+ * at the start of every round.  *usable is false when the installed
+ * version is one this library does not serve (a release newer than the
+ * library, or an old one whose schema the worker no longer knows): the
+ * worker then waits, doing nothing, and says so once.
+ */
+static bool
+WorkerExtensionPresent(bool *usable)
+{
+	static bool warned = false;
+	bool		present;
+
+	WorkerBeginStep("jobq: checking for the extension");
+	present = OidIsValid(get_extension_oid("jobq", true));
+	*usable = present;
+	if (present)
+	{
+		char	   *version = ExtensionVersion();
+
+		*usable = version != NULL && WorkerServesVersion(version);
+		if (!*usable && !warned)
+			ereport(WARNING,
+					(errmsg("jobq worker idle in database \"%s\": extension version %s is installed, the library is %s",
+							get_database_name(MyDatabaseId),
+							version ? version : "(unknown)", JOBQ_VERSION),
+					 errhint("Run ALTER EXTENSION jobq UPDATE in that database, or install the matching library.")));
+		warned = !*usable;
+	}
+	WorkerEndStep();
+	return present;
+}
+
+/*
+ * One round of work; false when the extension is gone.  *next_due gets the
+ * earliest next schedule fire (0: none).
+ *
+ * Every duty is split into units that fail alone (contain.c): a schedule,
+ * the expired leases of a queue, the finished jobs of a queue, the expired
+ * keys.  A unit's error is logged once and the round goes on; what a client
+ * holds locked is skipped and comes back next round.  Nothing a tenant does
+ * to its own queue or schedule stops or stalls the round for the others.
+ */
+static bool
+WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
+{
+	static JobqIdSet failed_schedules = {NULL, 0, 0, NULL};
+	int64		reaped = 0;
+	int64		pruned = 0;
+	int64		fired = 0;
+	bool		more;
+	TimestampTz round_start = GetCurrentTimestamp();
+	TimestampTz now;
+	bool		usable;
+	bool		has_handlers = false;
+
+	if (RecoveryInProgress() || !WorkerExtensionPresent(&usable))
+		return false;
+	if (!usable)
+		return true;
+
+	/* fire due schedules, batch by batch; a failing one waits a round */
+	failed_schedules.cxt = TopMemoryContext;
+	failed_schedules.n = 0;
+	do
+	{
+		WorkerBeginStep("jobq: firing schedules");
+		if (!WorkerLockExtension())
+		{
+			WorkerEndStep();
+			return false;
+		}
+		SPI_connect();
+		fired += jobq_fire_due_schedules(next_due, &failed_schedules, &more);
+		if (!more)
+			has_handlers = jobq_database_has_handlers();
+		SPI_finish();
+		WorkerEndStep();
+		CHECK_FOR_INTERRUPTS();
+	} while (more);
+	/* still due though due at the start: locked by a client; try next round */
+	if (*next_due != 0 && *next_due <= round_start)
+		*next_due = 0;
+	if (has_handlers)
+		WorkerStartExecutors();
+
+	/* reap expired leases, batch by batch */
+	do
+	{
+		WorkerBeginStep("jobq: reaping expired leases");
+		if (!WorkerLockExtension())
+		{
+			WorkerEndStep();
+			return false;
+		}
+		SPI_connect();
+		reaped += jobq_reap_expired(jobq_reap_batch, &more);
+		SPI_finish();
+		WorkerEndStep();
+		CHECK_FOR_INTERRUPTS();
+	} while (more);
+
+	now = GetCurrentTimestamp();
+	if (TimestampDifferenceExceeds(*last_prune, now, jobq_prune_interval_s * 1000))
+	{
+		*last_prune = now;
+		do
+		{
+			WorkerBeginStep("jobq: pruning finished jobs");
+			if (!WorkerLockExtension())
+			{
+				WorkerEndStep();
+				return false;
+			}
+			SPI_connect();
+			pruned += jobq_prune_finished(jobq_prune_batch, &more);
+			SPI_finish();
+			WorkerEndStep();
+			CHECK_FOR_INTERRUPTS();
+		} while (more);
+	}
+
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	JobqBgw->slots[MySlot].last_cycle_at = GetCurrentTimestamp();
+	JobqBgw->slots[MySlot].reaped += reaped;
+	JobqBgw->slots[MySlot].pruned += pruned;
+	JobqBgw->slots[MySlot].fired += fired;
+	JobqBgw->slots[MySlot].has_jobq = true;
+	JobqBgw->slots[MySlot].no_extension_at = 0;
+	LWLockRelease(JobqBgwLock);
+	return true;
+}
+
+/* Entry point of a per-database worker; main_arg is the database OID. */
+void
+jobq_worker_main(Datum main_arg)
+{
+	TimestampTz last_prune = 0;
+	TimestampTz next_due = 0;
+	long		sleep_ms;
+	bool		usable;
+	TimestampTz looked_at;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	/* a reload signalled before our handler was in place is lost: re-read */
+	ProcessConfigFile(PGC_SIGHUP);
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
+	pgstat_report_appname("jobq worker");
+
+	if (!WorkerAttach())
+		proc_exit(0);			/* another worker serves this database */
+	on_shmem_exit(WorkerDetach, (Datum) 0);
+
+	looked_at = GetCurrentTimestamp();
+	if (!WorkerExtensionPresent(&usable))
+	{
+		LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+		JobqBgw->slots[MySlot].no_extension_at = looked_at;
+		JobqBgw->slots[MySlot].has_jobq = false;
+		LWLockRelease(JobqBgwLock);
+		proc_exit(0);
+	}
+	WorkerBeginStep("jobq: starting");
+	ereport(LOG, (errmsg("jobq worker started for database \"%s\"",
+						 get_database_name(MyDatabaseId))));
+	WorkerEndStep();
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		looked_at = GetCurrentTimestamp();
+		if (!WorkerDatabaseListed())
+		{
+			ereport(LOG, (errmsg("jobq worker exiting: the database is no longer in jobq.databases")));
+			proc_exit(0);
+		}
+		if (!WorkerRound(&last_prune, &next_due))
+		{
+			LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+			JobqBgw->slots[MySlot].no_extension_at = looked_at;
+			JobqBgw->slots[MySlot].has_jobq = false;
+			LWLockRelease(JobqBgwLock);
+			ereport(LOG, (errmsg("jobq worker exiting: the extension is no longer installed")));
+			proc_exit(0);
+		}
+		/* sleep until the next schedule is due, jobq.naptime at most */
+		sleep_ms = jobq_naptime_ms;
+		if (next_due != 0)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
+			if (secs * 1000 + usecs / 1000 + 1 < sleep_ms)
+				sleep_ms = secs * 1000 + usecs / 1000 + 1;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Executors (their main loop is in executor.c)
+ * ---------------------------------------------------------------- */
+
+/* This worker's handles of the executors it started. */
+static BackgroundWorkerHandle *executor_handles[JOBQ_MAX_EXECUTORS];
+
+/* Start the executors of this database that are missing (in the worker). */
+static void
+WorkerStartExecutors(void)
+{
+	for (int i = 0; i < jobq_executors; i++)
+	{
+		BackgroundWorker bgw;
+		pid_t		pid;
+		bool		running;
+
+		LWLockAcquire(JobqBgwLock, LW_SHARED);
+		running = JobqBgw->slots[MySlot].executor_pid[i] != 0;
+		LWLockRelease(JobqBgwLock);
+		if (!running && executor_handles[i] != NULL)
+		{
+			BgwHandleStatus st = GetBackgroundWorkerPid(executor_handles[i], &pid);
+
+			running = (st == BGWH_STARTED || st == BGWH_NOT_YET_STARTED);
+			if (!running)
+			{
+				pfree(executor_handles[i]);
+				executor_handles[i] = NULL;
+			}
+		}
+		if (running)
+			continue;
+
+		jobq_bgw_init_struct(&bgw, "jobq_executor_main");
+		bgw.bgw_restart_time = BGW_NEVER_RESTART;
+		bgw.bgw_main_arg = ObjectIdGetDatum(MyDatabaseId);
+		memcpy(bgw.bgw_extra, &i, sizeof(int));
+		snprintf(bgw.bgw_name, BGW_MAXLEN, "jobq executor %d for database %u", i, MyDatabaseId);
+		snprintf(bgw.bgw_type, BGW_MAXLEN, "jobq executor");
+		if (!RegisterDynamicBackgroundWorker(&bgw, &executor_handles[i]))
+		{
+			executor_handles[i] = NULL;
+			ereport(LOG,
+					(errmsg("jobq: could not start executor %d", i),
+					 errhint("Increase max_worker_processes.")));
+			break;
+		}
+	}
+}
+
+/* Forget what executor place index of slot runs; pid becomes its owner. */

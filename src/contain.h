@@ -1,0 +1,18 @@
+/*-------------------------------------------------------------------------
+ *
+ * contain.h
+ *	  Units of background work that fail alone (contain.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_CONTAIN_H
+#define JOBQ_CONTAIN_H
+
+#include "postgres.h"
+
+typedef void (*JobqUnitFn) (void *arg);
+extern bool jobq_run_unit(const char *unit, JobqUnitFn fn, void *arg);
+extern void jobq_require_writable(const char *cmdname);
+extern bool jobq_try_units(JobqUnitFn fn, void *arg);
+
+#endif							/* JOBQ_CONTAIN_H */

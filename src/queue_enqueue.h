@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue_enqueue.h
+ *	  Enqueueing jobs and putting pending jobs into the pending sets
+ *	  (queue_enqueue.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_QUEUE_ENQUEUE_H
+#define JOBQ_QUEUE_ENQUEUE_H
+
+#include "postgres.h"
+
+#include "job_insert.h"
+
+/* SPI must be connected. */
+extern void jobq_enqueue_job(const JobqNewJob *job, TimestampTz now,
+							 int64 *job_id, bool *created);
+extern void jobq_requeue(int64 job_id, const char *queue, const char *kind,
+						 int32 priority, const char *concurrency_key,
+						 TimestampTz run_at, TimestampTz now);
+
+#endif							/* JOBQ_QUEUE_ENQUEUE_H */

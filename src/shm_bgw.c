@@ -1,0 +1,390 @@
+/*-------------------------------------------------------------------------
+ *
+ * shm_bgw.c
+ *	  The shared memory of jobq's background processes: one slot per
+ *	  database the launcher knows, with that database's worker and its
+ *	  executors; waking and interrupting them.
+ *
+ * The launcher (bgw_launcher.c), the database workers (bgw_worker.c), the
+ * executors (executor.c) and every backend meet here.  A backend never calls
+ * a background process's code: it sets a latch, sends a signal or marks a
+ * slot, through the functions below.  Wakes that must wait for the commit of
+ * the transaction that asked for them (a schedule changed, CREATE EXTENSION
+ * jobq) are sent from a transaction callback.
+ *
+ * Locking: JobqBgwLock (an LWLock) guards all of JobqBgw.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+
+#include "guc.h"
+#include "shm_bgw.h"
+
+JobqBgwShared *JobqBgw = NULL;
+LWLock	   *JobqBgwLock = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Set when this transaction ran CREATE EXTENSION jobq. */
+static bool wake_launcher_at_commit = false;
+
+/* Set when this transaction changed a schedule: wake this database's worker. */
+static bool wake_worker_at_commit = false;
+
+
+static void BgwXactCallback(XactEvent event, void *arg);
+
+/* Size of the shared worker state. */
+static Size
+WorkerShmemSize(void)
+{
+	return add_size(offsetof(JobqBgwShared, slots),
+					mul_size(jobq_max_databases, sizeof(JobqDbSlot)));
+}
+
+/* shmem_request_hook: reserve shared memory and our lock. */
+static void
+WorkerShmemRequest(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(WorkerShmemSize());
+	RequestNamedLWLockTranche("jobq_worker", 1);
+}
+
+/* shmem_startup_hook: create or attach to the shared worker state. */
+static void
+WorkerShmemStartup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	JobqBgwLock = &(GetNamedLWLockTranche("jobq_worker"))->lock;
+	JobqBgw = ShmemInitStruct("jobq worker state", WorkerShmemSize(), &found);
+	if (!found)
+	{
+		memset(JobqBgw, 0, WorkerShmemSize());
+		JobqBgw->nslots = jobq_max_databases;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Fill in what the launcher and the workers have in common. */
+void
+jobq_bgw_init_struct(BackgroundWorker *bgw, const char *function_name)
+{
+	memset(bgw, 0, sizeof(*bgw));
+	bgw->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	snprintf(bgw->bgw_library_name, BGW_MAXLEN, "jobq");
+	snprintf(bgw->bgw_function_name, BGW_MAXLEN, "%s", function_name);
+}
+
+/*
+ * Reserve the shared memory when preloaded, and register the callback that
+ * sends wakes at commit (from _PG_init).
+ */
+void
+jobq_bgw_init(void)
+{
+	RegisterXactCallback(BgwXactCallback, NULL);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = WorkerShmemRequest;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = WorkerShmemStartup;
+}
+
+/* ----------------------------------------------------------------
+ * Executor places
+ * ---------------------------------------------------------------- */
+
+static void
+ExecutorSlotClear(JobqDbSlot *slot, int index, pid_t pid)
+{
+	slot->executor_pid[index] = pid;
+	slot->executor_latch[index] = pid != 0 ? MyLatch : NULL;
+	slot->executor_job[index] = 0;
+	slot->executor_deadline[index] = 0;
+	slot->executor_cancel_at[index] = 0;
+	slot->executor_terminated[index] = false;
+	slot->executor_role[index] = InvalidOid;
+}
+
+/* on_shmem_exit of an executor: free its place. */
+static void
+ExecutorDetach(int code, Datum arg)
+{
+	int			index = DatumGetInt32(arg);
+
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (slot->dbid == MyDatabaseId && slot->executor_pid[index] == MyProcPid)
+			ExecutorSlotClear(slot, index, 0);
+	}
+	LWLockRelease(JobqBgwLock);
+}
+
+static int	MyExecutorIndex = -1;
+
+/* An executor takes place index of its database's slot; false if taken. */
+bool
+jobq_bgw_executor_attach(int index)
+{
+	bool		ok = false;
+
+	if (index < 0 || index >= JOBQ_MAX_EXECUTORS)
+		return false;
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (slot->dbid != MyDatabaseId)
+			continue;
+		if (slot->executor_pid[index] == 0)
+		{
+			ExecutorSlotClear(slot, index, MyProcPid);
+			ok = true;
+		}
+		break;
+	}
+	LWLockRelease(JobqBgwLock);
+	if (ok)
+	{
+		MyExecutorIndex = index;
+		on_shmem_exit(ExecutorDetach, Int32GetDatum(index));
+	}
+	return ok;
+}
+
+/* This executor's slot (JobqBgwLock held), or NULL. */
+static JobqDbSlot *
+ExecutorSlot(void)
+{
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		if (JobqBgw->slots[i].dbid == MyDatabaseId &&
+			JobqBgw->slots[i].executor_pid[MyExecutorIndex] == MyProcPid)
+			return &JobqBgw->slots[i];
+	}
+	return NULL;
+}
+
+/*
+ * Publish the job this executor runs now (0: none) and the time its lease
+ * ends, for jobq.cancel and for the launcher's time limit.
+ */
+void
+jobq_bgw_executor_set_job(int64 job_id, TimestampTz deadline)
+{
+	JobqDbSlot *slot;
+
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	slot = ExecutorSlot();
+	if (slot != NULL)
+	{
+		slot->executor_job[MyExecutorIndex] = job_id;
+		slot->executor_deadline[MyExecutorIndex] = job_id != 0 ? deadline : 0;
+		slot->executor_cancel_at[MyExecutorIndex] = 0;
+		slot->executor_terminated[MyExecutorIndex] = false;
+	}
+	LWLockRelease(JobqBgwLock);
+}
+
+/*
+ * Take a share of this database's executors for the jobs of role, the role
+ * handlers run as (InvalidOid: give the share back).  The roles with
+ * handlers share the executors: while other executors already claim or run
+ * share jobs of this role, where share is the executors divided by the
+ * roles with handlers (rounded up), this one claims for another role.  So
+ * one tenant's long handlers, in however many queues, never hold every
+ * executor.
+ */
+bool
+jobq_bgw_executor_take_share(Oid role, int nroles)
+{
+	JobqDbSlot *slot;
+	bool		ok = true;
+
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	slot = ExecutorSlot();
+	if (slot != NULL)
+	{
+		if (OidIsValid(role))
+		{
+			int			share = Max(1, (jobq_executors + Max(nroles, 1) - 1) / Max(nroles, 1));
+			int			taken = 0;
+
+			for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+				if (e != MyExecutorIndex && slot->executor_pid[e] != 0 &&
+					slot->executor_role[e] == role)
+					taken++;
+			ok = taken < share;
+		}
+		if (ok)
+			slot->executor_role[MyExecutorIndex] = role;
+	}
+	LWLockRelease(JobqBgwLock);
+	return ok;
+}
+
+/* Wake the executors of database dbid (a job they may run became ready). */
+void
+jobq_bgw_wake_executors(Oid dbid)
+{
+	if (JobqBgw == NULL)
+		return;
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		if (JobqBgw->slots[i].dbid != dbid)
+			continue;
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+			if (JobqBgw->slots[i].executor_latch[e] != NULL)
+				SetLatch(JobqBgw->slots[i].executor_latch[e]);
+	}
+	LWLockRelease(JobqBgwLock);
+}
+
+/*
+ * Interrupt the executor of this database that runs job_id, if any; the
+ * launcher terminates it if the handler does not stop.
+ */
+void
+jobq_bgw_interrupt_job(int64 job_id)
+{
+	if (JobqBgw == NULL)
+		return;
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		if (JobqBgw->slots[i].dbid != MyDatabaseId)
+			continue;
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+			if (JobqBgw->slots[i].executor_job[e] == job_id &&
+				JobqBgw->slots[i].executor_pid[e] != 0)
+			{
+				kill(JobqBgw->slots[i].executor_pid[e], SIGINT);
+				if (JobqBgw->slots[i].executor_cancel_at[e] == 0)
+					JobqBgw->slots[i].executor_cancel_at[e] = GetCurrentTimestamp();
+			}
+	}
+	LWLockRelease(JobqBgwLock);
+}
+
+/*
+ * Keep the launcher away from a database for a while and terminate its
+ * worker, so a command that needs the database alone can have it.
+ */
+void
+jobq_bgw_block_database(Oid dbid, bool block)
+{
+	if (JobqBgw == NULL || !OidIsValid(dbid))
+		return;
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (slot->dbid != dbid)
+			continue;
+		if (block)
+		{
+			slot->blocked_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000);
+			if (slot->pid != 0)
+				kill(slot->pid, SIGTERM);
+			/* executors are sessions of the database too */
+			for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+				if (slot->executor_pid[e] != 0)
+					kill(slot->executor_pid[e], SIGTERM);
+		}
+		else
+			slot->blocked_until = 0;
+	}
+	LWLockRelease(JobqBgwLock);
+}
+
+/* This transaction ran CREATE EXTENSION jobq: wake the launcher at commit. */
+void
+jobq_bgw_wake_launcher_at_commit(void)
+{
+	wake_launcher_at_commit = true;
+}
+
+/* This transaction changed a schedule: wake this database's worker at commit. */
+void
+jobq_bgw_wake_worker_at_commit(void)
+{
+	wake_worker_at_commit = true;
+}
+
+/* Set the latch of this database's worker, if one runs. */
+static void
+WakeDatabaseWorker(void)
+{
+	if (JobqBgw == NULL)
+		return;
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		if (JobqBgw->slots[i].dbid == MyDatabaseId &&
+			JobqBgw->slots[i].latch != NULL)
+			SetLatch(JobqBgw->slots[i].latch);
+	}
+	LWLockRelease(JobqBgwLock);
+}
+
+/*
+ * At commit: after CREATE EXTENSION jobq, have the launcher look here now;
+ * after a schedule changed, wake this database's worker.
+ */
+static void
+BgwXactCallback(XactEvent event, void *arg)
+{
+	if (wake_worker_at_commit)
+	{
+		if (event == XACT_EVENT_COMMIT)
+			WakeDatabaseWorker();
+		if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+			wake_worker_at_commit = false;
+	}
+	if (!wake_launcher_at_commit)
+		return;
+	if (event == XACT_EVENT_COMMIT && JobqBgw != NULL)
+	{
+		LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+		for (int i = 0; i < JobqBgw->nslots; i++)
+		{
+			if (JobqBgw->slots[i].dbid == MyDatabaseId)
+			{
+				JobqBgw->slots[i].wake_at = GetCurrentTimestamp();
+				JobqBgw->slots[i].last_start = 0;
+			}
+		}
+		if (JobqBgw->launcher_latch)
+			SetLatch(JobqBgw->launcher_latch);
+		LWLockRelease(JobqBgwLock);
+	}
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+		wake_launcher_at_commit = false;
+}

@@ -1,0 +1,76 @@
+/*-------------------------------------------------------------------------
+ *
+ * shm_bgw.h
+ *	  The shared memory of jobq's background processes (shm_bgw.c): one slot
+ *	  per database with its worker and executors.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_SHM_BGW_H
+#define JOBQ_SHM_BGW_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "postmaster/bgworker.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+
+#include "jobq.h"
+
+/* One database the launcher knows about. */
+typedef struct JobqDbSlot
+{
+	Oid			dbid;			/* InvalidOid: slot is free */
+	pid_t		pid;			/* the worker's pid while it runs, else 0 */
+	Latch	   *latch;			/* the worker's latch while it runs */
+	bool		has_jobq;		/* a worker found the extension here */
+	TimestampTz started_at;		/* when the worker started */
+	TimestampTz last_start;		/* when the launcher last started one */
+	TimestampTz last_cycle_at;	/* when the worker last finished a cycle */
+	TimestampTz no_extension_at;	/* a worker found no jobq here then */
+	TimestampTz blocked_until;	/* a command needs the database alone */
+	TimestampTz wake_at;		/* a CREATE EXTENSION jobq committed then */
+	int64		reaped;			/* expired leases reaped since start */
+	int64		pruned;			/* rows pruned since start */
+	int64		fired;			/* schedule fires since start */
+	pid_t		executor_pid[JOBQ_MAX_EXECUTORS];	/* running executors, else 0 */
+	Latch	   *executor_latch[JOBQ_MAX_EXECUTORS];	/* their latches */
+	int64		executor_job[JOBQ_MAX_EXECUTORS];	/* the job each runs, else 0 */
+	TimestampTz executor_deadline[JOBQ_MAX_EXECUTORS];	/* that job's lease at claim */
+	TimestampTz executor_cancel_at[JOBQ_MAX_EXECUTORS];	/* when jobq.cancel interrupted it, else 0 */
+	bool		executor_terminated[JOBQ_MAX_EXECUTORS];	/* SIGTERM sent for that job */
+	Oid			executor_role[JOBQ_MAX_EXECUTORS];	/* the role whose jobs it claims or runs, else 0 */
+} JobqDbSlot;
+
+/* State shared by the launcher, the workers and every backend. */
+typedef struct JobqBgwShared
+{
+	pid_t		launcher_pid;	/* 0 when no launcher runs */
+	Latch	   *launcher_latch; /* to wake the launcher */
+	TimestampTz launcher_started_at;
+	TimestampTz launcher_cycle_at;	/* when it last looked at pg_database */
+	int			nslots;
+	JobqDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} JobqBgwShared;
+
+/* NULL unless jobq is preloaded; JobqBgwLock guards all of it. */
+extern JobqBgwShared *JobqBgw;
+extern LWLock *JobqBgwLock;
+
+extern void jobq_bgw_init(void);
+extern void jobq_bgw_init_struct(BackgroundWorker *bgw, const char *function_name);
+
+/* executors */
+extern bool jobq_bgw_executor_attach(int index);
+extern void jobq_bgw_executor_set_job(int64 job_id, TimestampTz deadline);
+extern bool jobq_bgw_executor_take_share(Oid role, int nroles);
+
+/* waking and interrupting, from any backend */
+extern void jobq_bgw_wake_executors(Oid dbid);
+extern void jobq_bgw_interrupt_job(int64 job_id);
+extern void jobq_bgw_block_database(Oid dbid, bool block);
+extern void jobq_bgw_wake_worker_at_commit(void);
+extern void jobq_bgw_wake_launcher_at_commit(void);
+
+#endif							/* JOBQ_SHM_BGW_H */
