@@ -144,29 +144,51 @@ CompletedJobs(Oid caller)
 	return n;
 }
 
+/*
+ * Run the statement sql of cache, over (job_id, lease_token, a JSON document
+ * named jsonname, now) from the arguments, as the extension owner: it
+ * updates the caller's running job and returns its queue.  complete tells
+ * the queue's breaker of the success (CompletedJobs); both check that the
+ * caller may work on the queue.  Whether the job was updated.
+ */
+static bool
+TokenStatement(FunctionCallInfo fcinfo, const char *jsonname, SPIPlanPtr *cache,
+			   const char *sql, bool completes)
+{
+	Oid			types[4] = {INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	char		nulls[4];
+	bool		done;
+	JobqSavedUser saved;
+
+	TokenJsonArgs(fcinfo, jsonname, values, nulls);
+
+	jobq_owner_begin(&saved);
+	jobq_spi_exec_indexed(jobq_plan_generic(cache, sql, 4, types),
+						  values, nulls, SPI_OK_UPDATE_RETURNING);
+	if (completes)
+		done = CompletedJobs(saved.caller) > 0;
+	else
+	{
+		done = SPI_processed > 0;
+		if (done)
+			jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+						 JOBQ_CAP_WORK);
+	}
+	jobq_owner_end(&saved);
+	return done;
+}
+
 /* jobq.complete(job_id, lease_token, result) -> boolean */
 Datum
 jobq_complete(PG_FUNCTION_ARGS)
 {
-	Oid			types[4] = {INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	bool		done;
-	JobqSavedUser saved;
-
-	TokenJsonArgs(fcinfo, "result", values, nulls);
-
-	jobq_owner_begin(&saved);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_complete,
-											"UPDATE jobq.job SET status = 'completed', result = $3,"
-											" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
-											" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-											" RETURNING queue",
-											4, types),
-						  values, nulls, SPI_OK_UPDATE_RETURNING);
-	done = CompletedJobs(saved.caller) > 0;
-	jobq_owner_end(&saved);
-	PG_RETURN_BOOL(done);
+	PG_RETURN_BOOL(TokenStatement(fcinfo, "result", &plan_complete,
+								  "UPDATE jobq.job SET status = 'completed', result = $3,"
+								  " finished_at = $4, updated_at = $4, lease_expires_at = NULL"
+								  " WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+								  " RETURNING queue",
+								  true));
 }
 
 /* jobq.complete_many(job_ids[], lease_tokens[], results[]) -> integer */
@@ -522,26 +544,10 @@ jobq_extend(PG_FUNCTION_ARGS)
 Datum
 jobq_checkpoint(PG_FUNCTION_ARGS)
 {
-	Oid			types[4] = {INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	bool		done;
-	JobqSavedUser saved;
-
-	TokenJsonArgs(fcinfo, "data", values, nulls);
-
-	jobq_owner_begin(&saved);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_checkpoint,
-											"UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
-											" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-											" RETURNING queue",
-											4, types),
-						  values, nulls, SPI_OK_UPDATE_RETURNING);
-	done = SPI_processed > 0;
-	if (done)
-		jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
-					 JOBQ_CAP_WORK);
-	jobq_owner_end(&saved);
-	PG_RETURN_BOOL(done);
+	PG_RETURN_BOOL(TokenStatement(fcinfo, "data", &plan_checkpoint,
+								  "UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
+								  " WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+								  " RETURNING queue",
+								  false));
 }
 

@@ -533,9 +533,14 @@ ScheduleRequire(Oid role, Datum name, bool missing_ok)
 				 JOBQ_CAP_ADMINISTER);
 }
 
-/* jobq.unschedule(name) -> boolean */
-Datum
-jobq_unschedule(PG_FUNCTION_ARGS)
+/*
+ * Run statement sql of cache over the schedule named by argument 0, as the
+ * extension owner, once the caller is found to administer its queue;
+ * whether it touched a row.
+ */
+static bool
+ScheduleStatement(FunctionCallInfo fcinfo, SPIPlanPtr *cache, const char *sql,
+				  int expected)
 {
 	JobqSavedUser saved;
 	Oid			types[1] = {TEXTOID};
@@ -545,35 +550,29 @@ jobq_unschedule(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
 	ScheduleRequire(saved.caller, values[0], false);
-	jobq_spi_exec(jobq_plan(&plan_unschedule,
-							"DELETE FROM jobq.schedule WHERE name = $1",
-							1, types),
-				  values, NULL, SPI_OK_DELETE);
+	jobq_spi_exec(jobq_plan(cache, sql, 1, types), values, NULL, expected);
 	done = SPI_processed > 0;
 	jobq_owner_end(&saved);
-	PG_RETURN_BOOL(done);
+	return done;
+}
+
+/* jobq.unschedule(name) -> boolean */
+Datum
+jobq_unschedule(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(ScheduleStatement(fcinfo, &plan_unschedule,
+									 "DELETE FROM jobq.schedule WHERE name = $1",
+									 SPI_OK_DELETE));
 }
 
 /* jobq.pause_schedule(name) -> boolean: it fires nothing until resumed */
 Datum
 jobq_pause_schedule(PG_FUNCTION_ARGS)
 {
-	JobqSavedUser saved;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	bool		done;
-
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
-	jobq_owner_begin(&saved);
-	ScheduleRequire(saved.caller, values[0], false);
-	jobq_spi_exec(jobq_plan(&plan_pause,
-							"UPDATE jobq.schedule SET paused = true, updated_at = now()"
-							" WHERE name = $1",
-							1, types),
-				  values, NULL, SPI_OK_UPDATE);
-	done = SPI_processed > 0;
-	jobq_owner_end(&saved);
-	PG_RETURN_BOOL(done);
+	PG_RETURN_BOOL(ScheduleStatement(fcinfo, &plan_pause,
+									 "UPDATE jobq.schedule SET paused = true, updated_at = now()"
+									 " WHERE name = $1",
+									 SPI_OK_UPDATE));
 }
 
 /*
