@@ -4,10 +4,18 @@
 # was lost: jobs in every status, a running job's lease token, idempotency
 # keys, schedules, handlers and grants; that the worker serves the database
 # before and after; and that the upgraded schema is the schema of a fresh
-# install.
+# install, read from the catalogs and from pg_dump --schema-only
+# --binary-upgrade (normalized).  While no jobq--<current>.sql exists, a
+# fresh install runs the same scripts as the upgrade (CREATE EXTENSION
+# follows the update path), so these comparisons catch what depends on the
+# state an upgraded database holds, not a mistake in an upgrade script that
+# the fresh install repeats.  The figures (jobs by status before and after,
+# the time ALTER EXTENSION took, the waits clients saw under load) are TAP
+# notes, in the test's regress_log.
 use strict;
 use warnings;
 use IPC::Run;
+use Time::HiRes qw(time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -77,8 +85,9 @@ my $state_query = q{
 
 # jobq's schema, read from the catalogs: every function (its definition),
 # relation, column, index, constraint, trigger, view, type, comment,
-# extension member and configuration table.  pg_dump cannot be used for
-# this: it prints no member of an extension.  Privileges are left out (a
+# extension member and configuration table.  A plain pg_dump prints no
+# member of an extension; schema_dump below compares pg_dump --binary-upgrade
+# output as well, which does.  Privileges are left out here (a
 # database in use has grants a fresh one lacks; grants are checked by what
 # the roles can do).
 my $schema_query = q{
@@ -126,6 +135,111 @@ my $schema_query = q{
 		 WHERE e.extname = 'jobq') s(d)
 };
 
+sub write_file
+{
+	my ($path, $text) = @_;
+	open(my $fh, '>', $path) or die "$path: $!";
+	print $fh $text;
+	close $fh or die "$path: $!";
+}
+
+# jobq's schema as pg_dump prints it.  A plain pg_dump prints no member of
+# an extension (only CREATE EXTENSION); --binary-upgrade prints every member
+# with its ALTER EXTENSION ... ADD line, and the extension's version,
+# configuration tables and initial privileges, as pg_upgrade needs them.
+# --schema=jobq --extension=jobq leave out what the test planted in other
+# schemas.
+sub schema_dump
+{
+	my ($db) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run(
+		[ 'pg_dump', '--schema-only', '--binary-upgrade', '--schema=jobq', '--extension=jobq',
+		  '-d', $node->connstr($db) ],
+		'>', \$out, '2>', \$err)
+	  or die "pg_dump of $db failed: $err";
+	my $base = $node->basedir . "/dump_$db";
+	write_file("$base.sql", $out);
+	my $normalized = normalize_dump($db, $out);
+	write_file("$base.normalized.sql", $normalized);
+	return ($normalized, "$base.normalized.sql");
+}
+
+# What differs between two databases whatever their schemas, normalized
+# away: OIDs, relfilenodes and xids (the binary_upgrade_set_next_* calls,
+# the relfrozenxid / datfrozenxid updates, comment lines naming an OID; the
+# configuration tables' OIDs in binary_upgrade_create_empty_extension become
+# their names), sequences' current values (data), the grants the planted
+# role up_app was given (jobq.grant), the random key of pg_dump's \restrict
+# line, the database's name, and the order of the entries (pg_dump breaks
+# ties by OID): each entry, from its "-- Name: ...; Type: ..." header on, is
+# kept whole, entries left empty are dropped, and the rest are sorted.
+sub normalize_dump
+{
+	my ($db, $dump) = @_;
+	my @lines;
+	my $skip = 0;
+	for my $line (split /\n/, $dump)
+	{
+		if ($skip)    # the rest of a statement normalized away
+		{
+			$skip = 0 if $line =~ /;\s*$/;
+			next;
+		}
+		if ($line =~ /^SELECT pg_catalog\.(binary_upgrade_set_next_|setval\()/
+			|| $line =~ /^UPDATE pg_catalog\.pg_(class|database)\b/)
+		{
+			$skip = 1 unless $line =~ /;\s*$/;
+			next;
+		}
+		next if $line =~ /^-- For binary upgrade, (must preserve|set \S+ relfrozenxid|set datfrozenxid)/;
+		next if $line =~ /^--.*\bOID\b/;
+		next if $line =~ /^\\(un)?restrict /;
+		next if $line =~ /^(GRANT|REVOKE) .* (TO|FROM) up_app;$/;
+		if ($line =~ /^SELECT pg_catalog\.binary_upgrade_create_empty_extension\(/)
+		{
+			$line =~ s{'\{([0-9,]*)\}'}{
+				"'{" . $node->safe_psql($db, qq{
+					SELECT string_agg(x::pg_catalog.regclass::text, ',' ORDER BY n)
+					  FROM unnest('{$1}'::pg_catalog.oid[]) WITH ORDINALITY u(x, n)}) . "}'"
+			}e;
+		}
+		$line =~ s/\b(DATABASE |datname = ')\Q$db\E\b/$1DBNAME/g;
+		push @lines, $line;
+	}
+	my $text = join("\n", @lines) . "\n";
+	my $trailer = $text =~ s/^(--\n-- PostgreSQL database dump complete\n.*)\z//ms ? $1 : '';
+	my @entries = split /(?=^--\n-- Name: )/m, $text;
+	my $preamble = shift @entries;
+	s/\n{3,}/\n\n/g for @entries;
+	@entries = grep { /^(?!--)\S/m } @entries;
+	return join('', $preamble, sort(@entries), $trailer);
+}
+
+# diff -u of two normalized dumps, for diag
+sub dump_diff
+{
+	my ($a, $b) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'diff', '-u', $a, $b ], '>', \$out, '2>', \$err);
+	return "diff -u $a $b\n$out$err";
+}
+
+# jobs by status, as one line for a note
+my $status_query = q{
+	SELECT coalesce(string_agg(format('%s %s', status, n), ', ' ORDER BY status), 'none')
+	  FROM (SELECT status, count(*) AS n FROM jobq.jobs GROUP BY status) s
+};
+
+# ALTER EXTENSION jobq UPDATE, timed by psql (\timing: the statement alone)
+sub update_extension
+{
+	my ($db) = @_;
+	my ($ret, $out, $err) = $node->psql($db, "\\timing on\nALTER EXTENSION jobq UPDATE");
+	my ($ms) = $out =~ /^Time: ([0-9.]+) ms/m;
+	return ($ret, $ms // 'unknown', $err);
+}
+
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION jobq');
 is($node->safe_psql('fresh', q{SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'jobq'}),
@@ -145,9 +259,13 @@ for my $old (@released)
 
 	my $before = $node->safe_psql($db, $state_query);
 	my $effects_before = $node->safe_psql($db, 'SELECT count(*) FROM app.effects');
+	my $statuses_before = $node->safe_psql($db, $status_query);
 
-	my ($ret, $out, $err) = $node->psql($db, 'ALTER EXTENSION jobq UPDATE');
+	my ($ret, $ms, $err) = update_extension($db);
 	is($ret, 0, "$old: ALTER EXTENSION jobq UPDATE succeeds") or diag($err);
+	note("$old at rest: ALTER EXTENSION jobq UPDATE took $ms ms");
+	note("$old at rest: jobs before the upgrade: $statuses_before");
+	note("$old at rest: jobs after the upgrade: " . $node->safe_psql($db, $status_query));
 	is($node->safe_psql($db, q{SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'jobq'}),
 		$current, "$old: now at $current");
 
@@ -181,11 +299,53 @@ for my $old (@released)
 	my $fresh = $node->safe_psql('fresh', $schema_query);
 	cmp_ok(length($fresh), '>', 10000, 'the schema description describes something');
 	is($upgraded, $fresh, "$old: the upgraded schema is a fresh install's");
+	my ($up_dump, $up_file) = schema_dump($db);
+	my ($fresh_dump, $fresh_file) = schema_dump('fresh');
+	cmp_ok(length($fresh_dump), '>', 10000, 'the schema dump holds something');
+	like($fresh_dump, qr/^ALTER EXTENSION jobq ADD TABLE jobq\.job;$/m, 'the schema dump holds the extension\'s members');
+	ok($up_dump eq $fresh_dump,
+		"$old: pg_dump --schema-only --binary-upgrade of the upgraded database, normalized, is a fresh install's")
+	  or diag(dump_diff($fresh_file, $up_file));
 	my $dump = `pg_dump -d "@{[ $node->connstr($db) ]}" 2>&1`;
 	is($?, 0, "$old: pg_dump of the upgraded database succeeds") or diag($dump);
 }
 
 # --- upgrading while workers claim and complete ------------------------------
+
+# the clients' side of an upgrade under load, as notes: from pgbench's
+# per-transaction logs, the transactions that were open while ALTER
+# EXTENSION ran (from t0 to t1, by this script's clock) and the longest of
+# them (the wait a client saw), against the median of all
+sub busy_figures
+{
+	my ($old, $prefix, $t0, $t1, $out) = @_;
+	my (@all, @during);
+	for my $file (glob("$prefix.*"))
+	{
+		open(my $fh, '<', $file) or die "$file: $!";
+		while (<$fh>)
+		{
+			# client_id transaction_no latency_us script_no end_s end_us
+			my ($lat, $end_s, $end_us) = (split)[ 2, 4, 5 ];
+			next unless defined $end_us;
+			my $end = $end_s + $end_us / 1e6;
+			my $start = $end - $lat / 1e6;
+			push @all, $lat;
+			push @during, $lat if $start < $t1 && $end > $t0;
+		}
+		close $fh;
+	}
+	my @sorted = sort { $a <=> $b } @all;
+	my $median = @sorted ? $sorted[ int($#sorted / 2) ] / 1000 : 0;
+	my $max_during = 0;
+	$max_during < $_ and $max_during = $_ for @during;
+	my ($tps) = $out =~ /^tps = ([0-9.]+)/m;
+	note(sprintf("%s under load: %d client transactions (%s tps), median latency %.1f ms",
+			$old, scalar @all, $tps // '?', $median));
+	note(sprintf("%s under load: %d transactions overlapped the upgrade (%.0f ms by the test's clock); "
+			. "the longest took %.1f ms (the wait clients saw)",
+			$old, scalar @during, ($t1 - $t0) * 1000, $max_during / 1000));
+}
 for my $old (@released)
 {
 	my $db = "busy_" . ($old =~ s/\./_/gr);
@@ -204,16 +364,25 @@ COMMIT;
 };
 	close $fh;
 	my ($out, $err) = ('', '');
+	# -l: every transaction's latency (µs) and end time, to see the waits the
+	# upgrade caused
+	my $log_prefix = $node->basedir . "/pgbench_$db";
 	my $bench = IPC::Run::start(
-		[ 'pgbench', '-n', '-c', '4', '-j', '2', '-T', '6', '-f', $script, $node->connstr($db) ],
+		[ 'pgbench', '-n', '-c', '4', '-j', '2', '-T', '6', '-l', "--log-prefix=$log_prefix",
+		  '-f', $script, $node->connstr($db) ],
 		'>', \$out, '2>', \$err);
 	# let the workers run, then upgrade under them
 	ok($node->poll_query_until($db,
 		q{SELECT count(*) >= 100 FROM jobq.jobs WHERE status = 'completed'}),
 		"$old: workers complete jobs");
-	my ($ret, $o, $e) = $node->psql($db, 'ALTER EXTENSION jobq UPDATE');
+	my $t0 = time;
+	my ($ret, $ms, $e) = update_extension($db);
+	my $t1 = time;
 	is($ret, 0, "$old: ALTER EXTENSION jobq UPDATE under load succeeds") or diag($e);
 	$bench->finish;
+	note("$old under load: ALTER EXTENSION jobq UPDATE took $ms ms");
+	busy_figures($old, $log_prefix, $t0, $t1, $out);
+	note("$old under load: jobs after the upgrade: " . $node->safe_psql($db, $status_query));
 	is($bench->result(0), 0, "$old: the workers saw no error") or diag($err);
 	unlike($err, qr/ERROR|FATAL/, "$old: no error in the workers' output");
 	like($out, qr/number of failed transactions: 0/, "$old: no failed transaction")
