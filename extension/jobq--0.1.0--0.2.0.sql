@@ -41,7 +41,7 @@ BEGIN
     IF kind_stats.period OPERATOR(pg_catalog.>) '1000 years'::interval THEN
         RAISE EXCEPTION 'period is out of range'
             USING ERRCODE = 'datetime_field_overflow',
-                  DETAIL = pg_catalog.format('period was %s; the longest jobq accepts is 1000 years.',
+                  DETAIL = pg_catalog.format('The period given was %s; the longest jobq accepts is 1000 years.',
                                              kind_stats.period),
                   HINT = 'Use an interval from 0 up to 1000 years.';
     END IF;
@@ -132,7 +132,7 @@ BEGIN
     IF NOT jobq.may('*', 'administer') THEN
         RAISE EXCEPTION 'permission denied to read the health of every queue'
             USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'jobq.health() needs the administer capability on ''*''.';
+                  HINT = 'Only roles with the administer capability on ''*'' may call jobq.health().';
     END IF;
     IF oldest_pending_threshold IS NULL OR grace IS NULL OR xmin_threshold IS NULL THEN
         RAISE EXCEPTION '% must not be null',
@@ -159,7 +159,7 @@ BEGIN
                      ELSE 'xmin_threshold' END;
         RAISE EXCEPTION '% is out of range', list
             USING ERRCODE = 'datetime_field_overflow',
-                  DETAIL = pg_catalog.format('%s was %s; the longest jobq accepts is 1000 years.', list,
+                  DETAIL = pg_catalog.format('The %s given was %s; the longest jobq accepts is 1000 years.', list,
                                              CASE list WHEN 'grace' THEN grace
                                                        WHEN 'xmin_threshold' THEN xmin_threshold
                                                        ELSE oldest_pending_threshold END),

@@ -79,7 +79,7 @@ SELECT * FROM jobq.enqueue('k', queue => 'new-queue', priority => NULL);
 \echo :SQLSTATE
 :trace
 
--- an unknown priority label
+-- an unrecognized priority label
 SELECT jobq.priority('urgent');
 \echo :SQLSTATE
 SELECT * FROM jobq.enqueue('k', queue => 'new-queue', priority => jobq.priority('urgent'));

@@ -1,6 +1,6 @@
 --
 -- cron_next: first fire time of a cron expression strictly after a time,
--- in a time zone (see doc/cron.md)
+-- in a time zone (see README.md, "Cron schedules")
 --
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS jobq CASCADE;

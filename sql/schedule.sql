@@ -92,7 +92,7 @@ SELECT jobq.resume_schedule('yearly');
 SELECT name, paused,
        next_fire_at = date_trunc('year', now()) + interval '1 year' AS next_january_1st
   FROM jobq.schedules WHERE name = 'yearly';
--- unknown names
+-- unrecognized names
 SELECT jobq.pause_schedule('no-such-schedule');
 SELECT jobq.resume_schedule('no-such-schedule');
 -- a schedule that never fires can be paused and resumed

@@ -186,7 +186,7 @@ CapabilityArg(FunctionCallInfo fcinfo, int argno)
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("capability must be enqueue, work or administer"),
-			 errdetail("capability was \"%s\".", jobq_quote_arg(name))));
+			 errdetail("The capability given was \"%s\".", jobq_quote_arg(name))));
 	return JOBQ_CAP_ENQUEUE;	/* not reached */
 }
 

@@ -76,7 +76,7 @@ jobq_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname, int maxle
 				(errcode(ERRCODE_NAME_TOO_LONG),
 				 errmsg("%s is too long", argname),
 				 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen),
-				 errhint("%s sets the limit.",
+				 errhint("The limit is set by %s.",
 						 maxlen == jobq_max_key_length ? "jobq.max_key_length" :
 						 maxlen == jobq_max_cron_length ? "jobq.max_cron_length" :
 						 "jobq.max_name_length")));
@@ -200,7 +200,7 @@ jobq_check_interval_arg(const Interval *iv, const char *argname,
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_FIELD_OVERFLOW),
 				 errmsg("%s is out of range", argname),
-				 errdetail("%s was %s; the longest jobq accepts is %s.", argname,
+				 errdetail("The %s given was %s; the longest jobq accepts is %s.", argname,
 						   jobq_interval_text(iv), jobq_interval_text(jobq_interval_from_usecs(max_us))),
 				 min_us > 0 ?
 				 errhint("Use a positive interval of at most %s.",

@@ -382,29 +382,26 @@ LauncherEnforceExecutorLimits(TimestampTz now)
 			continue;
 		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
 		{
-			TimestampTz limit = 0;
-			const char *why;
+			bool		cancelled = slot->executor_cancel_at[e] != 0;
+			TimestampTz limit;
 
 			if (slot->executor_pid[e] == 0 || slot->executor_job[e] == 0 ||
 				slot->executor_terminated[e])
 				continue;
-			if (slot->executor_cancel_at[e] != 0)
-			{
-				limit = slot->executor_cancel_at[e];
-				why = "was cancelled";
-			}
-			else
-			{
-				limit = slot->executor_deadline[e];
-				why = "ran past its lease";
-			}
+			limit = cancelled ? slot->executor_cancel_at[e] : slot->executor_deadline[e];
 			if (limit == 0 ||
 				!TimestampDifferenceExceeds(limit, now, JOBQ_EXECUTOR_GRACE_MS))
 				continue;
-			ereport(LOG,
-					(errmsg("jobq: terminating executor %d (pid %d) of database %u: its job %lld %s and the handler did not stop",
-							e, (int) slot->executor_pid[e], slot->dbid,
-							(long long) slot->executor_job[e], why)));
+			if (cancelled)
+				ereport(LOG,
+						(errmsg("jobq: terminating executor %d (pid %d) of database %u: its job %lld was cancelled and the handler did not stop",
+								e, (int) slot->executor_pid[e], slot->dbid,
+								(long long) slot->executor_job[e])));
+			else
+				ereport(LOG,
+						(errmsg("jobq: terminating executor %d (pid %d) of database %u: its job %lld ran past its lease and the handler did not stop",
+								e, (int) slot->executor_pid[e], slot->dbid,
+								(long long) slot->executor_job[e])));
 			kill(slot->executor_pid[e], SIGTERM);
 			slot->executor_terminated[e] = true;
 		}

@@ -59,8 +59,8 @@ cron_utc_offset(pg_time_t t, pg_tz *tz)
 
 	if (tm == NULL)
 		ereport(ERROR,
-				errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				errmsg("timestamp out of range"));
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range")));
 	return tm->tm_gmtoff;
 }
 
@@ -138,9 +138,9 @@ jobq_cron_timezone(const char *name)
 		tz = pg_tzset(name);
 	if (tz == NULL || !pg_tz_acceptable(tz))
 		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("unknown time zone \"%s\"", jobq_quote_arg(name)),
-				errhint("Use a name from pg_timezone_names, such as \"UTC\" or \"America/New_York\"."));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unrecognized time zone \"%s\"", jobq_quote_arg(name)),
+				 errhint("Use a name from pg_timezone_names, such as \"UTC\" or \"America/New_York\".")));
 	return tz;
 }
 
@@ -155,11 +155,11 @@ jobq_cron_parse_or_error(const char *text, CronSpec *spec)
 		/* the parser cuts a long message by bytes: end on a whole character */
 		errbuf[pg_mbcliplen(errbuf, strlen(errbuf), sizeof(errbuf) - 1)] = '\0';
 		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("invalid cron expression: %s", errbuf),
-				errhint("Use five fields \"minute hour day-of-month month day-of-week\" "
-						"(optionally after a seconds field), as in \"*/15 9-17 * * MON-FRI\", "
-						"or one of @yearly, @monthly, @weekly, @daily, @hourly, \"@every 5m\"."));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid cron expression: %s", errbuf),
+				 errhint("Use five fields \"minute hour day-of-month month day-of-week\" "
+						 "(optionally after a seconds field), as in \"*/15 9-17 * * MON-FRI\", "
+ 						"or one of @yearly, @monthly, @weekly, @daily, @hourly, \"@every 5m\".")));
 	}
 }
 
@@ -179,9 +179,9 @@ jobq_cron_next_time(const CronSpec *spec, TimestampTz after, pg_tz *tz,
 		return false;
 	if (TIMESTAMP_IS_NOBEGIN(after))
 		ereport(ERROR,
-				errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				errmsg("cron fire times after -infinity do not exist"),
-				errhint("Pass a finite timestamp, such as now()."));
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("cron fire times after -infinity do not exist"),
+				 errhint("Pass a finite timestamp, such as now().")));
 
 	/* fires are on whole seconds: the next is after the second a */
 	a = after / USECS_PER_SEC;
@@ -232,11 +232,11 @@ jobq_cron_next(PG_FUNCTION_ARGS)
 	/* as for jobq.schedule: no expression is longer */
 	if (VARSIZE_ANY_EXHDR(cron_text) > jobq_max_cron_length)
 		ereport(ERROR,
-				errcode(ERRCODE_NAME_TOO_LONG),
-				errmsg("cron is too long"),
-				errdetail("It is %d bytes long; the limit is %d bytes.",
-						  (int) VARSIZE_ANY_EXHDR(cron_text), jobq_max_cron_length),
-				errhint("jobq.max_cron_length sets the limit."));
+				(errcode(ERRCODE_NAME_TOO_LONG),
+				 errmsg("cron is too long"),
+				 errdetail("It is %d bytes long; the limit is %d bytes.",
+						   (int) VARSIZE_ANY_EXHDR(cron_text), jobq_max_cron_length),
+				 errhint("The limit is set by jobq.max_cron_length.")));
 	cron = text_to_cstring(cron_text);
 
 	jobq_cron_parse_or_error(cron, &spec);

@@ -3,7 +3,7 @@
  * cron_parse.c
  *	  Cron expression parser and the calendar search for the next match.
  *
- * Accepted syntax (doc/cron.md has the user-facing version):
+ * Accepted syntax (README.md, "Cron schedules", has the user-facing version):
  *
  *		[second] minute hour day-of-month month day-of-week
  *
@@ -253,7 +253,7 @@ cron_parse_value(const CronFieldDef *def, const char *field,
 							  "%s field \"%s\": \"%s\" is not a number",
 							  def->name, field, word);
 		return cron_error(errbuf, errlen,
-						  "%s field \"%s\": unknown name \"%s\"",
+						  "%s field \"%s\": unrecognized name \"%s\"",
 						  def->name, field, word);
 	}
 
@@ -446,7 +446,7 @@ cron_parse_every(const char *s, CronSpec *spec, char *errbuf, size_t errlen)
 		}
 		if (!found)
 			return cron_error(errbuf, errlen,
-							  "@every interval \"%s\": unknown unit \"%s\"",
+							  "@every interval \"%s\": unrecognized unit \"%s\"",
 							  s, cron_copy(word, sizeof(word), unit, p - unit));
 		total += n;
 		if (total > CRON_MAX_EVERY_SECS)
@@ -526,7 +526,7 @@ cron_parse(const char *text, CronSpec *spec, char *errbuf, size_t errlen)
 		if (cron_word_equals(buf, wlen, "@reboot"))
 			return cron_error(errbuf, errlen, "@reboot is not supported");
 		return cron_error(errbuf, errlen,
-						  "unknown macro \"%s\" (use @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly or @every)",
+						  "unrecognized macro \"%s\" (use @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly or @every)",
 						  buf);
 	}
 

@@ -48,7 +48,7 @@ jobq_priority(PG_FUNCTION_ARGS)
 	}
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("unknown priority label \"%s\"", jobq_quote_arg(label)),
+			 errmsg("unrecognized priority label \"%s\"", jobq_quote_arg(label)),
 			 errhint("Valid labels are low (0), medium (10), high (20) and critical (30).")));
 	PG_RETURN_NULL();			/* not reached */
 }

@@ -217,7 +217,7 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("job_ids has more than %d elements", jobq_max_batch),
-				 errhint("jobq.max_batch sets the upper limit.")));
+				 errhint("The limit is set by jobq.max_batch.")));
 	if (!PG_ARGISNULL(2))
 	{
 		int			nresults;

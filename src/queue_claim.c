@@ -499,8 +499,8 @@ jobq_claim(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("batch must be between 1 and %d", jobq_max_batch),
-				 errdetail("batch was %d.", args.batch),
-				 errhint("jobq.max_batch sets the upper limit.")));
+				 errdetail("The batch given was %d.", args.batch),
+				 errhint("The limit is set by jobq.max_batch.")));
 	args.lease = PG_ARGISNULL(3) ? NULL : jobq_positive_interval_arg(fcinfo, 3, "lease");
 	args.kinds = NULL;
 	if (!PG_ARGISNULL(4))

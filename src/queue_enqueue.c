@@ -453,7 +453,7 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 						 errmsg("%s is too long", argname),
 						 errdetail("It is %d bytes long; the limit is %d bytes.",
 								   len, jobq_max_key_length),
-						 errhint("jobq.max_key_length sets the limit.")));
+						 errhint("The limit is set by jobq.max_key_length.")));
 			jobq_client_key_check(TextDatumGetCString(keys[i]), argname);
 		}
 	}

@@ -207,8 +207,9 @@ SettingInterval(FunctionCallInfo fcinfo, int argno, const char *argname,
 	if (jobq_interval_usecs(PG_GETARG_INTERVAL_P(argno)) < min_us)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be %s", argname,
-						min_us > 0 ? "a positive interval" : "zero or a positive interval")));
+				 min_us > 0 ?
+				 errmsg("%s must be a positive interval", argname) :
+				 errmsg("%s must be zero or a positive interval", argname)));
 	(void) jobq_check_interval_arg(PG_GETARG_INTERVAL_P(argno), argname, min_us,
 								   JOBQ_MAX_INTERVAL_US);
 	*value = PG_GETARG_DATUM(argno);
@@ -238,11 +239,13 @@ SettingRetention(FunctionCallInfo fcinfo, int argno, const char *argname,
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_FIELD_OVERFLOW),
 				 errmsg("%s is out of range", argname),
-				 errdetail("%s was %s; the longest jobq accepts is 1000 years.", argname,
+				 errdetail("The %s given was %s; the longest jobq accepts is 1000 years.", argname,
 						   jobq_interval_text(iv)),
-				 errhint("Use an interval from 0 up to 1000 years%s.",
-						 PG_VERSION_NUM >= 170000 ? ", or 'infinity' to keep the jobs for ever" :
-						 "; 1000 years keeps the jobs for ever in practice (intervals have no 'infinity' before PostgreSQL 17)")));
+#if PG_VERSION_NUM >= 170000
+				 errhint("Use an interval from 0 up to 1000 years, or 'infinity' to keep the jobs for ever.")));
+#else
+				 errhint("Use an interval from 0 up to 1000 years; 1000 years keeps the jobs for ever in practice (intervals have no 'infinity' before PostgreSQL 17).")));
+#endif
 	if (!JOBQ_INTERVAL_IS_INFINITY(iv))
 		SettingInterval(fcinfo, argno, argname, 0, value, null);
 	else

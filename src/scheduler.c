@@ -260,8 +260,9 @@ FireSchedule(const JobqSchedule *s, TimestampTz now, bool all_missed)
 				  values, nulls, SPI_OK_UPDATE);
 	if (nmissed > 0)
 		ereport(LOG,
-				(errmsg("jobq: schedule \"%s\" missed %d fire time%s; misfire policy %s fired %d",
-						s->name, nmissed, nmissed == 1 ? "" : "s", s->misfire, missed_fired)));
+				(errmsg_plural("jobq: schedule \"%s\" missed %d fire time; misfire policy %s fired %d",
+							   "jobq: schedule \"%s\" missed %d fire times; misfire policy %s fired %d",
+							   nmissed, s->name, nmissed, s->misfire, missed_fired)));
 	return fired;
 }
 
@@ -431,8 +432,8 @@ MisfireArg(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("misfire must be skip, run_once or run_all"),
-				 errdetail("misfire was \"%s\".", jobq_quote_arg(misfire)),
-				 errhint("skip fires none of the missed times, run_once one job for the latest, run_all each of them.")));
+				 errdetail("The misfire policy given was \"%s\".", jobq_quote_arg(misfire)),
+				 errhint("Use skip to fire none of the missed times, run_once to fire one job for the latest, or run_all to fire each of them.")));
 	return misfire;
 }
 
