@@ -4,7 +4,7 @@
 #   make install         install into the PostgreSQL found by pg_config
 #   make installcheck    pg_regress + isolation suites (each starts its own
 #                        preloaded server) and the TAP tests
-#   make format          pgindent-like formatting with clang-format
+#   make format          pgindent formatting (pg_bsd_indent, src/typedefs.list)
 #
 # The whole test suite, with packages, a server and a non-root user set up,
 # is scripts/test; the demo is scripts/demo.
@@ -63,9 +63,40 @@ check-layout:
 
 installcheck: check-layout
 
-.PHONY: format
+# make format: reformat src/ as PostgreSQL's pgindent does, with
+# pg_bsd_indent (Debian package pg-bsd-indent) and PostgreSQL's options,
+# over the typedef names in src/typedefs.list.  make check-format (run by
+# installcheck) fails when a file of src/ is not formatted so.  make
+# typedefs regenerates src/typedefs.list from the DWARF debug information of
+# the built objects (every typedef the code uses, PostgreSQL's included), as
+# PostgreSQL's own typedef tool does.
+PG_BSD_INDENT = pg_bsd_indent
+PG_BSD_INDENT_OPTS = -bad -bap -bbb -bc -bl -cli1 -cp33 -cdb -nce -d0 -di12 \
+	-nfc1 -i4 -l79 -lp -lpl -nip -npro -sac -tpg -ts4 -U$(srcdir)/src/typedefs.list
+
+.PHONY: format check-format typedefs
 format:
-	clang-format -i --style=file src/*.c src/*.h
+	@for f in $(srcdir)/src/*.c $(srcdir)/src/*.h; do \
+		$(PG_BSD_INDENT) $(PG_BSD_INDENT_OPTS) "$$f" "$$f.indent" && \
+		{ cmp -s "$$f" "$$f.indent" || { cp "$$f.indent" "$$f"; echo "formatted $$f"; }; }; \
+		rm -f "$$f.indent"; \
+	done
+
+check-format:
+	@bad=0; for f in $(srcdir)/src/*.c $(srcdir)/src/*.h; do \
+		$(PG_BSD_INDENT) $(PG_BSD_INDENT_OPTS) "$$f" "$$f.indent" || exit 1; \
+		if ! diff -u "$$f" "$$f.indent"; then bad=1; fi; \
+		rm -f "$$f.indent"; \
+	done; \
+	if [ $$bad = 1 ]; then echo "src/ is not formatted: run make format"; exit 1; fi; \
+	echo "src/ is formatted (pg_bsd_indent, src/typedefs.list)"
+
+typedefs: all
+	objdump -Wi $(OBJS) | awk '/DW_TAG_typedef/ { t = 1; next } \
+		t && /DW_AT_name/ { print $$NF; t = 0 } /DW_TAG_/ { t = 0 }' | \
+		LC_ALL=C sort -u >$(srcdir)/src/typedefs.list
+
+installcheck: check-format
 
 # make dist: a versioned archive of HEAD (after PGXS, so "all" stays the default)
 include $(srcdir)/dist.mk

@@ -196,17 +196,17 @@ GrantObjects(Oid role, JobqCapability cap)
 {
 	const char *rolename = quote_identifier(GetUserNameFromId(role, false));
 	const char *enqueue_fns =
-		"jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text),"
-		" jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text),"
-		" jobq.priority(text), jobq.priority_label(integer), jobq.cron_next(text, timestamptz, text),"
-		" jobq.job(bigint), jobq.job_by_key(text, text)";
+	"jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text),"
+	" jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text),"
+	" jobq.priority(text), jobq.priority_label(integer), jobq.cron_next(text, timestamptz, text),"
+	" jobq.job(bigint), jobq.job_by_key(text, text)";
 	const char *work_fns =
-		"jobq.claim(text, text, integer, interval, text[], interval),"
-		" jobq.complete(bigint, bigint, jsonb), jobq.complete_many(bigint[], bigint[], jsonb[]),"
-		" jobq.fail(bigint, bigint, text, boolean, interval), jobq.extend(bigint, bigint, interval),"
-		" jobq.checkpoint(bigint, bigint, jsonb), jobq.snooze(bigint, bigint, interval),"
-		" jobq.priority(text), jobq.priority_label(integer),"
-		" jobq.job(bigint), jobq.job_by_key(text, text)";
+	"jobq.claim(text, text, integer, interval, text[], interval),"
+	" jobq.complete(bigint, bigint, jsonb), jobq.complete_many(bigint[], bigint[], jsonb[]),"
+	" jobq.fail(bigint, bigint, text, boolean, interval), jobq.extend(bigint, bigint, interval),"
+	" jobq.checkpoint(bigint, bigint, jsonb), jobq.snooze(bigint, bigint, interval),"
+	" jobq.priority(text), jobq.priority_label(integer),"
+	" jobq.job(bigint), jobq.job_by_key(text, text)";
 	StringInfoData sql;
 
 	initStringInfo(&sql);
@@ -324,9 +324,9 @@ AskingRole(void)
 	Oid			role = GetUserId();
 
 	/*
-	 * Inside jobq's SECURITY DEFINER functions the current user is the
-	 * owner: ask about the role the session acts as, which inside a job
-	 * handler is the handler's role, never the executor's superuser.
+	 * Inside jobq's SECURITY DEFINER functions the current user is the owner:
+	 * ask about the role the session acts as, which inside a job handler is
+	 * the handler's role, never the executor's superuser.
 	 */
 	if (!AllPowerful(role))
 		return role;

@@ -74,8 +74,8 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 	values[1] = TimestampTzGetDatum(now);
 
 	/*
-	 * The permission first (a job's state is nobody else's business), from
-	 * a plain read: only a job that can be retried gets locked.
+	 * The permission first (a job's state is nobody else's business), from a
+	 * plain read: only a job that can be retried gets locked.
 	 */
 	jobq_spi_exec(jobq_plan(&plan_retry_queue,
 							"SELECT queue FROM jobq.job WHERE job_id = $1",

@@ -54,7 +54,7 @@ jobq_require_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
  */
 const char *
 jobq_name_arg(FunctionCallInfo fcinfo, int argno, const char *argname, int maxlen,
-		bool nullable)
+			  bool nullable)
 {
 	text	   *t;
 	int			len;
@@ -104,7 +104,7 @@ jobq_check_json_size(Jsonb *doc, const char *argname, bool is_payload)
 }
 
 /* A payload: a JSON object no larger than jobq.max_payload_size. */
-Jsonb *
+Jsonb	   *
 jobq_payload_arg(Datum d, const char *argname)
 {
 	Jsonb	   *payload = DatumGetJsonbP(d);
@@ -126,7 +126,7 @@ int64
 jobq_interval_usecs(const Interval *iv)
 {
 	double		total = (double) iv->time + (double) iv->day * USECS_PER_DAY +
-		(double) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	(double) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
 
 	if (total >= (double) PG_INT64_MAX)
 		return PG_INT64_MAX;
@@ -137,7 +137,7 @@ jobq_interval_usecs(const Interval *iv)
 }
 
 /* An interval of about usecs microseconds, in its largest whole unit. */
-Interval *
+Interval   *
 jobq_interval_from_usecs(int64 usecs)
 {
 	Interval   *iv = palloc0(sizeof(Interval));
@@ -170,7 +170,7 @@ jobq_interval_in_range(const Interval *iv)
 }
 
 /* An interval as text, as interval_out writes it. */
-char *
+char	   *
 jobq_interval_text(const Interval *iv)
 {
 	return DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(iv)));
@@ -265,7 +265,7 @@ jobq_quote_arg(const char *s)
  * An interval argument that must be strictly positive and at most
  * JOBQ_MAX_INTERVAL_US (a lease).
  */
-Interval *
+Interval   *
 jobq_positive_interval_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	Interval   *iv = PG_GETARG_INTERVAL_P(argno);
@@ -309,7 +309,7 @@ jobq_max_retries_arg(FunctionCallInfo fcinfo, int argno, bool *has, int32 *value
 /* A one-dimensional array argument's elements. */
 void
 jobq_array_arg(ArrayType *arr, Oid elemtype, const char *argname,
-		 Datum **elems, bool **nulls, int *n)
+			   Datum **elems, bool **nulls, int *n)
 {
 	int16		typlen;
 	bool		typbyval;

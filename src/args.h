@@ -45,7 +45,7 @@ extern TimestampTz jobq_check_timestamp_arg(TimestampTz t, const char *argname);
 extern TimestampTz jobq_timestamp_add(TimestampTz t, int64 usecs);
 extern const char *jobq_quote_arg(const char *s);
 extern Interval *jobq_positive_interval_arg(FunctionCallInfo fcinfo, int argno,
-												  const char *argname);
+											const char *argname);
 extern int32 jobq_priority_arg(FunctionCallInfo fcinfo, int argno);
 extern void jobq_max_retries_arg(FunctionCallInfo fcinfo, int argno, bool *has,
 								 int32 *value);

@@ -106,4 +106,3 @@ jobq_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 	}
 	PG_END_TRY();
 }
-

@@ -287,6 +287,7 @@ LauncherCycle(void)
 		if (slot->last_start != 0 &&
 			!TimestampDifferenceExceeds(slot->last_start, now, JOBQ_RESTART_DELAY_MS))
 			continue;
+
 		/*
 		 * A database found without jobq is looked at again after the recheck
 		 * interval, or at once if CREATE EXTENSION committed after the look

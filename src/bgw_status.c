@@ -96,4 +96,3 @@ jobq_worker_status(PG_FUNCTION_ARGS)
 	}
 	return (Datum) 0;
 }
-

@@ -129,7 +129,7 @@ cron_first_instant(int64 local, pg_tz *tz)
  * Look up a time zone by name, with an error if PostgreSQL does not know
  * it.  Zones that count leap seconds are refused, as for SET timezone.
  */
-pg_tz *
+pg_tz	   *
 jobq_cron_timezone(const char *name)
 {
 	pg_tz	   *tz = NULL;
@@ -159,7 +159,7 @@ jobq_cron_parse_or_error(const char *text, CronSpec *spec)
 				 errmsg("invalid cron expression: %s", errbuf),
 				 errhint("Use five fields \"minute hour day-of-month month day-of-week\" "
 						 "(optionally after a seconds field), as in \"*/15 9-17 * * MON-FRI\", "
- 						"or one of @yearly, @monthly, @weekly, @daily, @hourly, \"@every 5m\".")));
+						 "or one of @yearly, @monthly, @weekly, @daily, @hourly, \"@every 5m\".")));
 	}
 }
 

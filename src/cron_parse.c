@@ -493,6 +493,7 @@ cron_parse(const char *text, CronSpec *spec, char *errbuf, size_t errlen)
 
 	/* trim; buf then holds the expression without surrounding space */
 	p = text;
+
 	while (cron_is_space(*p))
 		p++;
 	textlen = strlen(p);

@@ -133,7 +133,7 @@ CompletedJobs(Oid caller)
 
 		foreach(lc, queues)
 			if (strcmp((char *) lfirst(lc), queue) == 0)
-				seen = true;
+			seen = true;
 		if (!seen)
 			queues = lappend(queues, queue);
 	}
@@ -227,7 +227,7 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 		for (int i = 0; i < nresults; i++)
 			if (!elem_nulls[i])
 				jobq_check_json_size(DatumGetJsonbP(elems[i]),
-							  psprintf("results[%d]", i + 1), false);
+									 psprintf("results[%d]", i + 1), false);
 		values[2] = PG_GETARG_DATUM(2);
 	}
 	else
@@ -550,4 +550,3 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 								  " RETURNING queue",
 								  false));
 }
-

@@ -348,7 +348,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	if (lease == NULL && (jobq_interval_usecs(&q.lease) > JOBQ_MAX_INTERVAL_US ||
 						  !jobq_interval_in_range(&q.lease)))
 		lease = jobq_interval_from_usecs(Max(Min(jobq_interval_usecs(&q.lease),
-										  JOBQ_MAX_INTERVAL_US), 1));
+												 JOBQ_MAX_INTERVAL_US), 1));
 	values[3] = IntervalPGetDatum(lease ? lease : &q.lease);
 	values[4] = worker_id ? CStringGetTextDatum(worker_id) : (Datum) 0;
 	nulls[4] = worker_id ? ' ' : 'n';
@@ -362,8 +362,8 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	values[11] = Int32GetDatum(q.max_per_key);
 
 	/*
-	 * Without a per-key limit the claim takes the first unlocked rows.
-	 * With one, it looks at the first JOBQ_KEY_SCAN ready rows (claims of a
+	 * Without a per-key limit the claim takes the first unlocked rows. With
+	 * one, it looks at the first JOBQ_KEY_SCAN ready rows (claims of a
 	 * limited queue are serialized by ClaimAllowance, so none are locked by
 	 * another claim) and takes, in claim order, those whose key has room.
 	 */
@@ -418,8 +418,8 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 
 	/*
 	 * Move the queue's position past what this claim consumed.  Not with a
-	 * kinds filter or a per-key limit (rows were passed over, not consumed), and
-	 * not under a transaction snapshot, which may predate rows that were
+	 * kinds filter or a per-key limit (rows were passed over, not consumed),
+	 * and not under a transaction snapshot, which may predate rows that were
 	 * committed before this claim began.
 	 */
 	if (nrows > 0 && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
@@ -551,9 +551,9 @@ jobq_claim(PG_FUNCTION_ARGS)
 
 		/*
 		 * Register for wake-ups only now: the attempt's subtransaction
-		 * rollback cancels any earlier registration.  A commit that made
-		 * rows ready while we were looking bumped the wake sequence, so
-		 * look again at once instead of sleeping through it.
+		 * rollback cancels any earlier registration.  A commit that made rows
+		 * ready while we were looking bumped the wake sequence, so look again
+		 * at once instead of sleeping through it.
 		 */
 		if (cv)
 		{
@@ -585,4 +585,3 @@ jobq_claim(PG_FUNCTION_ARGS)
 	jobq_owner_end(&saved);
 	return (Datum) 0;
 }
-

@@ -184,7 +184,7 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 
 	if (job->key != NULL)
 	{
-		/* straight into the unique index (job_insert.c) when the table allows it */
+		/* straight into the unique index where the table allows */
 		switch (jobq_reserve_key(job->kind, job->key, job_id))
 		{
 			case JOBQ_KEY_TAKEN:
@@ -464,9 +464,9 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 	now = GetCurrentTimestamp();
 
 	/*
-	 * In input order, so job ids (FIFO within a priority) follow it: each
-	 * run of jobs without a key in one statement, jobs with a key one by
-	 * one, through the unique index.
+	 * In input order, so job ids (FIFO within a priority) follow it: each run
+	 * of jobs without a key in one statement, jobs with a key one by one,
+	 * through the unique index.
 	 */
 	ids = palloc(sizeof(int64) * Max(n, 1));
 	created = palloc(sizeof(bool) * Max(n, 1));
@@ -499,4 +499,3 @@ jobq_enqueue_many(PG_FUNCTION_ARGS)
 	jobq_owner_end(&saved);
 	return (Datum) 0;
 }
-

@@ -377,4 +377,3 @@ jobq_configure(PG_FUNCTION_ARGS)
 	jobq_owner_end(&saved);
 	PG_RETURN_VOID();
 }
-

@@ -84,8 +84,8 @@ ReapQueue(void *arg)
 	 * The expired leases of a queue are a prefix of job_running_lease_idx
 	 * (queue, lease_expires_at).  A long-held snapshot keeps an entry there
 	 * for every job claimed since (their dead versions), so the reaper never
-	 * walks the index across queues.  Rows beyond the limit are reaped in
-	 * the next transaction.
+	 * walks the index across queues.  Rows beyond the limit are reaped in the
+	 * next transaction.
 	 */
 	jobq_spi_exec_indexed(jobq_plan_generic(&plan_reap_lock,
 											"SELECT " JOBQ_ATTEMPT_COLUMNS

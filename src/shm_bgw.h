@@ -34,13 +34,20 @@ typedef struct JobqDbSlot
 	int64		reaped;			/* expired leases reaped since start */
 	int64		pruned;			/* rows pruned since start */
 	int64		fired;			/* schedule fires since start */
-	pid_t		executor_pid[JOBQ_MAX_EXECUTORS];	/* running executors, else 0 */
-	Latch	   *executor_latch[JOBQ_MAX_EXECUTORS];	/* their latches */
-	int64		executor_job[JOBQ_MAX_EXECUTORS];	/* the job each runs, else 0 */
-	TimestampTz executor_deadline[JOBQ_MAX_EXECUTORS];	/* that job's lease at claim */
-	TimestampTz executor_cancel_at[JOBQ_MAX_EXECUTORS];	/* when jobq.cancel interrupted it, else 0 */
-	bool		executor_terminated[JOBQ_MAX_EXECUTORS];	/* SIGTERM sent for that job */
-	Oid			executor_role[JOBQ_MAX_EXECUTORS];	/* the role whose jobs it claims or runs, else 0 */
+
+	/*
+	 * The executors, by place: each one's pid (0: none runs there) and latch;
+	 * the job it runs (0: none) with that job's lease at claim; when
+	 * jobq.cancel interrupted it (0: not); whether the launcher sent SIGTERM
+	 * for that job; and the role whose jobs it claims or runs (0: none).
+	 */
+	pid_t		executor_pid[JOBQ_MAX_EXECUTORS];
+	Latch	   *executor_latch[JOBQ_MAX_EXECUTORS];
+	int64		executor_job[JOBQ_MAX_EXECUTORS];
+	TimestampTz executor_deadline[JOBQ_MAX_EXECUTORS];
+	TimestampTz executor_cancel_at[JOBQ_MAX_EXECUTORS];
+	bool		executor_terminated[JOBQ_MAX_EXECUTORS];
+	Oid			executor_role[JOBQ_MAX_EXECUTORS];
 } JobqDbSlot;
 
 /* State shared by the launcher, the workers and every backend. */
