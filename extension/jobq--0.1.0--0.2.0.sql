@@ -477,3 +477,39 @@ $$;
 -- jobq.idempotency_retention = -1 keeps keys for ever (their expiry stays NULL)
 COMMENT ON COLUMN jobq.idempotency_key.expires_at IS
     'when the key may be pruned: NULL while its job exists, and for ever when jobq.idempotency_retention is -1';
+
+-- jobq.release: the holder hands its running job back (graceful shutdown of a
+-- worker); jobq.release_running: an administrator hands back every running
+-- job of a queue, or of one worker
+CREATE FUNCTION jobq.release(job_id bigint, lease_token bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.release(bigint, bigint) IS
+    'hand a running job back: pending now, no retry spent, the token fenced; false for a stale token';
+
+CREATE FUNCTION jobq.release_running(queue text, worker_id text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobq_release_running'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.release_running(text, text) IS
+    'every running job of the queue (of that worker) back to pending now, no retry spent, old tokens fenced; returns how many';
+
+REVOKE ALL ON FUNCTION jobq.release(bigint, bigint), jobq.release_running(text, text) FROM PUBLIC;
+
+-- roles granted work or administer before this release get what jobq.grant
+-- gives them now
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT p.role, p.capability FROM jobq.permission p
+              WHERE p.capability OPERATOR(pg_catalog.=) ANY (ARRAY['work', 'administer']::text[])
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.release(bigint, bigint) TO %s', r.role);
+        IF r.capability OPERATOR(pg_catalog.=) 'administer' THEN
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.release_running(text, text) TO %s', r.role);
+        END IF;
+    END LOOP;
+END
+$$;

@@ -205,6 +205,7 @@ GrantObjects(Oid role, JobqCapability cap)
 	" jobq.complete(bigint, bigint, jsonb), jobq.complete_many(bigint[], bigint[], jsonb[]),"
 	" jobq.fail(bigint, bigint, text, boolean, interval), jobq.extend(bigint, bigint, interval),"
 	" jobq.checkpoint(bigint, bigint, jsonb), jobq.snooze(bigint, bigint, interval),"
+	" jobq.release(bigint, bigint),"
 	" jobq.priority(text), jobq.priority_label(integer),"
 	" jobq.job(bigint), jobq.job_by_key(text, text)";
 	StringInfoData sql;

@@ -24,6 +24,7 @@
 #include "acl.h"
 #include "args.h"
 #include "guc.h"
+#include "queue_attempt.h"
 #include "queue_enqueue.h"
 #include "queue_settings.h"
 #include "shm_bgw.h"
@@ -33,6 +34,7 @@
 PG_FUNCTION_INFO_V1(jobq_retry);
 PG_FUNCTION_INFO_V1(jobq_retry_failed);
 PG_FUNCTION_INFO_V1(jobq_cancel);
+PG_FUNCTION_INFO_V1(jobq_release_running);
 PG_FUNCTION_INFO_V1(jobq_pause);
 PG_FUNCTION_INFO_V1(jobq_resume);
 PG_FUNCTION_INFO_V1(jobq_purge);
@@ -45,6 +47,7 @@ static SPIPlanPtr plan_retry_lock;
 static SPIPlanPtr plan_retry_update;
 static SPIPlanPtr plan_retry_failed_ids;
 static SPIPlanPtr plan_job_state;
+static SPIPlanPtr plan_release_running;
 static SPIPlanPtr plan_unready;
 static SPIPlanPtr plan_unschedule;
 static SPIPlanPtr plan_cancel_pending;
@@ -270,6 +273,28 @@ CancelXactCallback(XactEvent event, void *arg)
 	}
 }
 
+/*
+ * Interrupt the executor that runs job_id in this database, if one does,
+ * once this transaction commits (it took the job away from its handler).
+ */
+static void
+InterruptAtCommit(int64 job_id)
+{
+	MemoryContext old;
+	int64	   *id;
+
+	if (!callback_registered)
+	{
+		RegisterXactCallback(CancelXactCallback, NULL);
+		callback_registered = true;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	id = palloc(sizeof(int64));
+	*id = job_id;
+	interrupt_at_commit = lappend(interrupt_at_commit, id);
+	MemoryContextSwitchTo(old);
+}
+
 /* jobq.cancel(job_id) -> boolean: pending/running -> cancelled */
 Datum
 jobq_cancel(PG_FUNCTION_ARGS)
@@ -287,11 +312,6 @@ jobq_cancel(PG_FUNCTION_ARGS)
 				 errmsg("job_id must not be null")));
 	job_id = PG_GETARG_INT64(0);
 	values[0] = Int64GetDatum(job_id);
-	if (!callback_registered)
-	{
-		RegisterXactCallback(CancelXactCallback, NULL);
-		callback_registered = true;
-	}
 
 	jobq_owner_begin(&saved);
 	for (int i = 0; i < JOBQ_CANCEL_TRIES; i++)
@@ -327,13 +347,7 @@ jobq_cancel(PG_FUNCTION_ARGS)
 		{
 			if (CancelRunning(job_id, now))
 			{
-				/* an executor running it in the database gets interrupted */
-				MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-				int64	   *id = palloc(sizeof(int64));
-
-				*id = job_id;
-				interrupt_at_commit = lappend(interrupt_at_commit, id);
-				MemoryContextSwitchTo(old);
+				InterruptAtCommit(job_id);
 				done = true;
 				break;
 			}
@@ -343,6 +357,57 @@ jobq_cancel(PG_FUNCTION_ARGS)
 	}
 	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
+}
+
+/*
+ * jobq.release_running(queue, worker_id) -> bigint
+ *
+ * Every running job of the queue (of that worker, when worker_id is given)
+ * back to pending now: no retry spent, the breaker untouched, the old lease
+ * tokens fenced, an executor running one interrupted.  For a worker that is
+ * known dead or is being drained, instead of waiting for its leases to
+ * expire.  Returns how many jobs went back.
+ */
+Datum
+jobq_release_running(PG_FUNCTION_ARGS)
+{
+	const char *queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
+	const char *worker_id = jobq_name_arg(fcinfo, 1, "worker_id", jobq_max_name_length, true);
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	JobqSavedUser saved;
+	TimestampTz now = GetCurrentTimestamp();
+	text	   *error = cstring_to_text("released by jobq.release_running");
+	SPITupleTable *jobs;
+	uint64		n;
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = worker_id ? CStringGetTextDatum(worker_id) : (Datum) 0;
+	nulls[1] = worker_id ? ' ' : 'n';
+
+	jobq_owner_begin(&saved);
+	jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
+	jobq_spi_exec(jobq_plan(&plan_release_running,
+							"SELECT " JOBQ_ATTEMPT_COLUMNS
+							" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+							" WHERE j.queue = $1 AND j.status = 'running'"
+							" AND ($2 IS NULL OR j.worker_id = $2)"
+							" ORDER BY j.job_id FOR UPDATE OF j",
+							2, types),
+				  values, nulls, SPI_OK_SELECT);
+	jobs = SPI_tuptable;
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		JobqAttempt attempt;
+
+		jobq_attempt_from_tuple(jobs->vals[i], jobs->tupdesc, &attempt);
+		(void) jobq_end_attempt(&attempt, error, true, NULL, "released", now);
+		InterruptAtCommit(attempt.job_id);
+	}
+	jobq_owner_end(&saved);
+	PG_RETURN_INT64((int64) n);
 }
 
 /* Set a queue's paused flag, creating the queue if needed. */

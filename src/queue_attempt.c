@@ -44,6 +44,7 @@ PG_FUNCTION_INFO_V1(jobq_complete);
 PG_FUNCTION_INFO_V1(jobq_complete_many);
 PG_FUNCTION_INFO_V1(jobq_fail);
 PG_FUNCTION_INFO_V1(jobq_snooze);
+PG_FUNCTION_INFO_V1(jobq_release);
 PG_FUNCTION_INFO_V1(jobq_extend);
 PG_FUNCTION_INFO_V1(jobq_checkpoint);
 
@@ -332,8 +333,8 @@ jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc, JobqAttempt *a)
  * End an attempt that did not succeed: record it in jobq.attempt, then
  * re-queue the job with retry_count + 1 (after retry_in, or the queue's
  * backoff) while it is retryable and has retries left, else fail it for
- * good.  Outcome "snoozed" re-queues after retry_in without spending a
- * retry.  The job row must be locked by the caller.  Returns the new status.
+ * good.  Outcome "snoozed" re-queues after retry_in, "released" at once,
+ * without spending a retry or counting for the circuit breaker.  The job row must be locked by the caller.  Returns the new status.
  */
 const char *
 jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
@@ -343,14 +344,17 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
 	Datum		values[11];
 	char		nulls[11];
-	bool		snooze = strcmp(outcome, "snoozed") == 0;
+
+	/* a snooze or a hand-back re-queues without spending a retry */
+	bool		snooze = strcmp(outcome, "snoozed") == 0 ||
+	strcmp(outcome, "released") == 0;
 	bool		retry = snooze || (retryable && a->retry_count < a->max_retries);
 	TimestampTz run_at = now;
 	const char *status = retry ? "pending" : "failed";
 
 	if (retry && retry_in != NULL)
 		run_at = jobq_timestamp_add(now, jobq_interval_usecs(retry_in));
-	else if (retry)
+	else if (retry && !snooze)
 		run_at = jobq_timestamp_add(now,
 									jobq_backoff_usecs((int64) a->backoff_base_us,
 													   (int64) a->backoff_cap_us,
@@ -367,7 +371,6 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = PointerGetDatum(error);
 	values[6] = CStringGetTextDatum(status);
-	/* a snooze re-queues without spending a retry */
 	values[7] = Int32GetDatum(retry && !snooze ? a->retry_count + 1 : a->retry_count);
 	values[8] = TimestampTzGetDatum(run_at);
 	nulls[8] = retry ? ' ' : 'n';
@@ -380,7 +383,7 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 											" VALUES ($1, $2, $3, $4, $5, $11, $6))"
 											" UPDATE jobq.job SET status = $7, retry_count = $8,"
 											" run_at = COALESCE($9, run_at),"
-											" last_error = CASE WHEN $11 = 'snoozed' THEN last_error ELSE $6 END,"
+											" last_error = CASE WHEN $11 IN ('snoozed', 'released') THEN last_error ELSE $6 END,"
 											" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
 											" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
 											" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
@@ -501,6 +504,27 @@ jobq_snooze(PG_FUNCTION_ARGS)
 						   now, &status))
 		PG_RETURN_NULL();
 	PG_RETURN_TIMESTAMPTZ(jobq_timestamp_add(now, jobq_interval_usecs(delay)));
+}
+
+/*
+ * jobq.release(job_id, lease_token) -> boolean
+ *
+ * The holder hands its running job back: pending now, no retry spent, the
+ * breaker untouched, the token fenced (the job is no longer running under
+ * it).  Worker libraries call it on graceful shutdown for the jobs they did
+ * not start; fail would spend a retry and dead-letter a max_retries = 0 job.
+ * False for a stale or wrong token.
+ */
+Datum
+jobq_release(PG_FUNCTION_ARGS)
+{
+	const char *status;
+
+	jobq_require_arg(fcinfo, 0, "job_id");
+	jobq_require_arg(fcinfo, 1, "lease_token");
+	PG_RETURN_BOOL(EndAttemptByToken(fcinfo, cstring_to_text("released by its worker"),
+									 true, NULL, "released", GetCurrentTimestamp(),
+									 &status));
 }
 
 /* jobq.extend(job_id, lease_token, lease) -> new lease expiry */
