@@ -1,0 +1,662 @@
+#!/usr/bin/python3
+"""test/web/drive.py -- the dashboard's tests, run by test/web/run.sh.
+
+Connects with the PG* variables (a superuser on a throwaway server), makes
+queues, jobs, dead letters (with hostile errors and payloads), a schedule
+and two roles, starts "jobq web" instances on free ports and drives
+headless chromium through the DevTools protocol (a websocket client in
+the standard library below; no Selenium).  Prints "ok - ..." / "not ok -
+..." per test and "N passed, N failed" last; exits 1 on a failure.
+"""
+
+import argparse
+import base64
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import psycopg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOBQ = os.environ.get("JOBQ", os.path.join(ROOT, "bin", "jobq"))
+HOSTILE_ERR = '<script>window.__pwned=1</script>"><img src=x id=pwn1> & \'quote\''
+HOSTILE_PAYLOAD = {"note": "</pre></textarea><script>window.__pwned=2</script><b id=pwn2>bold</b>"}
+HOSTILE_KIND = 'evil<i id="pwn3">kind</i>'
+
+passed = failed = 0
+
+
+def check(name, cond, detail=""):
+    """One test: prints ok / not ok, and what differed."""
+    global passed, failed
+    if cond:
+        passed += 1
+        print(f"ok - {name}", flush=True)
+    else:
+        failed += 1
+        print(f"not ok - {name}", flush=True)
+        if detail:
+            for line in str(detail).splitlines()[:20]:
+                print(f"#   {line}", flush=True)
+    return cond
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_for(pred, timeout=20.0, step=0.1):
+    """Poll pred until it is true or the (generous) deadline passes."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+# ---------------------------------------------------------------------------
+# a minimal websocket client and the DevTools protocol over it
+
+
+class WebSocket:
+    """RFC 6455, client side, text frames: enough for DevTools."""
+
+    def __init__(self, url):
+        u = urllib.parse.urlsplit(url)
+        self.sock = socket.create_connection((u.hostname, u.port), timeout=60)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET {u.path} HTTP/1.1\r\nHost: {u.netloc}\r\n"
+                           f"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise OSError("websocket handshake failed")
+            head += chunk
+        head, self.buf = head.split(b"\r\n\r\n", 1)
+        if b" 101 " not in head.split(b"\r\n")[0]:
+            raise OSError("websocket handshake refused: " + head.decode(errors="replace"))
+
+    def _read(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise OSError("websocket closed")
+            self.buf += chunk
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def send(self, text, opcode=1):
+        data = text.encode() if isinstance(text, str) else text
+        n = len(data)
+        if n < 126:
+            head = struct.pack("!BB", 0x80 | opcode, 0x80 | n)
+        elif n < 65536:
+            head = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
+        else:
+            head = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
+        mask = os.urandom(4)
+        body = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        self.sock.sendall(head + mask + body)
+
+    def recv(self):
+        parts = []
+        while True:
+            b1, b2 = self._read(2)
+            op, n = b1 & 0x0F, b2 & 0x7F
+            if n == 126:
+                n = struct.unpack("!H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack("!Q", self._read(8))[0]
+            mask = self._read(4) if b2 & 0x80 else None
+            data = self._read(n)
+            if mask:
+                data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+            if op == 9:
+                self.send(data, 10)
+                continue
+            if op == 8:
+                raise OSError("websocket closed by the browser")
+            if op in (0, 1, 2):
+                parts.append(data)
+                if b1 & 0x80:
+                    return b"".join(parts).decode()
+
+
+class Browser:
+    """Headless chromium, one tab, driven over DevTools."""
+
+    def __init__(self, work):
+        self.port = free_port()
+        self.profile = tempfile.mkdtemp(dir=work, prefix="chromium-")
+        self.proc = subprocess.Popen(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+             "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
+             "--disable-background-networking", "--disable-component-update",
+             f"--remote-debugging-port={self.port}", f"--user-data-dir={self.profile}",
+             "--window-size=1280,900", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "chromium.log"), "w"))
+        tabs = wait_for(lambda: self._tabs(), 30)
+        page = [t for t in tabs if t.get("type") == "page"][0]
+        self.ws = WebSocket(page["webSocketDebuggerUrl"])
+        self.n = 0
+        self.events = []
+        self.call("Page.enable")
+        self.call("Runtime.enable")
+        self.call("Emulation.setDeviceMetricsOverride",
+                  width=1280, height=900, deviceScaleFactor=1, mobile=False)
+
+    def _tabs(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=2) as r:
+                return json.load(r)
+        except OSError:
+            return None
+
+    def call(self, method, **params):
+        self.n += 1
+        me = self.n
+        self.ws.send(json.dumps({"id": me, "method": method, "params": params}))
+        while True:
+            m = json.loads(self.ws.recv())
+            if m.get("id") == me:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m.get("result", {})
+            self.events.append(m)
+
+    def wait_event(self, name, timeout=30):
+        end = time.monotonic() + timeout
+        self.ws.sock.settimeout(timeout)
+        while time.monotonic() < end:
+            for i, ev in enumerate(self.events):
+                if ev.get("method") == name:
+                    del self.events[: i + 1]
+                    return ev
+            self.events.append(json.loads(self.ws.recv()))
+        raise TimeoutError(name)
+
+    def goto(self, url):
+        self.events.clear()
+        self.call("Page.navigate", url=url)
+        self.wait_event("Page.loadEventFired")
+
+    def js(self, expr):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expr}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def click(self, selector_js):
+        """Click the element an expression finds, then wait for the next page."""
+        self.events.clear()
+        ok = self.js(f"(function(){{var b = {selector_js}; if (!b) return false; b.click(); return true;}})()")
+        if ok:
+            self.wait_event("Page.loadEventFired")
+        return ok
+
+    def text(self):
+        return self.js("document.body.innerText")
+
+    def shot(self, path):
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        with open(path, "wb") as fh:
+            fh.write(base64.b64decode(data))
+
+    def close(self):
+        try:
+            self.call("Browser.close")
+        except Exception:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# ---------------------------------------------------------------------------
+# jobq web instances and plain HTTP
+
+
+class Web:
+    """One "jobq web" process."""
+
+    def __init__(self, work, name, args=(), env=None):
+        self.port = free_port()
+        e = dict(os.environ)
+        e.update(env or {})
+        self.log = open(os.path.join(work, f"web-{name}.log"), "w")
+        self.proc = subprocess.Popen([JOBQ, "web", "--port", str(self.port)] + list(args),
+                                     env=e, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.banner = self.proc.stdout.readline().strip()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar),
+                                                  NoRedirect)
+
+    def get(self, path):
+        try:
+            with self.opener.open(self.url + path, timeout=30) as r:
+                return r.status, dict(r.headers), r.read().decode()
+        except urllib.error.HTTPError as x:
+            return x.code, dict(x.headers), x.read().decode()
+
+    def post(self, path, fields, origin=None):
+        data = urllib.parse.urlencode(fields, doseq=True).encode()
+        req = urllib.request.Request(self.url + path, data=data, method="POST")
+        req.add_header("Content-Type", "application/x-www-form-urlencoded")
+        if origin:
+            req.add_header("Origin", origin)
+        try:
+            with self.opener.open(req, timeout=30) as r:
+                return r.status, dict(r.headers), r.read().decode()
+        except urllib.error.HTTPError as x:
+            return x.code, dict(x.headers), x.read().decode()
+
+    def csrf(self, path="/"):
+        _, _, body = self.get(path)
+        m = re.search(r'name="csrf" (?:value|content)="([^"]+)"', body)
+        return m.group(1) if m else None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                return None
+        return self.proc.returncode
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None
+
+
+# ---------------------------------------------------------------------------
+# the data
+
+
+def setup(db):
+    x = db.execute
+    x("SELECT jobq.configure('billing', max_retries => 0)")
+    x("SELECT jobq.configure('mail', max_retries => 0)")
+    x("SELECT jobq.configure('reports')")
+    for r in ("web_worker", "web_other"):
+        x(f"DROP ROLE IF EXISTS {r}")
+        x(f"CREATE ROLE {r} LOGIN")
+    x("SELECT jobq.grant('mail', 'web_worker', 'work')")
+    ids = {}
+
+    def enqueue(kind, payload, queue, **kw):
+        extra = "".join(f", {k} => %s" for k in kw)
+        return x(f"SELECT job_id FROM jobq.enqueue(%s, %s::jsonb, queue => %s{extra})",
+                 [kind, json.dumps(payload), queue] + list(kw.values())).fetchone()[0]
+
+    def dead(kind, payload, queue, error):
+        j = enqueue(kind, payload, queue)
+        tok = x("SELECT lease_token FROM jobq.claim(%s, worker_id => 'w-test', kinds => ARRAY[%s])",
+                (queue, kind)).fetchone()[0]
+        x("SELECT jobq.fail(%s, %s, %s, retryable => false)", (j, tok, error))
+        return j
+
+    # completed and failed jobs for the chart and the numbers, their finish
+    # times spread over the last day (written directly: test data only)
+    x("SELECT jobq.enqueue_many('invoice.render', array_agg(jsonb_build_object('n', i)), queue => 'billing')"
+      "  FROM generate_series(1, 400) i")
+    x("SELECT jobq.complete_many(array_agg(c.job_id), array_agg(c.lease_token))"
+      "  FROM jobq.claim('billing', worker_id => 'w-1', batch => 400) c")
+    x("SELECT jobq.enqueue_many('invoice.sync', array_agg('{}'::jsonb), queue => 'billing', max_retries => 0)"
+      "  FROM generate_series(1, 30) i")
+    x("SELECT count(jobq.fail(c.job_id, c.lease_token, 'sync: HTTP 502 from ledger'))"
+      "  FROM jobq.claim('billing', worker_id => 'w-1', batch => 30) c")
+    x("UPDATE jobq.job SET finished_at = now() - (CASE WHEN job_id % 3 = 0 THEN random() * interval '1 day'"
+      "                                            ELSE random() * interval '59 minutes' END)"
+      " WHERE status IN ('completed', 'failed')")
+    ids["dead_retry"] = dead("invoice.send", {"to": "ann"}, "billing", "smtp said 451")
+    ids["dead_sel1"] = dead("invoice.send", {"to": "bob"}, "billing", "smtp said 451")
+    ids["dead_sel2"] = dead("invoice.send", {"to": "cid"}, "billing", "smtp said 451")
+    ids["dead_edit"] = dead("invoice.charge", {"amount": "12,50"}, "billing", "amount is not a number")
+    ids["dead_kind1"] = dead("invoice.archive", {"y": 1}, "billing", "disk full")
+    ids["dead_kind2"] = dead("invoice.archive", {"y": 2}, "billing", "disk full")
+    ids["hostile"] = dead(HOSTILE_KIND, HOSTILE_PAYLOAD, "billing", HOSTILE_ERR)
+    ids["mail_dead"] = dead("mail.send", {"to": "dan"}, "mail", "mailbox full")
+    ids["pending"] = enqueue("mail.send", {"to": "eve"}, "mail", idempotency_key="welcome-eve")
+    ids["delayed"] = enqueue("mail.digest", {}, "mail", run_at="2999-01-01")
+    ids["cancel_me"] = enqueue("report.build", {"month": 11}, "reports")
+    # a stuck batch: two running jobs of a worker that went away
+    for i in range(2):
+        enqueue("report.slow", {"i": i}, "reports")
+    x("SELECT jobq.claim('reports', worker_id => 'w-gone', batch => 2, kinds => ARRAY['report.slow'])")
+    # a failed attempt followed by a retry, for the attempts table
+    j = enqueue("invoice.render", {"n": 99}, "billing", max_retries=2)
+    tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-2', kinds => ARRAY['invoice.render'])").fetchone()[0]
+    x("SELECT jobq.fail(%s, %s, 'upstream returned 503', retry_in => '1 hour')", (j, tok))
+    ids["attempted"] = j
+    x("SELECT jobq.schedule('nightly-report', '30 2 * * *', 'report.build', '{}', "
+      "queue => 'reports', timezone => 'Europe/Berlin')")
+    x("SELECT jobq.schedule('mail-digest', '0 8 * * 1-5', 'mail.digest', '{}', "
+      "queue => 'mail', timezone => 'America/New_York')")
+    return ids
+
+
+def status(db, j):
+    r = db.execute("SELECT status FROM jobq.jobs WHERE job_id = %s", (j,)).fetchone()
+    return r[0] if r else None
+
+
+# ---------------------------------------------------------------------------
+# the tests
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--shots", required=True)
+    a = ap.parse_args()
+    db = psycopg.connect("", autocommit=True)
+    ids = setup(db)
+    has_update = db.execute("SELECT to_regprocedure('jobq.update_job(bigint,jsonb,timestamptz,integer,integer)') IS NOT NULL").fetchone()[0]
+    has_run = db.execute("SELECT to_regprocedure('jobq.run_schedule(text)') IS NOT NULL").fetchone()[0]
+
+    # --- the command line ---------------------------------------------------
+    r = subprocess.run([JOBQ, "web", "--help"], capture_output=True, text=True)
+    check("jobq web --help prints the options", r.returncode == 0 and "--read-only" in r.stdout, r.stdout + r.stderr)
+    r = subprocess.run([JOBQ, "--help"], capture_output=True, text=True)
+    check("jobq --help lists web", "web [--port" in r.stdout, r.stdout)
+    env = dict(os.environ)
+    env.pop("JOBQ_WEB_PASSWORD", None)
+    r = subprocess.run([JOBQ, "web", "--port", "0", "--bind", "0.0.0.0"], capture_output=True,
+                       text=True, env=env, timeout=30)
+    check("a non-loopback bind without a password is refused (exit 2)",
+          r.returncode == 2 and "JOBQ_WEB_PASSWORD" in r.stderr, r.stderr)
+
+    admin = Web(a.work, "admin")
+    check("jobq web prints its URL", admin.banner.startswith(f"jobq web: serving http://127.0.0.1:{admin.port}/"),
+          admin.banner)
+    ro = Web(a.work, "readonly", ["--read-only"])
+    worker = Web(a.work, "worker", env={"PGUSER": "web_worker"})
+    pw = Web(a.work, "password", env={"JOBQ_WEB_PASSWORD": "s3cret pass"})
+
+    # --- headers and escaping, over plain HTTP --------------------------------
+    st, hdr, body = admin.get("/")
+    csp = hdr.get("Content-Security-Policy", "")
+    check("pages carry a CSP without inline script", st == 200 and "script-src 'self'" in csp
+          and "unsafe-inline" not in csp, f"{st} {csp}")
+    check("and nosniff, frame denial, no-store",
+          hdr.get("X-Content-Type-Options") == "nosniff" and hdr.get("X-Frame-Options") == "DENY"
+          and hdr.get("Cache-Control") == "no-store", hdr)
+    check("the page has no inline script", not re.search(r"<script(?![^>]*\bsrc=)", body), body[:500])
+    st, _, body = admin.get(f"/job/{ids['hostile']}")
+    check("a hostile error is escaped in the HTML", "<script>window.__pwned" not in body
+          and "&lt;script&gt;window.__pwned=1&lt;/script&gt;&quot;&gt;&lt;img src=x id=pwn1&gt;" in body,
+          body[:300])
+    check("a hostile payload is escaped in the HTML", "<b id=pwn2>" not in body and "&lt;b id=pwn2&gt;" in body)
+    check("a hostile kind is escaped in the HTML", '<i id="pwn3">' not in body and "evil&lt;i id=&quot;pwn3&quot;&gt;" in body)
+    st, _, _ = admin.get("/static/../jobq_web.py")
+    check("no file outside static/ is served", st == 404, st)
+    st, hdr, _ = admin.get("/chart.svg?range=hour")
+    check("the chart is SVG", st == 200 and hdr.get("Content-Type", "").startswith("image/svg+xml"), hdr)
+
+    # --- CSRF ------------------------------------------------------------------
+    before = status(db, ids["dead_retry"])
+    st, _, _ = admin.post("/action", {"op": "retry", "job_id": ids["dead_retry"], "back": "/"})
+    check("a POST without a CSRF token is refused (403)", st == 403, st)
+    tok = admin.csrf("/dead")
+    st, _, _ = admin.post("/action", {"op": "retry", "job_id": ids["dead_retry"], "csrf": "x" + (tok or "")})
+    check("a POST with a wrong CSRF token is refused (403)", st == 403, st)
+    st, _, _ = admin.post("/action", {"op": "retry", "job_id": ids["dead_retry"], "csrf": tok},
+                          origin="http://evil.example")
+    check("a POST from another origin is refused, even with the token", st == 403, st)
+    other = Web.__new__(Web)
+    other.url, other.opener = admin.url, urllib.request.build_opener(NoRedirect)
+    st, _, _ = other.post("/action", {"op": "retry", "job_id": ids["dead_retry"], "csrf": tok})
+    check("a token without its session cookie is refused", st == 403, st)
+    check("none of those changed the job", status(db, ids["dead_retry"]) == before == "failed",
+          status(db, ids["dead_retry"]))
+    st, _, _ = admin.get("/")
+    req = urllib.request.Request(admin.url + "/", headers={"Host": "evil.example:80"})
+    try:
+        code = urllib.request.urlopen(req, timeout=10).status
+    except urllib.error.HTTPError as x:
+        code = x.code
+    check("a foreign Host header is refused (DNS rebinding)", code == 421, code)
+
+    # --- the browser -------------------------------------------------------------
+    b = Browser(a.work)
+    try:
+        browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run)
+    finally:
+        b.close()
+
+    # --- SIGTERM ---------------------------------------------------------------
+    rcs = [w.stop() for w in (admin, ro, worker, pw)]
+    check("jobq web exits 0 on SIGTERM", rcs == [0, 0, 0, 0], rcs)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
+    u = admin.url
+    shots = a.shots
+
+    # every page renders with data
+    b.goto(u + "/")
+    t = b.text()
+    check("overview lists every queue", all(q in t for q in ("billing", "mail", "reports")), t[:400])
+    check("overview shows the chart", b.js("document.querySelector('img.chart').naturalWidth") > 0)
+    ready = b.js("document.querySelector('[data-q=mail][data-f=ready]').textContent")
+    bars = b.js("fetch('/chart.svg?range=hour').then(r => r.text()).then(t => (t.match(/<rect/g) || []).length)")
+    check("overview: the hour chart has bars", bars > 20, bars)
+    check("overview: mail has 1 ready job", ready == "1", ready)
+    b.shot(os.path.join(shots, "overview.png"))
+
+    b.goto(u + "/?range=day")
+    check("overview: the day chart", "last day" in b.text())
+
+    b.goto(u + "/jobs?queue=billing")
+    t = b.text()
+    check("jobs lists billing's jobs", "invoice.render" in t and "invoice.send" in t, t[:400])
+    check("jobs pages by keyset (older link has before=)",
+          "before=" in (b.js("(document.querySelector('a.next')||{}).href||'before=none'") or ""))
+    b.shot(os.path.join(shots, "jobs.png"))
+    b.goto(u + "/jobs?" + urllib.parse.urlencode({"error": "smtp said"}))
+    n = b.js("document.querySelectorAll('table.jobs tbody tr').length")
+    check("jobs filtered by error text: 3 jobs", n == 3, n)
+    b.goto(u + "/jobs?key=welcome-eve")
+    check("jobs filtered by idempotency key", b.js("document.querySelectorAll('table.jobs tbody tr').length") == 1
+          and "welcome-eve" in b.text())
+    b.goto(u + "/jobs?status=failed&kind=invoice.archive")
+    check("jobs filtered by status and kind", b.js("document.querySelectorAll('table.jobs tbody tr').length") == 2)
+    b.goto(u + "/jobs?" + urllib.parse.urlencode({"from": "2999-01-01"}))
+    check("jobs filtered by time range: none", "none" in b.text())
+
+    b.goto(u + f"/job/{ids['attempted']}")
+    t = b.text()
+    check("job page: attempts with worker and error", "w-2" in t and "upstream returned 503" in t, t[:600])
+    check("job page: payload, priority label, retries", '"n": 99' in t and "0 (low)" in t and "1 of 2" in t, t[:600])
+    b.shot(os.path.join(shots, "job.png"))
+
+    b.goto(u + "/dead")
+    t = b.text()
+    check("dead letter groups by kind and error", "invoice.send" in t and "smtp said 451" in t, t[:500])
+    b.shot(os.path.join(shots, "dead.png"))
+
+    b.goto(u + "/schedules")
+    t = b.text()
+    check("schedules: cron, zone, next fires in local time",
+          "nightly-report" in t and "Europe/Berlin" in t and re.search(r"\d{4}-\d\d-\d\d 02:30:00", t), t[:600])
+    check("schedules: four next fires", len(re.findall(r"\d{4}-\d\d-\d\d 02:30:00", t)) >= 4, t)
+    b.shot(os.path.join(shots, "schedules.png"))
+
+    b.goto(u + "/workers")
+    t = b.text()
+    check("workers: the launcher and the database's worker", "launcher" in t and "jobq_web" in t, t[:600])
+    check("workers: jobq.health()", "expired_leases" in t and "xmin_horizon" in t, t[-800:])
+    b.shot(os.path.join(shots, "workers.png"))
+
+    # hostile text renders as text
+    b.goto(u + f"/job/{ids['hostile']}")
+    check("hostile text: nothing ran", b.js("typeof window.__pwned") == "undefined")
+    check("hostile text: no element was injected",
+          b.js("document.querySelectorAll('#pwn1, #pwn2, #pwn3, script:not([src])').length") == 0)
+    t = b.text()
+    check("hostile text: shown literally", "<script>window.__pwned=1</script>" in t and '<i id="pwn3">' in t, t[:600])
+    b.shot(os.path.join(shots, "hostile.png"))
+    b.goto(u + "/dead")
+    check("hostile text on the dead letter: no element injected",
+          b.js("document.querySelectorAll('#pwn1, #pwn2, #pwn3, script:not([src])').length") == 0
+          and b.js("typeof window.__pwned") == "undefined")
+
+    # actions
+    j = ids["dead_retry"]
+    ok = b.click(f"document.querySelector('form input[name=job_id][value=\"{j}\"]').form.querySelector('button')")
+    check("dead letter: click retry", ok)
+    check("the retried job is pending in the database", status(db, j) == "pending", status(db, j))
+    check("and the page says so", f"job {j}: pending" in b.text(), b.text()[:300])
+
+    b.goto(u + "/dead")
+    for k in ("dead_sel1", "dead_sel2"):
+        b.js(f"document.querySelector('input[type=checkbox][value=\"{ids[k]}\"]').click()")
+    b.click("document.querySelector('button[data-op=retry_selected]')")
+    check("retry selected: both pending", status(db, ids["dead_sel1"]) == status(db, ids["dead_sel2"]) == "pending",
+          (status(db, ids["dead_sel1"]), status(db, ids["dead_sel2"])))
+
+    b.goto(u + "/dead")
+    b.click("Array.from(document.querySelectorAll('button')).find(x => x.textContent === 'retry all invoice.archive')")
+    check("retry all of a kind", status(db, ids["dead_kind1"]) == status(db, ids["dead_kind2"]) == "pending",
+          (status(db, ids["dead_kind1"]), status(db, ids["dead_kind2"])))
+
+    j = ids["dead_edit"]
+    b.goto(u + f"/job/{j}")
+    check("a failed job offers an edit form", b.js("!!document.querySelector('form.edit textarea')"))
+    b.js("document.querySelector('form.edit textarea').value = '{\"amount\": 12.5}'")
+    b.click("document.querySelector('button[data-op=update]')")
+    row = db.execute("SELECT payload, status FROM jobq.jobs WHERE job_id = %s", (j,)).fetchone()
+    if has_update:
+        check("edit the payload then retry: payload changed, job pending",
+              row[0] == {"amount": 12.5} and row[1] == "pending", row)
+    else:
+        check("edit the payload (jobq.update_job is not in this build yet)", False, f"{row}; {b.text()[:300]}")
+
+    j = ids["cancel_me"]
+    b.goto(u + f"/job/{j}")
+    b.click("document.querySelector('button[data-op=cancel]')")
+    check("cancel a pending job", status(db, j) == "cancelled", status(db, j))
+
+    b.goto(u + "/")
+    b.click("document.querySelector('form input[name=queue][value=reports]').form.parentElement"
+            ".querySelector('button[data-op=release_running]')")
+    n = db.execute("SELECT count(*) FROM jobq.jobs WHERE queue = 'reports' AND status = 'running'").fetchone()[0]
+    check("put a stuck batch back to pending (release_running)", n == 0, f"{n} still running; {b.text()[:300]}")
+
+    b.goto(u + "/")
+    b.click("document.querySelector('form input[name=queue][value=mail]').form.querySelector('button[data-op=pause]')")
+    check("pause a queue", db.execute("SELECT paused FROM jobq.queues WHERE queue = 'mail'").fetchone()[0])
+    b.click("document.querySelector('form input[name=queue][value=mail]').form.querySelector('button[data-op=resume]')")
+    check("resume it", not db.execute("SELECT paused FROM jobq.queues WHERE queue = 'mail'").fetchone()[0])
+
+    b.goto(u + "/schedules")
+    b.click("document.querySelector('form input[name=name][value=\"nightly-report\"]').form"
+            ".querySelector('button[data-op=pause_schedule]')")
+    check("pause a schedule", db.execute("SELECT paused FROM jobq.schedules WHERE name = 'nightly-report'").fetchone()[0])
+    b.click("document.querySelector('form input[name=name][value=\"nightly-report\"]').form"
+            ".querySelector('button[data-op=resume_schedule]')")
+    check("resume it", not db.execute("SELECT paused FROM jobq.schedules WHERE name = 'nightly-report'").fetchone()[0])
+    n0 = db.execute("SELECT count(*) FROM jobq.jobs WHERE kind = 'report.build'").fetchone()[0]
+    b.click("Array.from(document.querySelectorAll('form input[name=name]')).filter(x => x.value === 'nightly-report')"
+            ".map(x => x.form.querySelector('button[data-op=run_schedule]')).find(x => x)")
+    n1 = db.execute("SELECT count(*) FROM jobq.jobs WHERE kind = 'report.build'").fetchone()[0]
+    if has_run:
+        check("run a schedule now: one job more", n1 == n0 + 1 and "fired: job" in b.text(), (n0, n1, b.text()[:300]))
+    else:
+        check("run a schedule now (jobq.run_schedule is not in this build yet)", False, b.text()[:300])
+
+    # live: the counts refresh by themselves
+    b.goto(u + "/")
+    before = b.js("document.querySelector('[data-q=reports][data-f=ready]').textContent")
+    db.execute("SELECT jobq.enqueue('report.build', '{}', queue => 'reports')")
+    want = str(int(before) + 1)
+    got = wait_for(lambda: b.js("document.querySelector('[data-q=reports][data-f=ready]').textContent") == want, 40, 0.5)
+    check("live: the overview's counts refresh without a reload", got,
+          (before, b.js("document.querySelector('[data-q=reports][data-f=ready]').textContent")))
+
+    # read-only
+    b.goto(ro.url + "/dead")
+    check("read-only: the dead letter renders", "invoice" in b.text() or "mail.send" in b.text())
+    n = b.js("document.querySelectorAll('form[action=\"/action\"], button[data-op]').length")
+    check("read-only: no action is offered", n == 0, n)
+    b.goto(ro.url + f"/job/{ids['mail_dead']}")
+    check("read-only: a failed job has no retry or edit",
+          b.js("document.querySelectorAll('form[action=\"/action\"], textarea').length") == 0)
+    b.shot(os.path.join(shots, "readonly.png"))
+    tok = ro.csrf("/")
+    st, _, _ = ro.post("/action", {"op": "retry", "job_id": ids["mail_dead"], "csrf": tok or "none"})
+    check("read-only: a POST with a valid token is refused (403)",
+          tok is not None and st == 403 and status(db, ids["mail_dead"]) == "failed",
+          (tok, st, status(db, ids["mail_dead"])))
+
+    # a work-only role: its queue only, no actions
+    b.goto(worker.url + "/")
+    t = b.text()
+    check("work-only role: sees its queue", "mail" in t, t[:300])
+    check("work-only role: sees no other queue", "billing" not in t and "reports" not in t, t[:400])
+    b.shot(os.path.join(shots, "worker-role.png"))
+    b.goto(worker.url + "/jobs")
+    t = b.text()
+    check("work-only role: jobs of its queue only", "mail.send" in t and "invoice" not in t and "report." not in t, t[:400])
+    b.goto(worker.url + f"/job/{ids['hostile']}")
+    check("work-only role: another queue's job is not found", "no job" in b.text())
+    b.goto(worker.url + f"/job/{ids['mail_dead']}")
+    check("work-only role: no retry button (it may not administer)",
+          b.js("document.querySelectorAll('button[data-op]').length") == 0)
+    b.goto(worker.url + "/dead")
+    check("work-only role: dead letter of its queue only", "mailbox full" in b.text() and "smtp" not in b.text())
+    # a forged POST (right token and cookie): the database refuses
+    tok = worker.csrf("/")
+    st, hdr, _ = worker.post("/action", {"op": "retry", "job_id": ids["mail_dead"], "csrf": tok or "", "back": "/dead"})
+    st2, _, page = worker.get("/dead")
+    check("work-only role: a forged retry is refused by jobq (42501)",
+          tok is not None and st == 303 and status(db, ids["mail_dead"]) == "failed" and "42501" in page,
+          (tok, st, status(db, ids["mail_dead"]), page[:300]))
+    st, _, _ = worker.post("/action", {"op": "retry_failed", "queue": "billing", "csrf": tok or "", "back": "/"})
+    n = db.execute("SELECT count(*) FROM jobq.jobs WHERE queue = 'billing' AND status = 'failed'").fetchone()[0]
+    _, _, page = worker.get("/")
+    check("work-only role: cannot retry another queue's jobs", n >= 1 and "42501" in page, (n, page[:300]))
+
+    # a password
+    b.goto(pw.url + "/")
+    check("password: the dashboard asks for it", b.js("location.pathname") == "/login"
+          and b.js("!!document.querySelector('input[type=password]')"))
+    b.js("document.querySelector('input[type=password]').value = 'wrong'")
+    b.click("document.querySelector('form.login button')")
+    check("password: a wrong one is refused", "wrong password" in b.text())
+    b.js("document.querySelector('input[type=password]').value = 's3cret pass'")
+    b.click("document.querySelector('form.login button')")
+    check("password: the right one lets in", b.js("location.pathname") == "/" and "billing" in b.text(),
+          b.text()[:300])
+    st, _, _ = pw.get("/dead")
+    check("password: a request without the session goes to /login", st == 303, st)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
