@@ -495,7 +495,28 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobq.release_running(text, text) IS
     'every running job of the queue (of that worker) back to pending now, no retry spent, old tokens fenced; returns how many';
 
-REVOKE ALL ON FUNCTION jobq.release(bigint, bigint), jobq.release_running(text, text) FROM PUBLIC;
+-- jobq.update_job: an administrator changes a pending, failed or cancelled
+-- job (payload, run_at, priority, max_retries); jobq.run_schedule: fire a
+-- schedule now, under a key of its own
+CREATE FUNCTION jobq.update_job(job_id bigint, payload jsonb DEFAULT NULL,
+                                run_at timestamptz DEFAULT NULL, priority integer DEFAULT NULL,
+                                max_retries integer DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_update_job'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.update_job(bigint, jsonb, timestamptz, integer, integer) IS
+    'change a pending, failed or cancelled job; NULL leaves a field as it is; false for a running, completed or missing job';
+
+CREATE FUNCTION jobq.run_schedule(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobq_run_schedule'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.run_schedule(text) IS
+    'fire the schedule now, under a key no timed fire uses; returns the job id';
+
+REVOKE ALL ON FUNCTION jobq.release(bigint, bigint), jobq.release_running(text, text),
+    jobq.update_job(bigint, jsonb, timestamptz, integer, integer), jobq.run_schedule(text)
+    FROM PUBLIC;
 
 -- roles granted work or administer before this release get what jobq.grant
 -- gives them now
@@ -508,7 +529,9 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.release(bigint, bigint) TO %s', r.role);
         IF r.capability OPERATOR(pg_catalog.=) 'administer' THEN
-            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.release_running(text, text) TO %s', r.role);
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.release_running(text, text),'
+                                      ' jobq.update_job(bigint, jsonb, timestamptz, integer, integer),'
+                                      ' jobq.run_schedule(text) TO %s', r.role);
         END IF;
     END LOOP;
 END

@@ -35,6 +35,7 @@ PG_FUNCTION_INFO_V1(jobq_retry);
 PG_FUNCTION_INFO_V1(jobq_retry_failed);
 PG_FUNCTION_INFO_V1(jobq_cancel);
 PG_FUNCTION_INFO_V1(jobq_release_running);
+PG_FUNCTION_INFO_V1(jobq_update_job);
 PG_FUNCTION_INFO_V1(jobq_pause);
 PG_FUNCTION_INFO_V1(jobq_resume);
 PG_FUNCTION_INFO_V1(jobq_purge);
@@ -48,6 +49,8 @@ static SPIPlanPtr plan_retry_update;
 static SPIPlanPtr plan_retry_failed_ids;
 static SPIPlanPtr plan_job_state;
 static SPIPlanPtr plan_release_running;
+static SPIPlanPtr plan_update_state;
+static SPIPlanPtr plan_update_job;
 static SPIPlanPtr plan_unready;
 static SPIPlanPtr plan_unschedule;
 static SPIPlanPtr plan_cancel_pending;
@@ -174,50 +177,61 @@ jobq_retry_failed(PG_FUNCTION_ARGS)
 }
 
 /*
- * Cancel a pending job: remove its row from jobq.ready or jobq.scheduled
- * (waiting for a claim or promotion that holds it), then mark the job.
- * Returns false if the row was gone, meaning the job changed state.
+ * Take a pending job out of jobq.ready or jobq.scheduled, waiting for a
+ * claim or a promotion that holds its row; false if the row was gone: the
+ * job changed state meanwhile.  Once out, nothing claims it.
  */
 static bool
-CancelPending(int64 job_id, const char *queue, int32 priority,
-			  TimestampTz run_at, TimestampTz now)
+TakePending(int64 job_id, const char *queue, int32 priority, TimestampTz run_at)
 {
-	Oid			types[5] = {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Datum		values[5];
+	Oid			types[4] = {INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[4];
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = CStringGetTextDatum(queue);
 	values[2] = Int32GetDatum(-priority);
 	values[3] = TimestampTzGetDatum(run_at);
-	values[4] = TimestampTzGetDatum(now);
 
 	jobq_spi_exec(jobq_plan(&plan_unready,
 							"DELETE FROM jobq.ready WHERE queue = $2 AND neg_priority = $3"
 							" AND run_at = $4 AND job_id = $1",
-							5, types),
+							4, types),
 				  values, NULL, SPI_OK_DELETE);
 	if (SPI_processed > 0)
 	{
 		JobqClaimPos pos = {-priority, run_at, job_id};
 
 		jobq_state_note_unready(queue, &pos);
+		return true;
 	}
-	else
-	{
-		jobq_spi_exec(jobq_plan(&plan_unschedule,
-								"DELETE FROM jobq.scheduled WHERE queue = $2"
-								" AND run_at = $4 AND job_id = $1",
-								5, types),
-					  values, NULL, SPI_OK_DELETE);
-		if (SPI_processed == 0)
-			return false;
-	}
+	jobq_spi_exec(jobq_plan(&plan_unschedule,
+							"DELETE FROM jobq.scheduled WHERE queue = $2"
+							" AND run_at = $4 AND job_id = $1",
+							4, types),
+				  values, NULL, SPI_OK_DELETE);
+	return SPI_processed > 0;
+}
 
+/*
+ * Cancel a pending job: take it out of the pending sets, then mark it.
+ * Returns false if it was no longer pending.
+ */
+static bool
+CancelPending(int64 job_id, const char *queue, int32 priority,
+			  TimestampTz run_at, TimestampTz now)
+{
+	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	if (!TakePending(job_id, queue, priority, run_at))
+		return false;
+	values[0] = Int64GetDatum(job_id);
+	values[1] = TimestampTzGetDatum(now);
 	jobq_spi_exec(jobq_plan(&plan_cancel_pending,
-							"UPDATE jobq.job SET status = 'cancelled', finished_at = $5,"
-							" updated_at = $5"
+							"UPDATE jobq.job SET status = 'cancelled', finished_at = $2,"
+							" updated_at = $2"
 							" WHERE job_id = $1 AND status = 'pending'",
-							5, types),
+							2, types),
 				  values, NULL, SPI_OK_UPDATE);
 	if (SPI_processed == 0)
 		elog(ERROR, "jobq: pending job %lld had a set row but was not pending",
@@ -408,6 +422,126 @@ jobq_release_running(PG_FUNCTION_ARGS)
 	}
 	jobq_owner_end(&saved);
 	PG_RETURN_INT64((int64) n);
+}
+
+/*
+ * jobq.update_job(job_id, payload, run_at, priority, max_retries) -> boolean
+ *
+ * Change a pending, failed or cancelled job; a NULL argument leaves its
+ * field as it is.  A pending job is taken out of the pending sets and put
+ * back under its new run_at and priority, so claims see the change at once;
+ * a failed or cancelled one keeps its status (jobq.retry runs it with the
+ * new values).  False when the job does not exist or is running or
+ * completed.  Needs administer on the job's queue.
+ */
+Datum
+jobq_update_job(PG_FUNCTION_ARGS)
+{
+	JobqSavedUser saved;
+	Oid			types[7] = {INT8OID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID,
+	TIMESTAMPTZOID, BOOLOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', 'n', 'n', 'n', 'n', ' ', ' '};
+	Oid			state_types[1] = {INT8OID};
+	int64		job_id;
+	bool		has_max_retries;
+	int32		max_retries;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		done = false;
+
+	jobq_require_arg(fcinfo, 0, "job_id");
+	job_id = PG_GETARG_INT64(0);
+	values[0] = Int64GetDatum(job_id);
+	if (!PG_ARGISNULL(1))
+	{
+		values[1] = PointerGetDatum(jobq_payload_arg(PG_GETARG_DATUM(1), "payload"));
+		nulls[1] = ' ';
+	}
+	if (!PG_ARGISNULL(2))
+	{
+		values[2] = TimestampTzGetDatum(jobq_check_timestamp_arg(PG_GETARG_TIMESTAMPTZ(2),
+																 "run_at"));
+		nulls[2] = ' ';
+	}
+	if (!PG_ARGISNULL(3))
+	{
+		values[3] = Int32GetDatum(jobq_priority_arg(fcinfo, 3));
+		nulls[3] = ' ';
+	}
+	jobq_max_retries_arg(fcinfo, 4, &has_max_retries, &max_retries);
+	if (has_max_retries)
+	{
+		values[4] = Int32GetDatum(max_retries);
+		nulls[4] = ' ';
+	}
+	values[5] = TimestampTzGetDatum(now);
+
+	jobq_owner_begin(&saved);
+	for (int i = 0; i < JOBQ_CANCEL_TRIES && !done; i++)
+	{
+		HeapTuple	tup;
+		TupleDesc	desc;
+		bool		isnull;
+		char	   *status;
+		char	   *queue;
+		char	   *kind;
+		char	   *concurrency_key;
+		int32		priority;
+		TimestampTz run_at;
+		bool		pending;
+
+		jobq_spi_exec(jobq_plan(&plan_update_state,
+								"SELECT status, queue, priority, run_at, kind, concurrency_key"
+								" FROM jobq.job WHERE job_id = $1",
+								1, state_types),
+					  values, NULL, SPI_OK_SELECT);
+		if (SPI_processed == 0)
+			break;
+		tup = SPI_tuptable->vals[0];
+		desc = SPI_tuptable->tupdesc;
+		status = SPI_getvalue(tup, desc, 1);
+		queue = SPI_getvalue(tup, desc, 2);
+		priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+		run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
+		kind = SPI_getvalue(tup, desc, 5);
+		concurrency_key = SPI_getvalue(tup, desc, 6);
+		jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
+
+		pending = strcmp(status, "pending") == 0;
+		if (!pending && strcmp(status, "failed") != 0 && strcmp(status, "cancelled") != 0)
+			break;				/* running or completed: not changed */
+		if (pending && !TakePending(job_id, queue, priority, run_at))
+			continue;			/* a claim took it meanwhile: look again */
+
+		values[6] = BoolGetDatum(pending);
+		jobq_spi_exec(jobq_plan(&plan_update_job,
+								"UPDATE jobq.job SET payload = COALESCE($2, payload),"
+								" run_at = COALESCE($3, run_at), priority = COALESCE($4, priority),"
+								" max_retries = COALESCE($5, max_retries), updated_at = $6"
+								" WHERE job_id = $1 AND CASE WHEN $7 THEN status = 'pending'"
+								" ELSE status IN ('failed', 'cancelled') END"
+								" RETURNING priority, run_at",
+								7, types),
+					  values, nulls, SPI_OK_UPDATE_RETURNING);
+		if (SPI_processed == 0)
+		{
+			if (pending)
+				elog(ERROR, "jobq: pending job %lld had a set row but was not pending",
+					 (long long) job_id);
+			continue;			/* retried or purged meanwhile: look again */
+		}
+		if (pending)
+			jobq_requeue(job_id, queue, kind,
+						 DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 1, &isnull)),
+						 concurrency_key,
+						 DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+														   SPI_tuptable->tupdesc, 2, &isnull)),
+						 now);
+		done = true;
+	}
+	jobq_owner_end(&saved);
+	PG_RETURN_BOOL(done);
 }
 
 /* Set a queue's paused flag, creating the queue if needed. */

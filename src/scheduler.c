@@ -58,6 +58,7 @@ PG_FUNCTION_INFO_V1(jobq_unschedule);
 PG_FUNCTION_INFO_V1(jobq_pause_schedule);
 PG_FUNCTION_INFO_V1(jobq_resume_schedule);
 PG_FUNCTION_INFO_V1(jobq_run_schedules);
+PG_FUNCTION_INFO_V1(jobq_run_schedule);
 
 /* Most fire times looked at for one schedule in one round. */
 #define JOBQ_MAX_FIRE_SCAN		100000
@@ -75,6 +76,7 @@ static SPIPlanPtr plan_resume_lock;
 static SPIPlanPtr plan_due;
 static SPIPlanPtr plan_fired;
 static SPIPlanPtr plan_next_fire;
+static SPIPlanPtr plan_run_schedule;
 
 static void ScheduleRequire(Oid role, Datum name, bool missing_ok);
 
@@ -642,4 +644,61 @@ jobq_run_schedules(PG_FUNCTION_ARGS)
 	while (more);
 	jobq_owner_end(&saved);
 	PG_RETURN_INT64(fired);
+}
+
+/*
+ * jobq.run_schedule(name) -> the id of the job it enqueued
+ *
+ * Fire the schedule now, paused or not, as an operator's extra run: the
+ * job has the schedule's kind, payload, queue and priority, and a key of
+ * its own ("jobq:schedule:ID:run:TIME") that no timed fire uses, so it
+ * neither takes nor skips one; the schedule's next and last fire times stay
+ * as they are.  Every call enqueues a job of its own.
+ */
+Datum
+jobq_run_schedule(PG_FUNCTION_ARGS)
+{
+	JobqSavedUser saved;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	JobqSchedule sched;
+	JobqNewJob	job;
+	TimestampTz now = GetCurrentTimestamp();
+	int64		job_id;
+	bool		created;
+
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
+	jobq_owner_begin(&saved);
+	ScheduleRequire(saved.caller, values[0], false);
+	jobq_spi_exec(jobq_plan(&plan_run_schedule,
+							"SELECT " JOBQ_SCHEDULE_COLUMNS " FROM jobq.schedule WHERE name = $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("schedule \"%s\" does not exist", TextDatumGetCString(values[0])),
+				 errhint("jobq.schedules lists the schedules you may see.")));
+	ScheduleFromTuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &sched);
+
+	job.kind = sched.kind;
+	job.payload = sched.payload;
+	job.queue = sched.queue;
+	job.priority = sched.priority;
+	job.run_at = now;
+	job.has_max_retries = false;
+	job.max_retries = 0;
+	job.concurrency_key = NULL;
+	/* two calls within one microsecond: the second one's key gets a suffix */
+	for (int attempt = 0;; attempt++)
+	{
+		job.key = psprintf(JOBQ_INTERNAL_KEY_PREFIX "schedule:%lld:run:%lld%s",
+						   (long long) sched.id, (long long) now,
+						   attempt == 0 ? "" : psprintf(":%d", attempt));
+		jobq_enqueue_job(&job, now, &job_id, &created);
+		if (created)
+			break;
+	}
+	jobq_owner_end(&saved);
+	PG_RETURN_INT64(job_id);
 }
