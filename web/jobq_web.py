@@ -44,7 +44,9 @@ import psycopg.errors
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC = os.path.join(HERE, "static")
 PAGE_SIZE = 50
-STATS_TTL = 5.0         # seconds a queue_stats answer is reused
+LIVE_TTL = 4.0          # seconds the live (indexed) answers are reused
+STATS_TTL = 30.0        # seconds jobq.queue_stats (a scan of every job) is reused
+DAY_TTL = 60.0          # seconds the day's chart is reused
 LIVE_INTERVAL = 5000    # ms between a page's refreshes (static/jobq.js)
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -180,20 +182,30 @@ class Db:
 # ---------------------------------------------------------------------------
 # the queries behind the pages (every one is listed in README "The web dashboard")
 
-Q_STATS = """
-SELECT s.queue, s.paused, s.breaker_state, s.ready, s.delayed, s.running,
-       s.completed_last_hour, s.failed_last_hour, s.failed, s.cancelled,
-       s.oldest_pending_age
-  FROM jobq.queue_stats s ORDER BY s.queue"""
+# The overview's live refresh (every LIVE_INTERVAL, shared by every viewer
+# for LIVE_TTL): three statements, each bounded by something other than the
+# number of jobs kept: the queues, the running jobs (the partial index on
+# lease_expires_at), the jobs finished in the last hour (the index on
+# finished_at).  The other numbers come from jobq.queue_stats, which counts
+# every kept job; it is reused for STATS_TTL.
+Q_QUEUES = """
+SELECT q.queue, q.paused, q.breaker_state FROM jobq.queues q ORDER BY q.queue"""
 
-Q_CHART = """
-SELECT pg_catalog.date_trunc('minute', j.finished_at) AS m,
+Q_RUNNING = """
+SELECT j.queue, pg_catalog.count(*) AS running
+  FROM jobq.jobs j WHERE j.lease_expires_at IS NOT NULL GROUP BY j.queue"""
+
+Q_FINISHED = """
+SELECT j.queue, pg_catalog.date_trunc('minute', j.finished_at) AS m,
        pg_catalog.count(*) FILTER (WHERE j.status = 'completed') AS completed,
        pg_catalog.count(*) FILTER (WHERE j.status = 'failed') AS failed
   FROM jobq.jobs j
- WHERE j.finished_at >= pg_catalog.date_trunc('minute', pg_catalog.now()) - %s::interval
-   {queue}
- GROUP BY 1 ORDER BY 1"""
+ WHERE j.finished_at >= pg_catalog.date_trunc('minute', pg_catalog.now()) - '{minutes} minutes'::interval
+ GROUP BY 1, 2"""
+
+Q_STATS = """
+SELECT s.queue, s.ready, s.delayed, s.failed, s.cancelled, s.oldest_pending_age
+  FROM jobq.queue_stats s"""
 
 Q_DEAD_GROUPS = """
 SELECT d.queue, d.kind,
@@ -204,31 +216,85 @@ SELECT d.queue, d.kind,
  GROUP BY 1, 2, 3 ORDER BY jobs DESC, newest DESC LIMIT 100"""
 
 
-class Stats:
-    """jobq.queue_stats, reused for STATS_TTL seconds.
+# The newest job id the role can see, with no scan of the table: jobq.jobs
+# is a security-barrier view, so an ORDER BY ... LIMIT over it is a sort of
+# every visible row (the ordering cannot reach the primary key inside the
+# view).  A comparison on job_id (leakproof) does reach it: EXISTS probes
+# gallop up the powers of two, then a binary search closes in, each probe a
+# primary-key look-up: about 2 x log2(top) probes in one statement.
+Q_TOP = """
+WITH RECURSIVE up(p) AS (
+        SELECT 1::bigint WHERE EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.job_id >= 1)
+    UNION ALL
+        SELECT up.p * 2 FROM up
+         WHERE up.p < 2305843009213693952
+           AND EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.job_id >= up.p * 2)),
+bs(lo, hi) AS (
+        SELECT pg_catalog.max(up.p), pg_catalog.max(up.p) * 2 FROM up HAVING pg_catalog.count(*) > 0
+    UNION ALL
+        SELECT CASE WHEN x.e THEN x.m ELSE bs.lo END, CASE WHEN x.e THEN bs.hi ELSE x.m END
+          FROM bs, LATERAL (SELECT (bs.lo + bs.hi) / 2 AS m) m,
+               LATERAL (SELECT m.m, EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.job_id >= m.m) AS e) x
+         WHERE bs.hi - bs.lo > 1)
+SELECT bs.lo FROM bs WHERE bs.hi - bs.lo <= 1"""
 
-    queue_stats counts every kept job (a scan of jobq.job); the live pages
-    poll every few seconds, so the answer is shared by every browser and
-    computed at most once per STATS_TTL whatever the number of viewers.
+WINDOW_FIRST = 1024       # ids in the first window of a page
+WINDOW_MAX = 65536        # ids in the largest window
+SPAN_MAX = 262144         # ids one page searches at most
+
+
+def keyset_page(db, select, where, args, before, limit=PAGE_SIZE):
+    """One page of "select" (over alias j), newest job id first, below "before".
+
+    Keyset paging in windows of job ids: each window is a range scan of the
+    primary key (job_id < hi AND job_id >= lo) sorted in memory, so a page
+    reads at most SPAN_MAX ids' rows, however many jobs there are.  Returns
+    (rows, next_before): next_before continues below the page, or None at
+    the oldest job.  A page that searched SPAN_MAX ids without filling up
+    ends early with a next_before of where it stopped.
     """
+    if before is None:
+        top = db.value(Q_TOP)
+        if top is None:
+            return [], None
+        hi = top + 1
+    else:
+        hi = before
+    rows, width, span = [], WINDOW_FIRST, 0
+    while len(rows) <= limit and hi > 1 and span < SPAN_MAX:
+        lo = max(hi - width, 1)
+        cond = where + ["j.job_id < %s::bigint", "j.job_id >= %s::bigint"]
+        rows += db.rows(f"{select} WHERE {' AND '.join(cond)} ORDER BY j.job_id DESC"
+                        f" LIMIT {limit + 1 - len(rows)}", args + [hi, lo])
+        span += hi - lo
+        hi = lo
+        width = min(width * 2, WINDOW_MAX)
+    if len(rows) > limit:
+        return rows[:limit], rows[limit - 1]["job_id"]
+    return rows, (hi if hi > 1 else None)
 
-    def __init__(self, pool):
-        self.pool = pool
+
+class Cached:
+    """A query's answer, reused for ttl seconds by every request."""
+
+    def __init__(self, pool, sql, ttl):
+        self.pool, self.sql, self.ttl = pool, sql, ttl
         self.lock = threading.Lock()
-        self.at = 0.0
+        self.at = None
         self.rows = []
 
     def get(self):
         with self.lock:
-            if time.monotonic() - self.at > STATS_TTL:
+            if self.at is None or time.monotonic() - self.at > self.ttl:
                 with Db(self.pool) as db:
-                    self.rows = db.rows(Q_STATS)
+                    self.rows = db.rows(self.sql)
                 self.at = time.monotonic()
+                self.when = datetime.datetime.now(datetime.timezone.utc)
             return self.rows
 
     def forget(self):
         with self.lock:
-            self.at = 0.0
+            self.at = None
 
 
 # ---------------------------------------------------------------------------
@@ -392,7 +458,12 @@ class App:
         self.read_only = args.read_only
         self.password = password
         self.pool = Pool()
-        self.stats = Stats(self.pool)
+        self.queues = Cached(self.pool, Q_QUEUES, LIVE_TTL)
+        self.running = Cached(self.pool, Q_RUNNING, LIVE_TTL)
+        self.hour = Cached(self.pool, Q_FINISHED.format(minutes=60), LIVE_TTL)
+        self.day = Cached(self.pool, Q_FINISHED.format(minutes=1440), DAY_TTL)
+        self.stats = Cached(self.pool, Q_STATS, STATS_TTL)
+        self.dead_groups = Cached(self.pool, Q_DEAD_GROUPS, STATS_TTL)
         self.sessions = Sessions()
         self.hosts = set()
         with Db(self.pool) as db:
@@ -573,7 +644,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if not back.startswith("/") or back.startswith("//") or "\\" in back:
                 back = "/"
             self.action(s, f)
-            self.app.stats.forget()
+            for c in (self.app.queues, self.app.running, self.app.stats, self.app.dead_groups):
+                c.forget()
             return self.redirect(back)
         except Refused as r:
             self.send(r.status, self.error_page(r.status, str(r)))
@@ -649,40 +721,65 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     # -- pages -------------------------------------------------------------
 
+    def overview_rows(self):
+        """Per queue: the live numbers and the (older) counts of queue_stats."""
+        running = {r["queue"]: r["running"] for r in self.app.running.get()}
+        done, bad = {}, {}
+        cut = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        for r in self.app.hour.get():
+            if r["m"] >= cut.replace(second=0, microsecond=0):
+                done[r["queue"]] = done.get(r["queue"], 0) + r["completed"]
+                bad[r["queue"]] = bad.get(r["queue"], 0) + r["failed"]
+        stats = {r["queue"]: r for r in self.app.stats.get()}
+        out = []
+        for q in self.app.queues.get():
+            st = stats.get(q["queue"], {})
+            out.append({"queue": q["queue"], "ready": st.get("ready", ""),
+                        "delayed": st.get("delayed", ""),
+                        "running": running.get(q["queue"], 0),
+                        "completed_last_hour": done.get(q["queue"], 0),
+                        "failed_last_hour": bad.get(q["queue"], 0),
+                        "failed": st.get("failed", ""),
+                        "oldest_pending_age": ago(st.get("oldest_pending_age")),
+                        "paused": "paused" if q["paused"] else "no",
+                        "breaker_state": q["breaker_state"],
+                        "counted_at": self.app.stats.when.strftime("%H:%M:%S")})
+        return out
+
     def page_overview(self, s, params):
-        stats = self.app.stats.get()
+        rows_in = self.overview_rows()
         rng = "day" if params.get("range") == "day" else "hour"
         with Db(self.app.pool) as db:
-            admin = {r["queue"]: self.may(db, r["queue"], "administer") for r in stats}
+            admin = {r["queue"]: self.may(db, r["queue"], "administer") for r in rows_in}
         rows = []
-        for r in stats:
+        for r in rows_in:
             q = r["queue"]
             acts = ""
             if admin.get(q):
-                acts = (self.button(s, "resume" if r["paused"] else "pause",
-                                    "resume" if r["paused"] else "pause", "/", queue=q)
+                paused = r["paused"] == "paused"
+                acts = (self.button(s, "resume" if paused else "pause",
+                                    "resume" if paused else "pause", "/", queue=q)
                         + self.button(s, "release_running", "running back to pending", "/", queue=q)
                         + (self.button(s, "retry_failed", "retry failed", "/", queue=q)
                            if r["failed"] else ""))
 
-            def cell(field, text):
-                return f'<span data-q="{e(q)}" data-f="{field}">{e(text)}</span>'
+            def cell(field):
+                return f'<span data-q="{e(q)}" data-f="{field}">{e(r[field])}</span>'
             rows.append([
                 f'<a href="/jobs?{e(qs(queue=q))}">{e(q)}</a>',
-                cell("ready", r["ready"]), cell("delayed", r["delayed"]),
-                cell("running", r["running"]),
-                cell("completed_last_hour", r["completed_last_hour"]),
-                cell("failed_last_hour", r["failed_last_hour"]),
-                f'<a href="/dead?{e(qs(queue=q))}">{cell("failed", r["failed"])}</a>',
-                cell("oldest_pending_age", ago(r["oldest_pending_age"])),
-                cell("paused", "paused" if r["paused"] else "no"),
-                cell("breaker_state", r["breaker_state"]), acts])
+                cell("ready"), cell("delayed"), cell("running"),
+                cell("completed_last_hour"), cell("failed_last_hour"),
+                f'<a href="/dead?{e(qs(queue=q))}">{cell("failed")}</a>',
+                cell("oldest_pending_age"), cell("paused"), cell("breaker_state"), acts])
         other = "hour" if rng == "day" else "day"
+        counted = rows_in[0]["counted_at"] if rows_in else ""
         body = (table(["queue", "ready", "delayed", "running", "completed 1h",
                        "failed 1h", "dead", "oldest due wait", "paused", "breaker", ""],
                       rows, "queues")
-                + f'<p class="note">Pending is ready + delayed. Counts refresh every '
-                  f'{LIVE_INTERVAL // 1000} s.</p>'
+                + f'<p class="note">Pending is ready + delayed. Running, completed, failed, paused '
+                  f'and breaker refresh every {LIVE_INTERVAL // 1000} s; ready, delayed, dead and the '
+                  f'oldest wait count every kept job and refresh every {int(STATS_TTL)} s (counted at '
+                  f'<span data-f="counted_at">{e(counted)}</span> UTC).</p>'
                 + f'<h2>Completed and failed per minute, last {rng}</h2>'
                   f'<p><img class="chart" data-live-src="/chart.svg?range={rng}" '
                   f'src="/chart.svg?range={rng}" alt="completed and failed per minute, last {rng}"></p>'
@@ -690,25 +787,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send(200, layout(self.app, "Overview", body, "/", s, live=True), extra=self.cookies())
 
     def api_overview(self, s, params):
-        out = []
-        for r in self.app.stats.get():
-            out.append({"queue": r["queue"], "ready": r["ready"], "delayed": r["delayed"],
-                        "running": r["running"],
-                        "completed_last_hour": r["completed_last_hour"],
-                        "failed_last_hour": r["failed_last_hour"], "failed": r["failed"],
-                        "oldest_pending_age": ago(r["oldest_pending_age"]),
-                        "paused": "paused" if r["paused"] else "no",
-                        "breaker_state": r["breaker_state"]})
-        self.send(200, json.dumps({"queues": out}), "application/json", extra=self.cookies())
+        self.send(200, json.dumps({"queues": self.overview_rows()}), "application/json",
+                  extra=self.cookies())
 
     def chart(self, s, params):
-        minutes = 1440 if params.get("range") == "day" else 60
+        day = params.get("range") == "day"
+        minutes = 1440 if day else 60
         queue = params.get("queue")
-        sql = Q_CHART.format(queue="AND j.queue = %s" if queue else "")
-        args = (f"{minutes} minutes",) + ((queue,) if queue else ())
-        with Db(self.app.pool) as db:
-            pts = db.rows(sql, args)
-        title = "completed and failed per minute, last " + ("day" if minutes > 60 else "hour")
+        pts = [r for r in (self.app.day if day else self.app.hour).get()
+               if not queue or r["queue"] == queue]
+        title = "completed and failed per minute, last " + ("day" if day else "hour")
         if queue:
             title += ", queue " + queue
         self.send(200, svg_chart(pts, minutes, title), "image/svg+xml; charset=utf-8")
@@ -731,22 +819,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if params.get("to"):
             where.append("j.created_at < %s::timestamptz")
             args.append(params["to"])
-        if params.get("before", "").isdigit():
-            where.append("j.job_id < %s::bigint")
-            args.append(params["before"])
-        sql = ("SELECT j.job_id, j.queue, j.kind, j.status, j.priority, j.retry_count, "
-               "j.max_retries, j.idempotency_key, j.run_at, j.created_at, j.finished_at, "
-               "pg_catalog.left(j.last_error, 200) AS last_error FROM jobq.jobs j"
-               + (" WHERE " + " AND ".join(where) if where else "")
-               + f" ORDER BY j.job_id DESC LIMIT {PAGE_SIZE + 1}")
+        before = int(params["before"]) if params.get("before", "").isdigit() else None
+        select = ("SELECT j.job_id, j.queue, j.kind, j.status, j.priority, j.retry_count, "
+                  "j.max_retries, j.idempotency_key, j.run_at, j.created_at, j.finished_at, "
+                  "pg_catalog.left(j.last_error, 200) AS last_error FROM jobq.jobs j")
         err = ""
         try:
             with Db(self.app.pool) as db:
-                rows = db.rows(sql, args)
+                rows, nxt_id = keyset_page(db, select, where, args, before)
         except psycopg.Error as x:
-            rows, err = [], f'<p class="flash error">{e(db_message(x))}</p>'
-        more = len(rows) > PAGE_SIZE
-        rows = rows[:PAGE_SIZE]
+            rows, nxt_id, err = [], None, f'<p class="flash error">{e(db_message(x))}</p>'
         opts = "".join(f'<option{" selected" if params.get("status") == st else ""}>{e(st)}</option>'
                        for st in STATUSES)
 
@@ -764,10 +846,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 e(ts(r["finished_at"])), f'<span class="err">{e(r["last_error"])}</span>']
                for r in rows]
         nxt = ""
-        if more:
+        if nxt_id is not None:
             p = dict(params)
-            p["before"] = rows[-1]["job_id"]
-            nxt = f'<p><a class="next" href="/jobs?{e(qs(**p))}">older jobs</a></p>'
+            p["before"] = nxt_id
+            nxt = f'<p><a class="next" href="/jobs?{e(qs(**p))}">older jobs (below job {nxt_id})</a></p>'
         first = ""
         if params.get("before"):
             p = dict(params)
@@ -836,23 +918,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send(200, layout(self.app, f"Job {job_id}", body, "/jobs", s), extra=self.cookies())
 
     def page_dead(self, s, params):
+        groups = self.app.dead_groups.get()
         with Db(self.app.pool) as db:
-            groups = db.rows(Q_DEAD_GROUPS)
-            where, args = ["d.status = 'failed'"], []
+            where, args = ["j.status = 'failed'"], []
             for f in ("queue", "kind"):
                 if params.get(f):
-                    where.append(f"d.{f} = %s")
+                    where.append(f"j.{f} = %s")
                     args.append(params[f])
             if params.get("error"):
-                where.append("pg_catalog.starts_with(COALESCE(d.last_error, ''), %s)")
+                where.append("pg_catalog.starts_with(COALESCE(j.last_error, ''), %s)")
                 args.append(params["error"])
-            if params.get("before", "").isdigit():
-                where.append("d.job_id < %s::bigint")
-                args.append(params["before"])
-            jobs = db.rows("SELECT d.job_id, d.queue, d.kind, d.attempts, d.finished_at, "
-                           "pg_catalog.left(d.last_error, 200) AS last_error FROM jobq.dead_letter d WHERE "
-                           + " AND ".join(where)
-                           + f" ORDER BY d.job_id DESC LIMIT {PAGE_SIZE + 1}", args)
+            before = int(params["before"]) if params.get("before", "").isdigit() else None
+            jobs, nxt_id = keyset_page(
+                db, "SELECT j.job_id, j.queue, j.kind, j.attempts, j.finished_at, "
+                "pg_catalog.left(j.last_error, 200) AS last_error FROM jobq.jobs j",
+                where, args, before)
             queues = {g["queue"] for g in groups} | {j["queue"] for j in jobs}
             admin = {q: self.may(db, q, "administer") for q in queues}
         back = "/dead" + ("?" + qs(**params) if params else "")
@@ -865,8 +945,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                    kind=g["kind"], queue=g["queue"])
             grows.append([e(g["queue"]), e(g["kind"]), f'<span class="err">{e(g["error"])}</span>',
                           f'<a href="{e(link)}">{e(g["jobs"])}</a>', e(ts(g["newest"])), acts])
-        more = len(jobs) > PAGE_SIZE
-        jobs = jobs[:PAGE_SIZE]
         any_admin = any(admin.get(j["queue"]) for j in jobs)
         jrows = []
         for j in jobs:
@@ -889,12 +967,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                    f'<button type="submit" data-op="retry_selected">retry selected</button>'
                    f' <label class="check"><input type="checkbox" id="select-all"> select all</label></form>')
         nxt = ""
-        if more:
+        if nxt_id is not None:
             p = dict(params)
-            p["before"] = jobs[-1]["job_id"]
-            nxt = f'<p><a class="next" href="/dead?{e(qs(**p))}">older</a></p>'
+            p["before"] = nxt_id
+            nxt = f'<p><a class="next" href="/dead?{e(qs(**p))}">older (below job {nxt_id})</a></p>'
         shown = ", ".join(f"{k} {params[k]}" for k in ("queue", "kind", "error") if params.get(k))
         body = ('<h2>By kind and error</h2>'
+                + f'<p class="note">Counted over every failed job, every {int(STATS_TTL)} s.</p>'
                 + table(["queue", "kind", "error (first line)", "jobs", "newest", ""], grows, "groups")
                 + f'<h2>Failed jobs{e(": " + shown if shown else "")}</h2>' + sel
                 + table(["", "job", "queue", "kind", "attempts", "failed at", "last error", ""],

@@ -21,6 +21,11 @@ function jobqRefresh() {
           }
         });
       });
+      if (data.queues.length > 0) {
+        document.querySelectorAll("[data-f=counted_at]").forEach(function (el) {
+          el.textContent = data.queues[0].counted_at;
+        });
+      }
       document.querySelectorAll("img[data-live-src]").forEach(function (img) {
         img.src = img.getAttribute("data-live-src") + "&t=" + Date.now();
       });
