@@ -46,7 +46,8 @@ STATIC = os.path.join(HERE, "static")
 PAGE_SIZE = 50
 LIVE_TTL = 4.0          # seconds the live (indexed) answers are reused
 STATS_TTL = 30.0        # seconds jobq.queue_stats (a scan of every job) is reused
-DAY_TTL = 60.0          # seconds the day's chart is reused
+DAY_TTL = 300.0         # seconds the day's chart (a scan of the day's jobs) is reused
+GROUPS_TTL = 60.0       # seconds the dead letter's groups (every failed job) are reused
 LIVE_INTERVAL = 5000    # ms between a page's refreshes (static/jobq.js)
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -106,7 +107,9 @@ class Pool:
         self.made = 0
 
     def connect(self):
-        conn = psycopg.connect("", autocommit=True,
+        # no prepared statements: a generic plan of a job_id probe could
+        # be a sequential scan (and a pooler in transaction mode keeps none)
+        conn = psycopg.connect("", autocommit=True, prepare_threshold=None,
                                application_name="jobq web")
         conn.execute("SET statement_timeout = '30s'")
         return conn
@@ -216,31 +219,38 @@ SELECT d.queue, d.kind,
  GROUP BY 1, 2, 3 ORDER BY jobs DESC, newest DESC LIMIT 100"""
 
 
-# The newest job id the role can see, with no scan of the table: jobq.jobs
-# is a security-barrier view, so an ORDER BY ... LIMIT over it is a sort of
-# every visible row (the ordering cannot reach the primary key inside the
-# view).  A comparison on job_id (leakproof) does reach it: EXISTS probes
-# gallop up the powers of two, then a binary search closes in, each probe a
-# primary-key look-up: about 2 x log2(top) probes in one statement.
-Q_TOP = """
-WITH RECURSIVE up(p) AS (
-        SELECT 1::bigint WHERE EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.job_id >= 1)
-    UNION ALL
-        SELECT up.p * 2 FROM up
-         WHERE up.p < 2305843009213693952
-           AND EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.job_id >= up.p * 2)),
-bs(lo, hi) AS (
-        SELECT pg_catalog.max(up.p), pg_catalog.max(up.p) * 2 FROM up HAVING pg_catalog.count(*) > 0
-    UNION ALL
-        SELECT CASE WHEN x.e THEN x.m ELSE bs.lo END, CASE WHEN x.e THEN bs.hi ELSE x.m END
-          FROM bs, LATERAL (SELECT (bs.lo + bs.hi) / 2 AS m) m,
-               LATERAL (SELECT m.m, EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.job_id >= m.m) AS e) x
-         WHERE bs.hi - bs.lo > 1)
-SELECT bs.lo FROM bs WHERE bs.hi - bs.lo <= 1"""
+Q_PROBE = "SELECT j.job_id FROM jobq.jobs j WHERE j.job_id >= %s::bigint LIMIT 1"
+
+
+def top_id(db):
+    """The newest job id the role can see (None: none), without a scan.
+
+    jobq.jobs is a security-barrier view, so ORDER BY job_id DESC LIMIT 1
+    (or max()) over it sorts every visible row: the ordering cannot reach
+    the primary key inside the view.  A comparison on job_id (leakproof)
+    does: probes "is there a job at or above x" gallop up the powers of two,
+    then a binary search closes in; about 2 x log2(top) primary-key probes.
+    """
+    def probe(x):
+        return db.value(Q_PROBE, (x,)) is not None
+    if not probe(1):
+        return None
+    lo = 1
+    while lo < (1 << 61) and probe(lo * 2):
+        lo *= 2
+    hi = lo * 2
+    while hi - lo > 1:
+        m = (lo + hi) // 2
+        if probe(m):
+            lo = m
+        else:
+            hi = m
+    return lo
+
 
 WINDOW_FIRST = 1024       # ids in the first window of a page
-WINDOW_MAX = 65536        # ids in the largest window
-SPAN_MAX = 262144         # ids one page searches at most
+WINDOW_MAX = 16384        # ids in the largest window
+SPAN_MAX = 65536          # ids one page searches at most
 
 
 def keyset_page(db, select, where, args, before, limit=PAGE_SIZE):
@@ -254,7 +264,7 @@ def keyset_page(db, select, where, args, before, limit=PAGE_SIZE):
     ends early with a next_before of where it stopped.
     """
     if before is None:
-        top = db.value(Q_TOP)
+        top = top_id(db)
         if top is None:
             return [], None
         hi = top + 1
@@ -463,7 +473,7 @@ class App:
         self.hour = Cached(self.pool, Q_FINISHED.format(minutes=60), LIVE_TTL)
         self.day = Cached(self.pool, Q_FINISHED.format(minutes=1440), DAY_TTL)
         self.stats = Cached(self.pool, Q_STATS, STATS_TTL)
-        self.dead_groups = Cached(self.pool, Q_DEAD_GROUPS, STATS_TTL)
+        self.dead_groups = Cached(self.pool, Q_DEAD_GROUPS, GROUPS_TTL)
         self.sessions = Sessions()
         self.hosts = set()
         with Db(self.pool) as db:
@@ -973,7 +983,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             nxt = f'<p><a class="next" href="/dead?{e(qs(**p))}">older (below job {nxt_id})</a></p>'
         shown = ", ".join(f"{k} {params[k]}" for k in ("queue", "kind", "error") if params.get(k))
         body = ('<h2>By kind and error</h2>'
-                + f'<p class="note">Counted over every failed job, every {int(STATS_TTL)} s.</p>'
+                + f'<p class="note">Counted over every failed job, at most every {int(GROUPS_TTL)} s.</p>'
                 + table(["queue", "kind", "error (first line)", "jobs", "newest", ""], grows, "groups")
                 + f'<h2>Failed jobs{e(": " + shown if shown else "")}</h2>' + sel
                 + table(["", "job", "queue", "kind", "attempts", "failed at", "last error", ""],
