@@ -253,7 +253,7 @@ WINDOW_MAX = 16384        # ids in the largest window
 SPAN_MAX = 65536          # ids one page searches at most
 
 
-def keyset_page(db, select, where, args, before, limit=PAGE_SIZE):
+def keyset_page(db, select, where, args, before, limit=PAGE_SIZE, select_args=()):
     """One page of "select" (over alias j), newest job id first, below "before".
 
     Keyset paging in windows of job ids: each window is a range scan of the
@@ -275,7 +275,7 @@ def keyset_page(db, select, where, args, before, limit=PAGE_SIZE):
         lo = max(hi - width, 1)
         cond = where + ["j.job_id < %s::bigint", "j.job_id >= %s::bigint"]
         rows += db.rows(f"{select} WHERE {' AND '.join(cond)} ORDER BY j.job_id DESC"
-                        f" LIMIT {limit + 1 - len(rows)}", args + [hi, lo])
+                        f" LIMIT {limit + 1 - len(rows)}", list(select_args) + args + [hi, lo])
         span += hi - lo
         hi = lo
         width = min(width * 2, WINDOW_MAX)
@@ -993,7 +993,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def page_schedules(self, s, params):
         with Db(self.app.pool) as db:
             rows = db.rows("""
-SELECT s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.priority, s.paused,
+SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.priority, s.paused,
        s.next_fire_at, s.last_fire_at, s.last_job_id, s.last_job_status,
        pg_catalog.to_char(s.next_fire_at AT TIME ZONE s.timezone, 'YYYY-MM-DD HH24:MI:SS') AS next_local,
        pg_catalog.to_char(s.last_fire_at AT TIME ZONE s.timezone, 'YYYY-MM-DD HH24:MI:SS') AS last_local,
@@ -1006,6 +1006,16 @@ SELECT s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.priority, s.pau
                      SELECT n.t FROM n WHERE n.i > 1 AND n.t IS NOT NULL) f) AS later
   FROM jobq.schedules s ORDER BY s.name""")
             admin = {q: self.may(db, q, "administer") for q in {r["queue"] for r in rows}}
+            # the jobs of its last fires: keys "jobq:schedule:ID:..." (timed
+            # and run-now fires), newest first, in a bounded search by keyset
+            fires = {}
+            for r in rows[:50]:
+                fires[r["name"]], _ = keyset_page(
+                    db, "SELECT j.job_id, j.status, pg_catalog.to_char(j.run_at AT TIME ZONE %s, "
+                    "'YYYY-MM-DD HH24:MI:SS') AS local FROM jobq.jobs j",
+                    ["j.kind = %s", "j.queue = %s", "pg_catalog.starts_with(j.idempotency_key, %s)"],
+                    [r["kind"], r["queue"], f"jobq:schedule:{r['schedule_id']}:"], None, limit=3,
+                    select_args=[r["timezone"]])
         trs = []
         for r in rows:
             acts = ""
@@ -1013,8 +1023,10 @@ SELECT s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.priority, s.pau
                 acts = (self.button(s, "resume_schedule" if r["paused"] else "pause_schedule",
                                     "resume" if r["paused"] else "pause", "/schedules", name=r["name"])
                         + self.button(s, "run_schedule", "run now", "/schedules", name=r["name"]))
-            last = ""
-            if r["last_job_id"] is not None:
+            last = "<br>".join(f'{job_link(f["job_id"])} {status_tag(f["status"])} '
+                               f'<span class="later">{e(f["local"])}</span>'
+                               for f in fires.get(r["name"], []))
+            if not last and r["last_job_id"] is not None:
                 last = f'{job_link(r["last_job_id"])} {status_tag(r["last_job_status"] or "pruned")}'
             trs.append([e(r["name"]), f'<code>{e(r["cron"])}</code>', e(r["timezone"]),
                         e(r["kind"]), e(r["queue"]), e(r["misfire"]),
@@ -1023,9 +1035,9 @@ SELECT s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.priority, s.pau
                         + "<br>".join(e(t) for t in r["later"]) + "</span>",
                         e(r["last_local"]), last, acts])
         body = (table(["name", "cron", "time zone", "kind", "queue", "misfire", "state",
-                       "next fires (local time)", "last fire (local)", "last job", ""], trs, "schedules")
-                + '<p class="note">Times are in each schedule\'s own time zone. '
-                  'The jobs of earlier fires: <a href="/jobs">Jobs</a>, filtered by kind.</p>')
+                       "next fires (local time)", "last fire (local)", "last fires' jobs", ""], trs, "schedules")
+                + '<p class="note">Times are in each schedule\'s own time zone. The last fires\' '
+                  'jobs are found among the newest 65,536 job ids.</p>')
         self.send(200, layout(self.app, "Schedules", body, "/schedules", s), extra=self.cookies())
 
     def page_workers(self, s, params):

@@ -216,8 +216,12 @@ class Browser:
     def text(self):
         return self.js("document.body.innerText")
 
-    def shot(self, path):
-        data = self.call("Page.captureScreenshot", format="png")["data"]
+    def shot(self, path, clip=None):
+        """A PNG of the page (clip: x, y, width, height, scale)."""
+        params = {"format": "png"}
+        if clip:
+            params["clip"] = dict(zip(("x", "y", "width", "height", "scale"), clip))
+        data = self.call("Page.captureScreenshot", **params)["data"]
         with open(path, "wb") as fh:
             fh.write(base64.b64decode(data))
 
@@ -491,6 +495,7 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     check("overview: the hour chart has bars", bars > 20, bars)
     check("overview: mail has 2 ready jobs", ready == "2", ready)
     b.shot(os.path.join(shots, "overview.png"))
+    b.shot(os.path.join(shots, "readme-overview.png"), (0, 0, 1180, 540, 0.7))
 
     b.goto(u + "/?range=day")
     check("overview: the day chart", "last day" in b.text())
@@ -522,6 +527,7 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     t = b.text()
     check("dead letter groups by kind and error", "invoice.send" in t and "smtp said 451" in t, t[:500])
     b.shot(os.path.join(shots, "dead.png"))
+    b.shot(os.path.join(shots, "readme-dead.png"), (0, 0, 1260, 640, 0.7))
 
     b.goto(u + "/schedules")
     t = b.text()
@@ -612,6 +618,11 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
         check("run a schedule now: one job more", n1 == n0 + 1 and "fired: job" in b.text(), (n0, n1, b.text()[:300]))
     else:
         check("run a schedule now (jobq.run_schedule is not in this build yet)", False, b.text()[:300])
+
+    b.goto(u + "/schedules")
+    if has_run:
+        check("schedules: the fire's job and its outcome", "pending" in b.text(), b.text()[:600])
+    b.shot(os.path.join(shots, "schedules.png"))
 
     # live: the counts refresh by themselves (running: the indexed refresh)
     b.goto(u + "/")
