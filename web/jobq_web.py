@@ -31,8 +31,10 @@ import ipaddress
 import json
 import os
 import queue as queuelib
+import re
 import secrets
 import signal
+import socket
 import sys
 import threading
 import time
@@ -650,8 +652,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 raise Refused(404, "no such action")
             if self.app.read_only:
                 raise Refused(403, "this dashboard is read-only")
+            # where to go afterwards: a path of this site only, printable
+            # ASCII only (no header can be smuggled into Location)
             back = (f.get("back") or ["/"])[-1]
-            if not back.startswith("/") or back.startswith("//") or "\\" in back:
+            if not re.fullmatch(r"/[\x21-\x7e]*", back) or back.startswith("//") or "\\" in back:
                 back = "/"
             self.action(s, f)
             for c in (self.app.queues, self.app.running, self.app.stats, self.app.dead_groups):
@@ -1216,7 +1220,7 @@ def main(argv=None):
         return 3
     Handler.app = app
     family_v6 = ":" in args.bind
-    Server.address_family = __import__("socket").AF_INET6 if family_v6 else __import__("socket").AF_INET
+    Server.address_family = socket.AF_INET6 if family_v6 else socket.AF_INET
     try:
         srv = Server((args.bind, args.port), Handler)
     except OSError as x:

@@ -459,7 +459,13 @@ def main():
     check("a token without its session cookie is refused", st == 403, st)
     check("none of those changed the job", status(db, ids["dead_retry"]) == before == "failed",
           status(db, ids["dead_retry"]))
-    st, _, _ = admin.get("/")
+    st, hdr, _ = admin.post("/action", {"op": "retry", "job_id": ids["pending"], "csrf": tok,
+                                        "back": "/jobs\r\nSet-Cookie: evil=1"})
+    check("a redirect target cannot smuggle a header", st == 303 and hdr.get("Location") == "/"
+          and "evil" not in str(hdr), (st, hdr))
+    st, hdr, _ = admin.post("/action", {"op": "retry", "job_id": ids["pending"], "csrf": tok,
+                                        "back": "//evil.example/"})
+    check("nor lead to another site", st == 303 and hdr.get("Location") == "/", (st, hdr))
     req = urllib.request.Request(admin.url + "/", headers={"Host": "evil.example:80"})
     try:
         code = urllib.request.urlopen(req, timeout=10).status
