@@ -250,6 +250,7 @@ class Web:
         self.log = open(os.path.join(work, f"web-{name}.log"), "w")
         self.proc = subprocess.Popen([JOBQ, "web", "--port", str(self.port)] + list(args),
                                      env=e, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        WEBS.append(self)
         self.banner = self.proc.stdout.readline().strip()
         self.url = f"http://127.0.0.1:{self.port}"
         self.jar = http.cookiejar.CookieJar()
@@ -376,7 +377,25 @@ def status(db, j):
 # the tests
 
 
+WEBS = []
+
+
 def main():
+    """Run every test; whatever happens, stop what was started."""
+    try:
+        tests()
+    except Exception:
+        import traceback
+        check("the tests ran to the end", False, traceback.format_exc())
+    finally:
+        for w in WEBS:
+            if w.proc.poll() is None:
+                w.proc.kill()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def tests():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
     ap.add_argument("--shots", required=True)
@@ -483,8 +502,6 @@ def main():
     # --- SIGTERM ---------------------------------------------------------------
     rcs = [w.stop() for w in (admin, ro, worker, pw)]
     check("jobq web exits 0 on SIGTERM", rcs == [0, 0, 0, 0], rcs)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
 
 
 def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
