@@ -112,6 +112,85 @@ jobq_bgw_init(void)
 }
 
 /* ----------------------------------------------------------------
+ * Slots and the process budget
+ * ---------------------------------------------------------------- */
+
+/* Empty a slot and give it to database dbid (InvalidOid: free). */
+void
+jobq_bgw_slot_reset(JobqDbSlot *slot, Oid dbid)
+{
+	memset(slot, 0, sizeof(*slot));
+	pg_atomic_init_u64(&slot->lease_due, 0);
+	slot->dbid = dbid;
+}
+
+/*
+ * jobq's processes that count against jobq.max_workers: the database
+ * workers and executors that run (JobqBgwLock held).  The launcher adds
+ * the workers it started that have not attached yet; the launcher itself is
+ * not counted.
+ */
+int
+jobq_bgw_processes(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (!OidIsValid(slot->dbid))
+			continue;
+		if (slot->pid != 0)
+			n++;
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+			if (slot->executor_pid[e] != 0)
+				n++;
+	}
+	return n;
+}
+
+/* This database's slot index, cached; -1 when the launcher has none. */
+static int
+MyDbSlot(void)
+{
+	static int	cached = -1;
+
+	if (cached >= 0 && cached < JobqBgw->nslots &&
+		JobqBgw->slots[cached].dbid == MyDatabaseId)
+		return cached;
+	cached = -1;
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+		if (JobqBgw->slots[i].dbid == MyDatabaseId)
+			cached = i;
+	LWLockRelease(JobqBgwLock);
+	return cached;
+}
+
+/*
+ * A claim took leases that end at expires: lower this database's lease_due,
+ * so that the shared pool serves the database when they expire (a lock-free
+ * minimum: claims do not wait for one another here).
+ */
+void
+jobq_bgw_note_lease(TimestampTz expires)
+{
+	int			i;
+	uint64		cur;
+
+	if (JobqBgw == NULL || (i = MyDbSlot()) < 0)
+		return;
+	cur = pg_atomic_read_u64(&JobqBgw->slots[i].lease_due);
+	while (cur == 0 || (uint64) expires < cur)
+	{
+		if (pg_atomic_compare_exchange_u64(&JobqBgw->slots[i].lease_due, &cur,
+										   (uint64) expires))
+			break;
+	}
+}
+
+/* ----------------------------------------------------------------
  * Executor places
  * ---------------------------------------------------------------- */
 
@@ -248,10 +327,17 @@ jobq_bgw_executor_take_share(Oid role, int nroles)
 	return ok;
 }
 
-/* Wake the executors of database dbid (a job they may run became ready). */
+/*
+ * Wake the executors of database dbid (a job they may run became ready).
+ * In the shared pool, where none may run, the database is marked for a pass
+ * that starts them, and the launcher is woken.
+ */
 void
 jobq_bgw_wake_executors(Oid dbid)
 {
+	bool		woke = false;
+	int			mark = -1;
+
 	if (JobqBgw == NULL)
 		return;
 	LWLockAcquire(JobqBgwLock, LW_SHARED);
@@ -261,8 +347,21 @@ jobq_bgw_wake_executors(Oid dbid)
 			continue;
 		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
 			if (JobqBgw->slots[i].executor_latch[e] != NULL)
+			{
 				SetLatch(JobqBgw->slots[i].executor_latch[e]);
+				woke = true;
+			}
+		if (!woke && JobqBgw->pool_mode && JobqBgw->slots[i].has_handlers)
+			mark = i;
 	}
+	LWLockRelease(JobqBgwLock);
+	if (mark < 0)
+		return;
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	if (JobqBgw->slots[mark].dbid == dbid)
+		JobqBgw->slots[mark].poke_at = GetCurrentTimestamp();
+	if (JobqBgw->launcher_latch)
+		SetLatch(JobqBgw->launcher_latch);
 	LWLockRelease(JobqBgwLock);
 }
 
@@ -338,18 +437,27 @@ jobq_bgw_wake_worker_at_commit(void)
 	wake_worker_at_commit = true;
 }
 
-/* Set the latch of this database's worker, if one runs. */
+/*
+ * Set the latch of this database's worker, if one runs; in the shared pool,
+ * where none may (or it is ending its pass), the launcher sees the poke and
+ * serves the database again.
+ */
 static void
 WakeDatabaseWorker(void)
 {
 	if (JobqBgw == NULL)
 		return;
-	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 	for (int i = 0; i < JobqBgw->nslots; i++)
 	{
-		if (JobqBgw->slots[i].dbid == MyDatabaseId &&
-			JobqBgw->slots[i].latch != NULL)
+		if (JobqBgw->slots[i].dbid != MyDatabaseId)
+			continue;
+		JobqBgw->slots[i].poke_at = GetCurrentTimestamp();
+		if (JobqBgw->slots[i].latch != NULL)
 			SetLatch(JobqBgw->slots[i].latch);
+		if ((JobqBgw->slots[i].latch == NULL || JobqBgw->slots[i].pass_worker) &&
+			JobqBgw->launcher_latch)
+			SetLatch(JobqBgw->launcher_latch);
 	}
 	LWLockRelease(JobqBgwLock);
 }
