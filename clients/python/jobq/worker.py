@@ -36,6 +36,7 @@ import datetime
 import inspect
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
@@ -160,6 +161,8 @@ class _State:
     ops: Optional[psycopg.AsyncConnection[Any]] = None
     ops_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     claiming: Set[psycopg.AsyncConnection[Any]] = field(default_factory=set)
+    completes: List[Tuple[AnyJob, Any, "asyncio.Future[bool]"]] = field(default_factory=list)
+    flushing: bool = False              # a _flush task is sending completes
 
 
 class Worker:
@@ -204,6 +207,7 @@ class Worker:
         self.connect_kwargs = dict(connect_kwargs or {})
         self.on_event = on_event
         self._handlers: Dict[str, _Registered] = {}
+        self._threads = _Threads()
         self._state: Optional[_State] = None
 
     # --- the handler registry ------------------------------------------------
@@ -415,8 +419,7 @@ class Worker:
     # --- running a job -------------------------------------------------------
 
     def _in_thread(self, fn: SyncHandler, job: Job) -> "asyncio.Future[Any]":
-        """Run fn(job) on a daemon thread of its own: one that never ends
-        (a timeout, a hand-back) cannot keep the process alive."""
+        """Run fn(job) on a thread of the worker's daemon threads."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
 
@@ -427,7 +430,7 @@ class Worker:
                 else:
                     fut.set_exception(value)
 
-        def target() -> None:
+        def call() -> None:
             try:
                 value, ok = fn(job), True
             except BaseException as e:      # handed to the loop, re-raised there
@@ -437,7 +440,7 @@ class Worker:
             except RuntimeError:
                 pass                        # the worker has stopped meanwhile
 
-        threading.Thread(target=target, name="jobq-job-%d" % job.id, daemon=True).start()
+        self._threads.submit(call)
         return fut
 
     async def _run_job(self, job: AnyJob, reg: _Registered) -> None:
@@ -507,10 +510,7 @@ class Worker:
         """Tell the database how the job ended; return the event name."""
         job._phase = "reporting"
         if how == "complete":
-            rows = await self._call("SELECT jobq.complete(%s, %s, %s)",
-                                    (job.id, job.lease_token,
-                                     None if arg is None else Jsonb(arg)))
-            return "completed" if rows[0][0] else "lost"
+            return "completed" if await self._complete(job, arg) else "lost"
         if how == "snooze":
             rows = await self._call("SELECT jobq.snooze(%s, %s, %s)",
                                     (job.id, job.lease_token, _seconds(seconds or 0)))
@@ -525,6 +525,45 @@ class Worker:
             sql, params = ("SELECT jobq.fail(%s, %s, %s)", (job.id, job.lease_token, arg))
         status = (await self._call(sql, params))[0][0]
         return {"pending": "retried", "failed": "failed"}.get(status, "lost")
+
+    async def _complete(self, job: AnyJob, result: Any) -> bool:
+        """jobq.complete, batched: the completions that arrive while one
+        statement runs go together in the next (one round trip for many)."""
+        st = self._state
+        assert st is not None
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        st.completes.append((job, result, fut))
+        if not st.flushing:
+            st.flushing = True
+            asyncio.ensure_future(self._flush())
+        return await fut
+
+    async def _flush(self) -> None:
+        st = self._state
+        assert st is not None
+        try:
+            while st.completes:
+                batch, st.completes = st.completes, []
+                try:
+                    rows = await self._call(
+                        "SELECT t.id, jobq.complete(t.id, t.token, t.result)"
+                        "  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[])"
+                        "       AS t(id, token, result)",
+                        ([j.id for j, _, _ in batch], [j.lease_token for j, _, _ in batch],
+                         [None if r is None else Jsonb(r) for _, r, _ in batch]))
+                except BaseException as e:
+                    for _, _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    if not isinstance(e, Exception):
+                        raise
+                    continue
+                ok = dict(rows)
+                for j, _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(bool(ok.get(j.id)))
+        finally:
+            st.flushing = False
 
     async def _checkpoint(self, job: AnyJob, data: Mapping[str, Any]) -> None:
         rows = await self._call("SELECT jobq.checkpoint(%s, %s, %s)",
@@ -628,6 +667,42 @@ class Worker:
                                 duration, error))
         except Exception:
             log.exception("%s: the on_event hook raised", self.worker_id)
+
+
+class _Threads:
+    """Daemon threads for plain handlers, started as needed and kept while
+    busy: one that never returns (a timeout, a hand-back) takes a thread of
+    its own and cannot keep the process alive."""
+
+    def __init__(self, idle_seconds: float = 30.0) -> None:
+        self._work: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0                  # threads waiting for work
+        self._idle_seconds = idle_seconds
+
+    def submit(self, call: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                self._work.put(call)
+                return
+        threading.Thread(target=self._serve, args=(call,), name="jobq-handler",
+                         daemon=True).start()
+
+    def _serve(self, call: Callable[[], None]) -> None:
+        while True:
+            call()
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    call = self._work.get(timeout=self._idle_seconds)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._work.empty():
+                            self._idle -= 1
+                            return
 
 
 class _TimedOut(Exception):
