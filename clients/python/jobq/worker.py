@@ -298,10 +298,14 @@ class Worker:
             await self._cancel_claims(claimers)
             handed_back = await self._drain()
             log.info("%s: stopped%s", self.worker_id,
-                     ", %d job(s) handed back" % handed_back if handed_back else "")
+                     ", %d job(s) unfinished" % handed_back if handed_back else "")
             return 1 if handed_back else 0
         finally:
             heartbeat.cancel()
+            try:
+                await heartbeat
+            except (asyncio.CancelledError, psycopg.Error):
+                pass
             for s in signals:
                 loop.remove_signal_handler(s)
             if st.ops is not None:
@@ -633,13 +637,17 @@ class Worker:
         rest = [t for t in st.tasks.values() if not t.done()]
         if rest:
             await asyncio.wait(rest)
-        await self._release(back)
+        released = await self._release(back)
+        if released < len(back):
+            log.warning("%s: %d job(s) not handed back: their leases will expire",
+                        self.worker_id, len(back) - released)
         return len(back)
 
-    async def _release(self, jobs: Sequence[AnyJob]) -> None:
-        """Hand jobs back with jobq.release: pending now, no retry spent."""
+    async def _release(self, jobs: Sequence[AnyJob]) -> int:
+        """Hand jobs back with jobq.release: pending now, no retry spent;
+        return how many were."""
         if not jobs:
-            return
+            return 0
         try:
             rows = await self._call(
                 "SELECT t.id, jobq.release(t.id, t.token)"
@@ -648,7 +656,7 @@ class Worker:
         except psycopg.Error as e:
             log.error("%s: could not hand back %d job(s) (%s); their leases will expire",
                       self.worker_id, len(jobs), e)
-            return
+            return 0
         released = {i for i, ok in rows if ok}
         for job in jobs:
             if job.id in released:
@@ -657,6 +665,7 @@ class Worker:
                 self._emit("released", job)
             else:
                 self._emit("lost", job)
+        return len(released)
 
     def _emit(self, name: str, job: AnyJob, duration: Optional[float] = None,
               error: Optional[str] = None) -> None:
