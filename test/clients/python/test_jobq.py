@@ -9,6 +9,7 @@ Prints "ok - ..." / "not ok - ..." per test and "N passed, N failed" last.
 
 import asyncio
 import datetime
+import logging
 import os
 import signal
 import subprocess
@@ -278,6 +279,26 @@ class Workers(Base):
         self.assertGreater(seen[0][1] - seen[0][0], datetime.timedelta(seconds=1.5))
         self.assertFalse([e for e in self.events if e.name == "lost"])
 
+    def test_lease_lost(self):
+        """a job cancelled while its handler runs: the heartbeat sees the lease lost, the outcome is discarded"""
+        w = self.worker(lease=0.6)
+
+        @w.handler("long")
+        def long(job):
+            started(job)
+            poll(lambda: job.lost, 10)
+            return {"done": True}
+
+        with connect() as conn:
+            j = jobq.enqueue(conn, "long", queue=self.queue)
+        with running(w):
+            self.assertTrue(poll(lambda: q1("SELECT count(*) FROM ledger WHERE job_id = %s",
+                                            (j.job_id,)) == 1))
+            self.assertTrue(q1("SELECT jobq.cancel(%s)", (j.job_id,)))
+            self.assertTrue(poll(lambda: any(e.name == "lost" for e in self.events)))
+        self.assertEqual(self.status(j.job_id)[0], "cancelled")
+        self.assertFalse([e for e in self.events if e.name == "completed"])
+
     def test_outcomes(self):
         """outcomes: Permanent, an exception, RetryIn, Snooze, a timeout, a resumed checkpoint"""
         w = self.worker(concurrency=8)
@@ -434,6 +455,7 @@ class Result(unittest.TextTestResult):
 
 def main():
     sys.path.insert(0, HERE)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="#   log: %(message)s")
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     only = sys.argv[1:]
     if only:
