@@ -334,6 +334,16 @@ class Worker:
         async with st.slots:
             while st.reserved >= self.concurrency and not st.stop.is_set():
                 await st.slots.wait()
+            # busy: give the running jobs a moment to free more slots, so a
+            # saturated worker claims in batches rather than one by one
+            want = min(self.batch, (self.batch + 1) // 2)
+            if st.reserved > 0 and self.concurrency - st.reserved < want:
+                try:
+                    await asyncio.wait_for(st.slots.wait_for(
+                        lambda: self.concurrency - st.reserved >= want or st.stop.is_set()),
+                        0.005)
+                except asyncio.TimeoutError:
+                    pass
             if st.stop.is_set():
                 return 0
             n = min(self.batch, self.concurrency - st.reserved)
