@@ -68,6 +68,7 @@
 #include "retention.h"
 #include "scheduler.h"
 #include "shm_bgw.h"
+#include "shm_queue.h"
 #include "spi_plan.h"
 
 PGDLLEXPORT void jobq_worker_main(Datum main_arg);
@@ -328,7 +329,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	} while (more);
 	/* still due though due at the start: locked by a client; try next round */
 	if (*next_due != 0 && *next_due <= round_start)
-		*next_due = 0;
+		*next_due = round_start;
 	if (has_handlers)
 		WorkerStartExecutors();
 	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
@@ -447,6 +448,29 @@ WorkerNoteNextDue(TimestampTz last_prune, TimestampTz next_fire, uint64 lease_se
 	LWLockRelease(JobqBgwLock);
 }
 
+/* How long to sleep until this database's next due time (see the loop). */
+static long
+WorkerSleepMs(void)
+{
+	JobqDbSlot *slot = &JobqBgw->slots[MySlot];
+	uint64		lease = pg_atomic_read_u64(&slot->lease_due);
+	TimestampTz due;
+	TimestampTz now = GetCurrentTimestamp();
+	long		secs;
+	int			usecs;
+
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	due = slot->next_due_at;
+	LWLockRelease(JobqBgwLock);
+	if (lease != 0 && (due == 0 || (TimestampTz) lease < due))
+		due = (TimestampTz) lease;
+	if (due == 0 || due <= now)
+		return jobq_naptime_ms;
+	TimestampDifference(now, due, &secs, &usecs);
+	/* WaitLatch takes a long of milliseconds: a day at most, then look again */
+	return Min(secs, 86400L) * 1000 + usecs / 1000 + 1;
+}
+
 /* Entry point of a per-database worker; main_arg is the database OID. */
 void
 jobq_worker_main(Datum main_arg)
@@ -525,17 +549,15 @@ jobq_worker_main(Datum main_arg)
 		 */
 		if (one_pass || JobqBgw->pool_mode)
 			proc_exit(0);
-		/* sleep until the next schedule is due, jobq.naptime at most */
-		sleep_ms = jobq_naptime_ms;
-		if (next_due != 0)
-		{
-			long		secs;
-			int			usecs;
 
-			TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
-			if (secs * 1000 + usecs / 1000 + 1 < sleep_ms)
-				sleep_ms = secs * 1000 + usecs / 1000 + 1;
-		}
+		/*
+		 * Sleep until the database next needs a round: its next schedule
+		 * fire, lease expiry, prune or delayed handler job (a claim that
+		 * takes an earlier lease, and a commit that changes a schedule, set
+		 * the latch).  What was due and is still due (a unit that failed or
+		 * was locked) is tried again after jobq.naptime.
+		 */
+		sleep_ms = WorkerSleepMs();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -556,10 +578,11 @@ WorkerStartExecutors(void)
 	int			started = 0;
 
 	/*
-	 * In the shared pool executors leave when they find nothing to do: start
-	 * them only when a queue with handlers has ready jobs.
+	 * The queues with handlers wake the executors when jobs get ready (even
+	 * before an executor has served them).  Executors leave when they find
+	 * nothing to do and their place is wanted, and always in the shared pool:
+	 * there they are started only when such a queue has ready jobs.
 	 */
-	if (JobqBgw->pool_mode)
 	{
 		bool		ready = false;
 		bool		isnull;
@@ -568,15 +591,21 @@ WorkerStartExecutors(void)
 		if (WorkerLockExtension())
 		{
 			SPI_connect();
-			jobq_spi_exec_sql("SELECT EXISTS (SELECT FROM (SELECT DISTINCT queue FROM jobq.handler) h"
-							  " WHERE EXISTS (SELECT FROM jobq.ready r WHERE r.queue = h.queue))",
+			jobq_spi_exec_sql("SELECT h.queue, EXISTS (SELECT FROM jobq.ready r WHERE r.queue = h.queue)"
+							  " FROM (SELECT DISTINCT queue FROM jobq.handler) h",
 							  true, SPI_OK_SELECT);
-			ready = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-											   SPI_tuptable->tupdesc, 1, &isnull));
+			for (uint64 r = 0; r < SPI_processed; r++)
+			{
+				jobq_state_mark_handled(SPI_getvalue(SPI_tuptable->vals[r],
+													 SPI_tuptable->tupdesc, 1));
+				if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r],
+											   SPI_tuptable->tupdesc, 2, &isnull)))
+					ready = true;
+			}
 			SPI_finish();
 		}
 		WorkerEndStep();
-		if (!ready)
+		if (!ready && JobqBgw->pool_mode)
 			return;
 	}
 
@@ -606,7 +635,13 @@ WorkerStartExecutors(void)
 		if (running)
 			continue;
 		if (!room)
-			break;
+		{
+			/* an executor that leaves wakes this worker */
+			LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+			JobqBgw->slots[MySlot].executors_wanted = true;
+			LWLockRelease(JobqBgwLock);
+			return;
+		}
 
 		jobq_bgw_init_struct(&bgw, "jobq_executor_main");
 		bgw.bgw_restart_time = BGW_NEVER_RESTART;
@@ -624,6 +659,9 @@ WorkerStartExecutors(void)
 		}
 		started++;
 	}
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	JobqBgw->slots[MySlot].executors_wanted = false;
+	LWLockRelease(JobqBgwLock);
 }
 
 /* Forget what executor place index of slot runs; pid becomes its owner. */

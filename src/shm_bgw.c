@@ -170,8 +170,9 @@ MyDbSlot(void)
 
 /*
  * A claim took leases that end at expires: lower this database's lease_due,
- * so that the shared pool serves the database when they expire (a lock-free
- * minimum: claims do not wait for one another here).
+ * so that its worker (or the shared pool) comes back when they expire (a
+ * lock-free minimum: claims do not wait for one another here; only a claim
+ * that lowers it, the first after an idle spell, sets the worker's latch).
  */
 void
 jobq_bgw_note_lease(TimestampTz expires)
@@ -186,7 +187,14 @@ jobq_bgw_note_lease(TimestampTz expires)
 	{
 		if (pg_atomic_compare_exchange_u64(&JobqBgw->slots[i].lease_due, &cur,
 										   (uint64) expires))
+		{
+			/* the database's own worker sleeps until then: wake it to replan */
+			Latch	   *latch = JobqBgw->slots[i].latch;
+
+			if (latch != NULL)
+				SetLatch(latch);
 			break;
+		}
 	}
 }
 
@@ -220,7 +228,45 @@ ExecutorDetach(int code, Datum arg)
 		if (slot->dbid == MyDatabaseId && slot->executor_pid[index] == MyProcPid)
 			ExecutorSlotClear(slot, index, 0);
 	}
+	/* a place in the budget is free: databases whose handler jobs wait get it */
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (!OidIsValid(slot->dbid) || !slot->executors_wanted)
+			continue;
+		slot->poke_at = GetCurrentTimestamp();
+		if (slot->latch != NULL)
+			SetLatch(slot->latch);
+		else if (JobqBgw->launcher_latch != NULL)
+			SetLatch(JobqBgw->launcher_latch);
+	}
 	LWLockRelease(JobqBgwLock);
+}
+
+/*
+ * Should this executor, idle, leave?  In the shared pool always; with
+ * workers of their own when the budget of jobq.max_workers is full and
+ * another database's handler jobs wait for a place.
+ */
+bool
+jobq_bgw_executor_should_leave(void)
+{
+	bool		leave;
+
+	if (JobqBgw == NULL)
+		return false;
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	leave = JobqBgw->pool_mode;
+	if (!leave && jobq_bgw_processes() >= jobq_max_workers)
+	{
+		for (int i = 0; i < JobqBgw->nslots; i++)
+			if (OidIsValid(JobqBgw->slots[i].dbid) && JobqBgw->slots[i].executors_wanted &&
+				JobqBgw->slots[i].dbid != MyDatabaseId)
+				leave = true;
+	}
+	LWLockRelease(JobqBgwLock);
+	return leave;
 }
 
 static int	MyExecutorIndex = -1;
@@ -329,8 +375,9 @@ jobq_bgw_executor_take_share(Oid role, int nroles)
 
 /*
  * Wake the executors of database dbid (a job they may run became ready).
- * In the shared pool, where none may run, the database is marked for a pass
- * that starts them, and the launcher is woken.
+ * Where none runs (they leave when idle in the shared pool, or when the
+ * budget is wanted elsewhere), the database's worker is woken to start them,
+ * or, in the pool, the database is poked for a pass.
  */
 void
 jobq_bgw_wake_executors(Oid dbid)
@@ -351,17 +398,22 @@ jobq_bgw_wake_executors(Oid dbid)
 				SetLatch(JobqBgw->slots[i].executor_latch[e]);
 				woke = true;
 			}
-		if (!woke && JobqBgw->pool_mode && JobqBgw->slots[i].has_handlers)
+		if (!woke && JobqBgw->slots[i].has_handlers)
 			mark = i;
 	}
 	LWLockRelease(JobqBgwLock);
 	if (mark < 0)
 		return;
+	/* no executor runs there: its worker (or the pool) starts them */
 	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 	if (JobqBgw->slots[mark].dbid == dbid)
+	{
 		JobqBgw->slots[mark].poke_at = GetCurrentTimestamp();
-	if (JobqBgw->launcher_latch)
-		SetLatch(JobqBgw->launcher_latch);
+		if (JobqBgw->slots[mark].latch != NULL)
+			SetLatch(JobqBgw->slots[mark].latch);
+		else if (JobqBgw->launcher_latch)
+			SetLatch(JobqBgw->launcher_latch);
+	}
 	LWLockRelease(JobqBgwLock);
 }
 

@@ -48,6 +48,7 @@ typedef struct JobqDbSlot
 	bool		pass_worker;	/* the running worker serves one pass */
 	bool		has_handlers;	/* the last pass found job handlers here */
 	bool		late_warned;	/* a WARNING said the database waits */
+	bool		executors_wanted;	/* handler jobs wait; the budget was full */
 	TimestampTz next_due_at;
 	TimestampTz last_prune_at;
 	TimestampTz poke_at;
@@ -92,6 +93,7 @@ extern void jobq_bgw_init_struct(BackgroundWorker *bgw, const char *function_nam
 extern bool jobq_bgw_executor_attach(int index);
 extern void jobq_bgw_executor_set_job(int64 job_id, TimestampTz deadline);
 extern bool jobq_bgw_executor_take_share(Oid role, int nroles);
+extern bool jobq_bgw_executor_should_leave(void);
 
 /* the budget of jobq.max_workers (JobqBgwLock held) */
 extern int	jobq_bgw_processes(void);
