@@ -115,5 +115,43 @@ my $procs = $node->safe_psql('postgres',
 	"SELECT count(*) FROM pg_stat_activity WHERE backend_type IN ('jobq worker', 'jobq executor')");
 cmp_ok($procs, '<=', 4, "at most jobq.max_workers (4) jobq processes ($procs now)");
 
+# a crash with more databases than slots: every database holds a job whose
+# lease runs out while the server is down; after the crash recovery every
+# one of them is reaped (the launcher knows nothing then and probes them all
+# in turn, none first for ever)
+foreach my $db (@dbs)
+{
+	$node->safe_psql(
+		$db, q{
+		SELECT jobq.enqueue('crashed', '{}');
+		SELECT count(*) FROM jobq.claim(worker_id => 'gone', lease => '1 second');
+	});
+}
+$node->stop('immediate');
+$node->start;
+my $restart = time;
+my %after_crash;
+while (time < $restart + $bound + 5 && keys %after_crash < $ndb)
+{
+	foreach my $db (@dbs)
+	{
+		next if $after_crash{$db};
+		$after_crash{$db} = time
+		  if $node->safe_psql($db,
+			"SELECT count(*) FROM jobq.job WHERE kind = 'crashed' AND status <> 'running'") > 0;
+	}
+	usleep(500_000);
+}
+is(scalar(keys %after_crash), $ndb, "after a crash, the lease of every one of $ndb databases is reaped");
+my @crash = sort { $a <=> $b } map { $_ - $restart } values %after_crash;
+if (@crash)
+{
+	note sprintf('reap delay after the restart: median %.1f s, max %.1f s', $crash[ $#crash / 2 ], $crash[-1]);
+	cmp_ok($crash[-1], '<', $bound, "every lease reaped within $bound s of the restart");
+}
+my $running = 0;
+$running += $node->safe_psql($_, "SELECT count(*) FROM jobq.job WHERE status = 'running'") foreach @dbs;
+is($running, 0, 'no job stays running with an expired lease in any database');
+
 $node->stop;
 done_testing();
