@@ -127,6 +127,7 @@ DECLARE
     oldest_id  bigint;
     most       bigint;
     list       text;
+    sv         record;
 BEGIN
     -- it reports on every queue: only for those who administer every queue
     IF NOT jobq.may('*', 'administer') THEN
@@ -170,13 +171,21 @@ BEGIN
     check_name := 'worker';
     naptime := COALESCE(pg_catalog.current_setting('jobq.naptime', true), '1s')::interval;
     stale := GREATEST(grace, naptime OPERATOR(pg_catalog.*) 10::double precision);
+    SELECT * INTO sv FROM jobq.service_status();
     SELECT wk.pid, wk.started_at, wk.last_run_at, wk.reaped, wk.pruned, wk.fired
       INTO w
       FROM jobq.workers wk
      WHERE wk.role OPERATOR(pg_catalog.=) 'worker'
        AND wk.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
      LIMIT 1;
-    IF NOT FOUND THEN
+    IF sv.served_by OPERATOR(pg_catalog.=) 'shared pool' THEN
+        -- the pool's workers come and go: the service check judges the delay
+        status := 'ok';
+        detail := pg_catalog.format('served by the shared pool (databases outnumber jobq.max_workers); last served %s ago',
+                                    COALESCE(pg_catalog.date_trunc('second', t OPERATOR(pg_catalog.-) sv.last_served_at)::text,
+                                             'never'));
+        hint := NULL;
+    ELSIF NOT FOUND THEN
         status := 'critical';
         detail := pg_catalog.format('no jobq worker is running for database %I',
                                     pg_catalog.current_database());
@@ -471,6 +480,26 @@ BEGIN
         hint := NULL;
     END IF;
     RETURN NEXT;
+
+    /* service */
+    check_name := 'service';
+    IF sv.served_by OPERATOR(pg_catalog.=) 'none' THEN
+        status := 'critical';
+        detail := 'no jobq background process serves this database';
+        hint := 'See the worker check, and look for jobq messages in the server log.';
+    ELSIF sv.delay OPERATOR(pg_catalog.>) stale THEN
+        status := 'warning';
+        detail := pg_catalog.format('%s: due %s ago and not served yet', sv.served_by,
+                                    pg_catalog.date_trunc('second', sv.delay));
+        hint := 'Databases outnumber jobq.max_workers and the pool is behind: raise jobq.max_workers, and max_worker_processes with it.';
+    ELSE
+        status := 'ok';
+        detail := pg_catalog.format('%s; last served %s ago', sv.served_by,
+                                    COALESCE(pg_catalog.date_trunc('second', t OPERATOR(pg_catalog.-) sv.last_served_at)::text,
+                                             'never'));
+        hint := NULL;
+    END IF;
+    RETURN NEXT;
 END
 $$;
 
@@ -533,6 +562,33 @@ BEGIN
                                       ' jobq.update_job(bigint, jsonb, timestamptz, integer, integer),'
                                       ' jobq.run_schedule(text) TO %s', r.role);
         END IF;
+    END LOOP;
+END
+$$;
+
+-- jobq.service: how the current database is served by jobq's background
+-- processes (its own worker, or the shared pool when databases outnumber
+-- jobq.max_workers), when it was last served, when it is next due, and how
+-- long it has waited past that
+CREATE FUNCTION jobq.service_status()
+RETURNS TABLE (served_by text, last_served_at timestamptz, next_due_at timestamptz,
+               delay interval)
+AS 'MODULE_PATHNAME', 'jobq_service_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION jobq.service_status() IS 'the row of jobq.service';
+
+CREATE VIEW jobq.service AS SELECT * FROM jobq.service_status();
+COMMENT ON VIEW jobq.service IS
+    'how this database is served: own worker, shared pool or none; when last served, when next due, how long past due';
+
+REVOKE ALL ON FUNCTION jobq.service_status() FROM PUBLIC;
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT p.role FROM jobq.permission p LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.service_status() TO %s', r.role);
+        EXECUTE pg_catalog.format('GRANT SELECT ON jobq.service TO %s', r.role);
     END LOOP;
 END
 $$;

@@ -190,6 +190,30 @@ CapabilityArg(FunctionCallInfo fcinfo, int argno)
 	return JOBQ_CAP_ENQUEUE;	/* not reached */
 }
 
+/*
+ * The objects of later releases that GrantObjects grants where they exist:
+ * a database still at an older release (served by this library until its
+ * ALTER EXTENSION jobq UPDATE) lacks them.
+ */
+static const char *const LaterFunctions[] = {
+	"jobq.release(bigint, bigint)", /* 0.2.0, work */
+	"jobq.service_status()",	/* 0.2.0, every role */
+};
+
+/* ", name" onto buf when the function (or, with relation, the relation) exists. */
+static void
+AppendIfExists(StringInfo buf, const char *name, bool relation)
+{
+	Datum		oid;
+
+	if (relation)
+		oid = DirectFunctionCall1(to_regclass, CStringGetTextDatum(name));
+	else
+		oid = DirectFunctionCall1(to_regprocedure, CStringGetTextDatum(name));
+	if (OidIsValid(DatumGetObjectId(oid)))
+		appendStringInfo(buf, ", %s", name);
+}
+
 /* GRANT what calling the functions of capability cap needs to role. */
 static void
 GrantObjects(Oid role, JobqCapability cap)
@@ -205,7 +229,6 @@ GrantObjects(Oid role, JobqCapability cap)
 	" jobq.complete(bigint, bigint, jsonb), jobq.complete_many(bigint[], bigint[], jsonb[]),"
 	" jobq.fail(bigint, bigint, text, boolean, interval), jobq.extend(bigint, bigint, interval),"
 	" jobq.checkpoint(bigint, bigint, jsonb), jobq.snooze(bigint, bigint, interval),"
-	" jobq.release(bigint, bigint),"
 	" jobq.priority(text), jobq.priority_label(integer),"
 	" jobq.job(bigint), jobq.job_by_key(text, text)";
 	StringInfoData sql;
@@ -213,20 +236,26 @@ GrantObjects(Oid role, JobqCapability cap)
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "GRANT USAGE ON SCHEMA jobq TO %s;", rolename);
 	/* what the views call as the querying role */
-	appendStringInfo(&sql,
-					 "GRANT EXECUTE ON FUNCTION jobq.may_use_queue(text), jobq.may(text, text),"
-					 " jobq.worker_status(),"
-					 " jobq.kind_stats(interval, text) TO %s;", rolename);
+	appendStringInfoString(&sql,
+						   "GRANT EXECUTE ON FUNCTION jobq.may_use_queue(text), jobq.may(text, text),"
+						   " jobq.worker_status(), jobq.kind_stats(interval, text)");
+	AppendIfExists(&sql, LaterFunctions[1], false);
+	appendStringInfo(&sql, " TO %s;", rolename);
 	if (cap == JOBQ_CAP_ENQUEUE || cap == JOBQ_CAP_ADMINISTER)
 		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s TO %s;", enqueue_fns, rolename);
 	if (cap == JOBQ_CAP_WORK || cap == JOBQ_CAP_ADMINISTER)
-		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s TO %s;", work_fns, rolename);
+	{
+		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s", work_fns);
+		AppendIfExists(&sql, LaterFunctions[0], false);
+		appendStringInfo(&sql, " TO %s;", rolename);
+	}
 	if (cap == JOBQ_CAP_ADMINISTER)
 		appendStringInfo(&sql, "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA jobq TO %s;", rolename);
-	appendStringInfo(&sql,
-					 "GRANT SELECT ON jobq.jobs, jobq.dead_letter, jobq.queue_stats, jobq.queues,"
-					 " jobq.schedules, jobq.workers, jobq.kind_stats, jobq.handlers TO %s;",
-					 rolename);
+	appendStringInfoString(&sql,
+						   "GRANT SELECT ON jobq.jobs, jobq.dead_letter, jobq.queue_stats, jobq.queues,"
+						   " jobq.schedules, jobq.workers, jobq.kind_stats, jobq.handlers");
+	AppendIfExists(&sql, "jobq.service", true);
+	appendStringInfo(&sql, " TO %s;", rolename);
 	jobq_spi_exec_sql(sql.data, false, SPI_OK_UTILITY);
 }
 

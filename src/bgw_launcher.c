@@ -88,12 +88,12 @@
  */
 #define JOBQ_EXECUTOR_GRACE_MS	5000
 
-/* Least time between two starts of a worker for the same database. */
+/* Least time between two starts of a database's own worker. */
 #define JOBQ_RESTART_DELAY_MS	5000
+/* A database due for longer than this without a worker gets a WARNING. */
+#define JOBQ_LATE_MS			10000
 /* How long the launcher sleeps between looks at pg_database. */
 #define JOBQ_LAUNCHER_NAPTIME_MS	1000
-/* Most workers probing databases of unknown state at once. */
-#define JOBQ_MAX_PROBES			2
 
 /* The launcher's handles of the workers it started, by slot. */
 static BackgroundWorkerHandle **launcher_handles = NULL;
@@ -126,7 +126,12 @@ typedef struct JobqDbInfo
 {
 	Oid			dbid;
 	char	   *name;
+	int			slot;			/* its slot in JobqBgw, -1: none */
 } JobqDbInfo;
+
+/* Warned that a database could not be tracked / a worker not started. */
+static bool db_room_warned = false;
+static bool start_failed_warned = false;
 
 /* The databases a worker may serve: allowing connections, in jobq.databases. */
 static List *
@@ -202,9 +207,12 @@ SlotRunning(int i)
 	}
 }
 
-/* Start a worker for the database of slot i; false when no process slot. */
+/*
+ * Start a worker for the database of slot i, for one pass or to stay; false
+ * when no process slot is free.
+ */
 static bool
-LauncherStartWorker(int i, const char *dbname)
+LauncherStartWorker(int i, const char *dbname, bool one_pass)
 {
 	BackgroundWorker bgw;
 	BackgroundWorkerHandle *handle;
@@ -213,6 +221,7 @@ LauncherStartWorker(int i, const char *dbname)
 	bgw.bgw_restart_time = BGW_NEVER_RESTART;
 	bgw.bgw_notify_pid = MyProcPid;
 	bgw.bgw_main_arg = ObjectIdGetDatum(JobqBgw->slots[i].dbid);
+	memcpy(bgw.bgw_extra, &one_pass, sizeof(bool));
 	snprintf(bgw.bgw_name, BGW_MAXLEN, "jobq worker for database %s", dbname);
 	snprintf(bgw.bgw_type, BGW_MAXLEN, "jobq worker");
 	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
@@ -222,14 +231,114 @@ LauncherStartWorker(int i, const char *dbname)
 	return true;
 }
 
-/* One look at pg_database: start missing workers, forget dropped databases. */
+/*
+ * Does the database of slot i want a worker now?  Its own worker, when it
+ * has none; in the shared pool, a pass when something is due: its next
+ * schedule fire, lease expiry or prune (next_due_at), a lease a claim took
+ * since (lease_due), or a poke (a schedule changed, handler jobs became
+ * ready) after its last worker started.  A database not known to have jobq
+ * is probed, unless a probe found none lately and no CREATE EXTENSION
+ * committed since.
+ */
+static bool
+SlotWants(JobqDbSlot *slot, TimestampTz now, bool pool, TimestampTz *due)
+{
+	uint64		lease = pg_atomic_read_u64(&slot->lease_due);
+
+	*due = now;
+	if (slot->blocked_until > now)
+		return false;
+	if (slot->no_extension_at != 0 && slot->no_extension_at > slot->wake_at &&
+		!TimestampDifferenceExceeds(slot->no_extension_at, now,
+									jobq_database_recheck_s * 1000))
+		return false;
+	if (!slot->has_jobq || !pool)
+		return true;
+	if (slot->poke_at != 0 && slot->poke_at >= slot->started_at)
+	{
+		*due = slot->poke_at;
+		return true;
+	}
+	*due = slot->next_due_at;
+	if (lease != 0 && (TimestampTz) lease < *due)
+		*due = (TimestampTz) lease;
+	return *due <= now;
+}
+
+/*
+ * Warn once when a database has been due for JOBQ_LATE_MS without being
+ * served, and say so once when it is served again.
+ */
+static void
+LauncherNoteLate(JobqDbSlot *slot, const char *dbname, bool waiting,
+				 TimestampTz due, TimestampTz now)
+{
+	if (!waiting)
+	{
+		if (slot->late_warned)
+			ereport(LOG,
+					(errmsg("jobq: database \"%s\" is served again", dbname)));
+		slot->late_warned = false;
+		slot->late_since = 0;
+		return;
+	}
+	if (slot->late_since == 0)
+		slot->late_since = due;
+	if (!slot->late_warned &&
+		TimestampDifferenceExceeds(slot->late_since, now, JOBQ_LATE_MS))
+	{
+		ereport(WARNING,
+				(errmsg("jobq: database \"%s\" has waited more than %d s for a jobq worker",
+						dbname, JOBQ_LATE_MS / 1000),
+				 errdetail("jobq.max_workers is %d and %d jobq processes run.",
+						   jobq_max_workers, jobq_bgw_processes()),
+				 errhint("Raise jobq.max_workers, and max_worker_processes with it.")));
+		slot->late_warned = true;
+	}
+}
+
+/* A database the launcher may start a worker for now. */
+typedef struct JobqCandidate
+{
+	int			slot;
+	const char *name;
+	TimestampTz served;			/* when a worker last served it */
+	bool		unknown;		/* not known to have jobq: probe it first */
+}			JobqCandidate;
+
+/* Probes first, then the database served longest ago. */
+static int
+CandidateCompare(const void *a, const void *b)
+{
+	const		JobqCandidate *x = (const JobqCandidate *) a;
+	const		JobqCandidate *y = (const JobqCandidate *) b;
+
+	if (x->unknown != y->unknown)
+		return x->unknown ? -1 : 1;
+	if (x->served != y->served)
+		return x->served < y->served ? -1 : 1;
+	return x->slot - y->slot;
+}
+
+/*
+ * One look at pg_database: forget dropped databases, then start workers
+ * within jobq.max_workers.  While the databases with jobq (and those not
+ * yet probed) fit, each has a worker of its own.  When they outnumber it,
+ * the pool serves them in turn: a worker serves a database for one pass and
+ * exits, and the databases that are due go first, probes and the one
+ * served longest ago ahead, so none waits behind another.
+ */
 static void
 LauncherCycle(void)
 {
 	List	   *dbs = LauncherDatabases();
 	TimestampTz now = GetCurrentTimestamp();
-	int			probes = 0;
 	ListCell   *lc;
+	int			nserved = 0;
+	int			nprocs;
+	int			ncand = 0;
+	bool		pool;
+	JobqCandidate *cand;
 
 	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 	JobqBgw->launcher_cycle_at = now;
@@ -248,18 +357,17 @@ LauncherCycle(void)
 				present = true;
 		}
 		if (!present && !SlotRunning(i))
-			memset(slot, 0, sizeof(*slot));
-		else if (SlotRunning(i) && !slot->has_jobq)
-			probes++;
+			jobq_bgw_slot_reset(slot, InvalidOid);
 	}
 
+	/* a slot for every database; count those that have (or may have) jobq */
 	foreach(lc, dbs)
 	{
 		JobqDbInfo *db = (JobqDbInfo *) lfirst(lc);
 		int			free_slot = -1;
 		int			i;
-		JobqDbSlot *slot;
 
+		db->slot = -1;
 		for (i = 0; i < JobqBgw->nslots; i++)
 		{
 			if (JobqBgw->slots[i].dbid == db->dbid)
@@ -271,46 +379,80 @@ LauncherCycle(void)
 		{
 			if (free_slot < 0)
 			{
-				ereport(LOG,
-						(errmsg("jobq: no room to track database \"%s\"", db->name),
-						 errhint("Increase jobq.max_databases or restrict jobq.databases.")));
+				if (!db_room_warned)
+					ereport(WARNING,
+							(errmsg("jobq: no room to track database \"%s\"", db->name),
+							 errhint("Increase jobq.max_databases or restrict jobq.databases.")));
+				db_room_warned = true;
 				continue;
 			}
 			i = free_slot;
-			memset(&JobqBgw->slots[i], 0, sizeof(JobqDbSlot));
-			JobqBgw->slots[i].dbid = db->dbid;
+			jobq_bgw_slot_reset(&JobqBgw->slots[i], db->dbid);
 		}
-		slot = &JobqBgw->slots[i];
+		db->slot = i;
+		if (JobqBgw->slots[i].has_jobq || JobqBgw->slots[i].no_extension_at == 0)
+			nserved++;
+	}
 
-		if (SlotRunning(i) || slot->blocked_until > now)
+	pool = nserved > jobq_max_workers;
+	JobqBgw->pool_mode = pool;
+
+	/* the processes that run, and the workers started that have not attached */
+	nprocs = jobq_bgw_processes();
+	for (int i = 0; i < JobqBgw->nslots; i++)
+		if (OidIsValid(JobqBgw->slots[i].dbid) && JobqBgw->slots[i].pid == 0 && SlotRunning(i))
+			nprocs++;
+
+	cand = palloc(sizeof(JobqCandidate) * Max(list_length(dbs), 1));
+	foreach(lc, dbs)
+	{
+		JobqDbInfo *db = (JobqDbInfo *) lfirst(lc);
+		JobqDbSlot *slot;
+		TimestampTz due;
+		bool		wants;
+
+		if (db->slot < 0)
 			continue;
+		slot = &JobqBgw->slots[db->slot];
+		if (SlotRunning(db->slot))
+		{
+			LauncherNoteLate(slot, db->name, false, 0, now);
+			continue;
+		}
+		wants = SlotWants(slot, now, pool, &due);
+		if (slot->has_jobq)
+			LauncherNoteLate(slot, db->name, wants, due, now);
+		if (!wants)
+			continue;
+		/* a worker that keeps failing is started again at this pace */
 		if (slot->last_start != 0 &&
-			!TimestampDifferenceExceeds(slot->last_start, now, JOBQ_RESTART_DELAY_MS))
+			!TimestampDifferenceExceeds(slot->last_start, now,
+										pool ? jobq_naptime_ms : JOBQ_RESTART_DELAY_MS))
 			continue;
+		cand[ncand].slot = db->slot;
+		cand[ncand].name = db->name;
+		cand[ncand].served = slot->last_cycle_at;
+		cand[ncand].unknown = !slot->has_jobq;
+		ncand++;
+	}
+	qsort(cand, ncand, sizeof(JobqCandidate), CandidateCompare);
 
-		/*
-		 * A database found without jobq is looked at again after the recheck
-		 * interval, or at once if CREATE EXTENSION committed after the look
-		 * began.
-		 */
-		if (slot->no_extension_at != 0 && slot->no_extension_at > slot->wake_at &&
-			!TimestampDifferenceExceeds(slot->no_extension_at, now,
-										jobq_database_recheck_s * 1000))
-			continue;
-		if (!slot->has_jobq)
+	for (int c = 0; c < ncand && nprocs < jobq_max_workers; c++)
+	{
+		if (!LauncherStartWorker(cand[c].slot, cand[c].name, pool))
 		{
-			if (probes >= JOBQ_MAX_PROBES)
-				continue;
-			probes++;
-		}
-		if (!LauncherStartWorker(i, db->name))
-		{
-			ereport(LOG,
-					(errmsg("jobq: could not start a worker for database \"%s\"", db->name),
-					 errhint("Increase max_worker_processes.")));
+			if (!start_failed_warned)
+				ereport(WARNING,
+						(errmsg("jobq: could not start a worker for database \"%s\": no background worker slot is free",
+								cand[c].name),
+						 errhint("Raise max_worker_processes, or lower jobq.max_workers to leave room for other background workers.")));
+			start_failed_warned = true;
 			break;
 		}
+		start_failed_warned = false;
+		nprocs++;
 	}
+	pfree(cand);
 	LauncherEnforceExecutorLimits(now);
 	LWLockRelease(JobqBgwLock);
 	list_free_deep(dbs);

@@ -19,6 +19,7 @@
 #include "shm_bgw.h"
 
 PG_FUNCTION_INFO_V1(jobq_worker_status);
+PG_FUNCTION_INFO_V1(jobq_service_status);
 
 /*
  * jobq.worker_status() -> one row for the launcher and one per database
@@ -94,5 +95,66 @@ jobq_worker_status(PG_FUNCTION_ARGS)
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 	}
+	return (Datum) 0;
+}
+
+/*
+ * jobq.service_status() -> one row for the current database, behind the
+ * jobq.service view: how it is served ('own worker': a worker of its own;
+ * 'shared pool': workers that serve it in turn, one pass at a time, when
+ * databases outnumber jobq.max_workers; 'none': nothing serves it now),
+ * when a worker last finished a round here, when the database next needs
+ * one (its next schedule fire, lease expiry or prune), and how long past
+ * that it has waited (0 while on time).
+ */
+Datum
+jobq_service_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[4];
+	bool		nulls[4] = {false, true, true, true};
+	const char *served_by = "none";
+	TimestampTz now = GetCurrentTimestamp();
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (JobqBgw != NULL)
+	{
+		LWLockAcquire(JobqBgwLock, LW_SHARED);
+		for (int i = 0; i < JobqBgw->nslots; i++)
+		{
+			JobqDbSlot *slot = &JobqBgw->slots[i];
+			uint64		lease = pg_atomic_read_u64(&slot->lease_due);
+			TimestampTz due = slot->next_due_at;
+
+			if (slot->dbid != MyDatabaseId)
+				continue;
+			if (slot->pid != 0 && !slot->pass_worker)
+				served_by = "own worker";
+			else if (JobqBgw->pool_mode && slot->has_jobq && JobqBgw->launcher_pid != 0)
+				served_by = "shared pool";
+			if (slot->last_cycle_at != 0)
+			{
+				values[1] = TimestampTzGetDatum(slot->last_cycle_at);
+				nulls[1] = false;
+			}
+			if (lease != 0 && (due == 0 || (TimestampTz) lease < due))
+				due = (TimestampTz) lease;
+			if (due != 0)
+			{
+				Interval   *delay = palloc0(sizeof(Interval));
+
+				values[2] = TimestampTzGetDatum(due);
+				nulls[2] = false;
+				/* a worker of its own has nothing to wait for */
+				if (due < now && strcmp(served_by, "own worker") != 0)
+					delay->time = now - due;
+				values[3] = IntervalPGetDatum(delay);
+				nulls[3] = false;
+			}
+		}
+		LWLockRelease(JobqBgwLock);
+	}
+	values[0] = CStringGetTextDatum(served_by);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
 }

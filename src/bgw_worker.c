@@ -59,6 +59,7 @@
 #include "utils/varlena.h"
 #include "executor/spi.h"
 
+#include "args.h"
 #include "bgw_worker.h"
 #include "contain.h"
 #include "executor.h"
@@ -67,6 +68,8 @@
 #include "retention.h"
 #include "scheduler.h"
 #include "shm_bgw.h"
+#include "shm_queue.h"
+#include "spi_plan.h"
 
 PGDLLEXPORT void jobq_worker_main(Datum main_arg);
 
@@ -123,7 +126,7 @@ WorkerDatabaseListed(void)
 
 /* Find this database's slot and put our pid in it; false if it is taken. */
 static bool
-WorkerAttach(void)
+WorkerAttach(bool one_pass)
 {
 	bool		ok = false;
 
@@ -140,9 +143,14 @@ WorkerAttach(void)
 			slot->pid = MyProcPid;
 			slot->latch = MyLatch;
 			slot->started_at = GetCurrentTimestamp();
-			slot->reaped = 0;
-			slot->pruned = 0;
-			slot->fired = 0;
+			slot->pass_worker = one_pass;
+			/* a worker of its own counts from its start; passes add up */
+			if (!one_pass)
+			{
+				slot->reaped = 0;
+				slot->pruned = 0;
+				slot->fired = 0;
+			}
 			MySlot = i;
 			ok = true;
 		}
@@ -321,9 +329,12 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	} while (more);
 	/* still due though due at the start: locked by a client; try next round */
 	if (*next_due != 0 && *next_due <= round_start)
-		*next_due = 0;
+		*next_due = round_start;
 	if (has_handlers)
 		WorkerStartExecutors();
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	JobqBgw->slots[MySlot].has_handlers = has_handlers;
+	LWLockRelease(JobqBgwLock);
 
 	/* reap expired leases, batch by batch */
 	do
@@ -372,15 +383,105 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	return true;
 }
 
+/*
+ * After a round, tell the launcher when this database next needs a worker:
+ * the next schedule fire (next_fire, 0: none), the earliest lease of a
+ * running job, the next prune, the next delayed job of a queue with
+ * handlers; a prune interval at the latest.  lease_seen is the slot's
+ * lease_due read before the round (which reaped every lease expired by
+ * round_start): it is replaced by what the table says unless a claim
+ * lowered it meanwhile.
+ */
+static void
+WorkerNoteNextDue(TimestampTz last_prune, TimestampTz next_fire, uint64 lease_seen,
+				  TimestampTz round_start)
+{
+	TimestampTz next = jobq_timestamp_add(last_prune, (int64) jobq_prune_interval_s * USECS_PER_SEC);
+	TimestampTz lease = 0;
+	JobqDbSlot *slot = &JobqBgw->slots[MySlot];
+	uint64		cur;
+	bool		isnull;
+
+	if (next_fire != 0 && next_fire < next)
+		next = next_fire;
+	WorkerBeginStep("jobq: looking ahead");
+	if (WorkerLockExtension())
+	{
+		Datum		d;
+
+		SPI_connect();
+		jobq_spi_exec_sql("SELECT (SELECT min(l.lease_expires_at) FROM jobq.queue q"
+						  " CROSS JOIN LATERAL (SELECT j.lease_expires_at FROM jobq.job j"
+						  " WHERE j.queue = q.name AND j.lease_expires_at IS NOT NULL"
+						  " ORDER BY j.lease_expires_at LIMIT 1) l),"
+						  " (SELECT min(s.run_at) FROM (SELECT DISTINCT queue FROM jobq.handler) h"
+						  " CROSS JOIN LATERAL (SELECT s.run_at FROM jobq.scheduled s"
+						  " WHERE s.queue = h.queue ORDER BY s.run_at LIMIT 1) s)",
+						  true, SPI_OK_SELECT);
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull)
+			lease = DatumGetTimestampTz(d);
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+		if (!isnull && DatumGetTimestampTz(d) < next)
+			next = DatumGetTimestampTz(d);
+		SPI_finish();
+	}
+	WorkerEndStep();
+
+	/* lease_due: the table's earliest lease, or what a claim set meanwhile */
+	cur = lease_seen;
+	for (;;)
+	{
+		uint64		target;
+
+		if (cur == lease_seen && (cur == 0 || (TimestampTz) cur <= round_start))
+			target = lease != 0 ? (uint64) lease : 0;
+		else
+			target = (lease != 0 && (cur == 0 || (uint64) lease < cur)) ? (uint64) lease : cur;
+		if (pg_atomic_compare_exchange_u64(&slot->lease_due, &cur, target))
+			break;
+	}
+
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	slot->next_due_at = next;
+	slot->last_prune_at = last_prune;
+	LWLockRelease(JobqBgwLock);
+}
+
+/* How long to sleep until this database's next due time (see the loop). */
+static long
+WorkerSleepMs(void)
+{
+	JobqDbSlot *slot = &JobqBgw->slots[MySlot];
+	uint64		lease = pg_atomic_read_u64(&slot->lease_due);
+	TimestampTz due;
+	TimestampTz now = GetCurrentTimestamp();
+	long		secs;
+	int			usecs;
+
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	due = slot->next_due_at;
+	LWLockRelease(JobqBgwLock);
+	if (lease != 0 && (due == 0 || (TimestampTz) lease < due))
+		due = (TimestampTz) lease;
+	if (due == 0 || due <= now)
+		return jobq_naptime_ms;
+	TimestampDifference(now, due, &secs, &usecs);
+	/* WaitLatch takes a long of milliseconds: a day at most, then look again */
+	return Min(secs, 86400L) * 1000 + usecs / 1000 + 1;
+}
+
 /* Entry point of a per-database worker; main_arg is the database OID. */
 void
 jobq_worker_main(Datum main_arg)
 {
-	TimestampTz last_prune = 0;
+	TimestampTz last_prune;
 	TimestampTz next_due = 0;
 	long		sleep_ms;
+	bool		one_pass;
 	bool		usable;
 	TimestampTz looked_at;
+	uint64		lease_seen;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -390,7 +491,8 @@ jobq_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 	pgstat_report_appname("jobq worker");
 
-	if (!WorkerAttach())
+	memcpy(&one_pass, MyBgworkerEntry->bgw_extra, sizeof(bool));
+	if (!WorkerAttach(one_pass))
 		proc_exit(0);			/* another worker serves this database */
 	on_shmem_exit(WorkerDetach, (Datum) 0);
 
@@ -403,10 +505,16 @@ jobq_worker_main(Datum main_arg)
 		LWLockRelease(JobqBgwLock);
 		proc_exit(0);
 	}
-	WorkerBeginStep("jobq: starting");
-	ereport(LOG, (errmsg("jobq worker started for database \"%s\"",
-						 get_database_name(MyDatabaseId))));
-	WorkerEndStep();
+	if (!one_pass)
+	{
+		WorkerBeginStep("jobq: starting");
+		ereport(LOG, (errmsg("jobq worker started for database \"%s\"",
+							 get_database_name(MyDatabaseId))));
+		WorkerEndStep();
+	}
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	last_prune = JobqBgw->slots[MySlot].last_prune_at;
+	LWLockRelease(JobqBgwLock);
 
 	for (;;)
 	{
@@ -422,26 +530,34 @@ jobq_worker_main(Datum main_arg)
 			ereport(LOG, (errmsg("jobq worker exiting: the database is no longer in jobq.databases")));
 			proc_exit(0);
 		}
+		lease_seen = pg_atomic_read_u64(&JobqBgw->slots[MySlot].lease_due);
 		if (!WorkerRound(&last_prune, &next_due))
 		{
 			LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 			JobqBgw->slots[MySlot].no_extension_at = looked_at;
 			JobqBgw->slots[MySlot].has_jobq = false;
 			LWLockRelease(JobqBgwLock);
-			ereport(LOG, (errmsg("jobq worker exiting: the extension is no longer installed")));
+			if (!one_pass)
+				ereport(LOG, (errmsg("jobq worker exiting: the extension is no longer installed")));
 			proc_exit(0);
 		}
-		/* sleep until the next schedule is due, jobq.naptime at most */
-		sleep_ms = jobq_naptime_ms;
-		if (next_due != 0)
-		{
-			long		secs;
-			int			usecs;
+		WorkerNoteNextDue(last_prune, next_due, lease_seen, looked_at);
 
-			TimestampDifference(GetCurrentTimestamp(), next_due, &secs, &usecs);
-			if (secs * 1000 + usecs / 1000 + 1 < sleep_ms)
-				sleep_ms = secs * 1000 + usecs / 1000 + 1;
-		}
+		/*
+		 * one pass in the shared pool, or a worker of its own that the pool
+		 * replaces
+		 */
+		if (one_pass || JobqBgw->pool_mode)
+			proc_exit(0);
+
+		/*
+		 * Sleep until the database next needs a round: its next schedule
+		 * fire, lease expiry, prune or delayed handler job (a claim that
+		 * takes an earlier lease, and a commit that changes a schedule, set
+		 * the latch).  What was due and is still due (a unit that failed or
+		 * was locked) is tried again after jobq.naptime.
+		 */
+		sleep_ms = WorkerSleepMs();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -459,14 +575,51 @@ static BackgroundWorkerHandle *executor_handles[JOBQ_MAX_EXECUTORS];
 static void
 WorkerStartExecutors(void)
 {
+	int			started = 0;
+
+	/*
+	 * The queues with handlers wake the executors when jobs get ready (even
+	 * before an executor has served them).  Executors leave when they find
+	 * nothing to do and their place is wanted, and always in the shared pool:
+	 * there they are started only when such a queue has ready jobs.
+	 */
+	{
+		bool		ready = false;
+		bool		isnull;
+
+		WorkerBeginStep("jobq: looking for handler jobs");
+		if (WorkerLockExtension())
+		{
+			SPI_connect();
+			jobq_spi_exec_sql("SELECT h.queue, EXISTS (SELECT FROM jobq.ready r WHERE r.queue = h.queue)"
+							  " FROM (SELECT DISTINCT queue FROM jobq.handler) h",
+							  true, SPI_OK_SELECT);
+			for (uint64 r = 0; r < SPI_processed; r++)
+			{
+				jobq_state_mark_handled(SPI_getvalue(SPI_tuptable->vals[r],
+													 SPI_tuptable->tupdesc, 1));
+				if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r],
+											   SPI_tuptable->tupdesc, 2, &isnull)))
+					ready = true;
+			}
+			SPI_finish();
+		}
+		WorkerEndStep();
+		if (!ready && JobqBgw->pool_mode)
+			return;
+	}
+
 	for (int i = 0; i < jobq_executors; i++)
 	{
 		BackgroundWorker bgw;
 		pid_t		pid;
 		bool		running;
+		bool		room;
 
 		LWLockAcquire(JobqBgwLock, LW_SHARED);
 		running = JobqBgw->slots[MySlot].executor_pid[i] != 0;
+		/* executors come out of the same budget as the workers */
+		room = jobq_bgw_processes() + started < jobq_max_workers;
 		LWLockRelease(JobqBgwLock);
 		if (!running && executor_handles[i] != NULL)
 		{
@@ -481,6 +634,14 @@ WorkerStartExecutors(void)
 		}
 		if (running)
 			continue;
+		if (!room)
+		{
+			/* an executor that leaves wakes this worker */
+			LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+			JobqBgw->slots[MySlot].executors_wanted = true;
+			LWLockRelease(JobqBgwLock);
+			return;
+		}
 
 		jobq_bgw_init_struct(&bgw, "jobq_executor_main");
 		bgw.bgw_restart_time = BGW_NEVER_RESTART;
@@ -496,7 +657,11 @@ WorkerStartExecutors(void)
 					 errhint("Increase max_worker_processes.")));
 			break;
 		}
+		started++;
 	}
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	JobqBgw->slots[MySlot].executors_wanted = false;
+	LWLockRelease(JobqBgwLock);
 }
 
 /* Forget what executor place index of slot runs; pid becomes its owner. */

@@ -849,6 +849,13 @@ jobq_executor_main(Datum main_arg)
 			idle_rounds = 0;
 		if (ran > 0)
 			continue;
+
+		/*
+		 * in the shared pool an executor with nothing to do gives its place
+		 * back
+		 */
+		if (JobqBgw != NULL && JobqBgw->pool_mode)
+			proc_exit(0);
 		/* sleep until woken, the next delayed job is due, or a second */
 		if (next_due != 0)
 		{

@@ -59,9 +59,10 @@ int			jobq_reap_batch = 500;
 int			jobq_prune_interval_s = 60;
 int			jobq_prune_batch = 500;
 int			jobq_database_recheck_s = 60;
+int			jobq_max_workers = 4;
 
 /* Shared memory sizes (shm_bgw.c, shm_queue.c); postmaster start only */
-int			jobq_max_databases = 32;
+int			jobq_max_databases = 1024;
 int			jobq_max_tracked_queues = 1024;
 
 /* Define every jobq.* setting (from _PG_init). */
@@ -186,11 +187,17 @@ jobq_guc_init(void)
 							&jobq_database_recheck_s, 60, 1, 86400,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 
+	DefineCustomIntVariable("jobq.max_workers",
+							"Most jobq processes (database workers and executors) serving the databases of the cluster.",
+							"When databases outnumber it, the workers serve them in turn, one pass at a time; the launcher is not counted. Each needs a max_worker_processes slot.",
+							&jobq_max_workers, 4, 1, 1024,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+
 	if (process_shared_preload_libraries_in_progress)
 	{
 		DefineCustomIntVariable("jobq.max_databases",
 								"Most databases the jobq launcher keeps track of.",
-								NULL, &jobq_max_databases, 32, 1, 10000,
+								NULL, &jobq_max_databases, 1024, 1, 100000,
 								PGC_POSTMASTER, 0, NULL, NULL, NULL);
 
 		DefineCustomIntVariable("jobq.max_tracked_queues",

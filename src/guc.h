@@ -28,6 +28,7 @@ extern int	jobq_reap_batch;
 extern int	jobq_prune_interval_s;
 extern int	jobq_prune_batch;
 extern int	jobq_database_recheck_s;
+extern int	jobq_max_workers;
 extern int	jobq_max_databases;
 extern int	jobq_max_tracked_queues;
 

@@ -36,6 +36,7 @@
 #include "args.h"
 #include "guc.h"
 #include "queue_settings.h"
+#include "shm_bgw.h"
 #include "shm_queue.h"
 #include "spi_plan.h"
 
@@ -415,6 +416,10 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		jobq_state_note_unready(queue, &rows[i].pos);
 	}
 	qsort(rows, nrows, sizeof(JobqClaimed), ClaimedCompare);
+	/* the shared pool serves this database again when these leases end */
+	if (nrows > 0)
+		jobq_bgw_note_lease(DatumGetTimestampTz(SPI_getbinval(rows[0].tuple, claimed->tupdesc,
+															  10, &isnull)));
 
 	/*
 	 * Move the queue's position past what this claim consumed.  Not with a

@@ -112,6 +112,93 @@ jobq_bgw_init(void)
 }
 
 /* ----------------------------------------------------------------
+ * Slots and the process budget
+ * ---------------------------------------------------------------- */
+
+/* Empty a slot and give it to database dbid (InvalidOid: free). */
+void
+jobq_bgw_slot_reset(JobqDbSlot *slot, Oid dbid)
+{
+	memset(slot, 0, sizeof(*slot));
+	pg_atomic_init_u64(&slot->lease_due, 0);
+	slot->dbid = dbid;
+}
+
+/*
+ * jobq's processes that count against jobq.max_workers: the database
+ * workers and executors that run (JobqBgwLock held).  The launcher adds
+ * the workers it started that have not attached yet; the launcher itself is
+ * not counted.
+ */
+int
+jobq_bgw_processes(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (!OidIsValid(slot->dbid))
+			continue;
+		if (slot->pid != 0)
+			n++;
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+			if (slot->executor_pid[e] != 0)
+				n++;
+	}
+	return n;
+}
+
+/* This database's slot index, cached; -1 when the launcher has none. */
+static int
+MyDbSlot(void)
+{
+	static int	cached = -1;
+
+	if (cached >= 0 && cached < JobqBgw->nslots &&
+		JobqBgw->slots[cached].dbid == MyDatabaseId)
+		return cached;
+	cached = -1;
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+		if (JobqBgw->slots[i].dbid == MyDatabaseId)
+			cached = i;
+	LWLockRelease(JobqBgwLock);
+	return cached;
+}
+
+/*
+ * A claim took leases that end at expires: lower this database's lease_due,
+ * so that its worker (or the shared pool) comes back when they expire (a
+ * lock-free minimum: claims do not wait for one another here; only a claim
+ * that lowers it, the first after an idle spell, sets the worker's latch).
+ */
+void
+jobq_bgw_note_lease(TimestampTz expires)
+{
+	int			i;
+	uint64		cur;
+
+	if (JobqBgw == NULL || (i = MyDbSlot()) < 0)
+		return;
+	cur = pg_atomic_read_u64(&JobqBgw->slots[i].lease_due);
+	while (cur == 0 || (uint64) expires < cur)
+	{
+		if (pg_atomic_compare_exchange_u64(&JobqBgw->slots[i].lease_due, &cur,
+										   (uint64) expires))
+		{
+			/* the database's own worker sleeps until then: wake it to replan */
+			Latch	   *latch = JobqBgw->slots[i].latch;
+
+			if (latch != NULL)
+				SetLatch(latch);
+			break;
+		}
+	}
+}
+
+/* ----------------------------------------------------------------
  * Executor places
  * ---------------------------------------------------------------- */
 
@@ -141,7 +228,45 @@ ExecutorDetach(int code, Datum arg)
 		if (slot->dbid == MyDatabaseId && slot->executor_pid[index] == MyProcPid)
 			ExecutorSlotClear(slot, index, 0);
 	}
+	/* a place in the budget is free: databases whose handler jobs wait get it */
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (!OidIsValid(slot->dbid) || !slot->executors_wanted)
+			continue;
+		slot->poke_at = GetCurrentTimestamp();
+		if (slot->latch != NULL)
+			SetLatch(slot->latch);
+		else if (JobqBgw->launcher_latch != NULL)
+			SetLatch(JobqBgw->launcher_latch);
+	}
 	LWLockRelease(JobqBgwLock);
+}
+
+/*
+ * Should this executor, idle, leave?  In the shared pool always; with
+ * workers of their own when the budget of jobq.max_workers is full and
+ * another database's handler jobs wait for a place.
+ */
+bool
+jobq_bgw_executor_should_leave(void)
+{
+	bool		leave;
+
+	if (JobqBgw == NULL)
+		return false;
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	leave = JobqBgw->pool_mode;
+	if (!leave && jobq_bgw_processes() >= jobq_max_workers)
+	{
+		for (int i = 0; i < JobqBgw->nslots; i++)
+			if (OidIsValid(JobqBgw->slots[i].dbid) && JobqBgw->slots[i].executors_wanted &&
+				JobqBgw->slots[i].dbid != MyDatabaseId)
+				leave = true;
+	}
+	LWLockRelease(JobqBgwLock);
+	return leave;
 }
 
 static int	MyExecutorIndex = -1;
@@ -248,10 +373,18 @@ jobq_bgw_executor_take_share(Oid role, int nroles)
 	return ok;
 }
 
-/* Wake the executors of database dbid (a job they may run became ready). */
+/*
+ * Wake the executors of database dbid (a job they may run became ready).
+ * Where none runs (they leave when idle in the shared pool, or when the
+ * budget is wanted elsewhere), the database's worker is woken to start them,
+ * or, in the pool, the database is poked for a pass.
+ */
 void
 jobq_bgw_wake_executors(Oid dbid)
 {
+	bool		woke = false;
+	int			mark = -1;
+
 	if (JobqBgw == NULL)
 		return;
 	LWLockAcquire(JobqBgwLock, LW_SHARED);
@@ -261,7 +394,25 @@ jobq_bgw_wake_executors(Oid dbid)
 			continue;
 		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
 			if (JobqBgw->slots[i].executor_latch[e] != NULL)
+			{
 				SetLatch(JobqBgw->slots[i].executor_latch[e]);
+				woke = true;
+			}
+		if (!woke && JobqBgw->slots[i].has_handlers)
+			mark = i;
+	}
+	LWLockRelease(JobqBgwLock);
+	if (mark < 0)
+		return;
+	/* no executor runs there: its worker (or the pool) starts them */
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	if (JobqBgw->slots[mark].dbid == dbid)
+	{
+		JobqBgw->slots[mark].poke_at = GetCurrentTimestamp();
+		if (JobqBgw->slots[mark].latch != NULL)
+			SetLatch(JobqBgw->slots[mark].latch);
+		else if (JobqBgw->launcher_latch)
+			SetLatch(JobqBgw->launcher_latch);
 	}
 	LWLockRelease(JobqBgwLock);
 }
@@ -338,18 +489,27 @@ jobq_bgw_wake_worker_at_commit(void)
 	wake_worker_at_commit = true;
 }
 
-/* Set the latch of this database's worker, if one runs. */
+/*
+ * Set the latch of this database's worker, if one runs; in the shared pool,
+ * where none may (or it is ending its pass), the launcher sees the poke and
+ * serves the database again.
+ */
 static void
 WakeDatabaseWorker(void)
 {
 	if (JobqBgw == NULL)
 		return;
-	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 	for (int i = 0; i < JobqBgw->nslots; i++)
 	{
-		if (JobqBgw->slots[i].dbid == MyDatabaseId &&
-			JobqBgw->slots[i].latch != NULL)
+		if (JobqBgw->slots[i].dbid != MyDatabaseId)
+			continue;
+		JobqBgw->slots[i].poke_at = GetCurrentTimestamp();
+		if (JobqBgw->slots[i].latch != NULL)
 			SetLatch(JobqBgw->slots[i].latch);
+		if ((JobqBgw->slots[i].latch == NULL || JobqBgw->slots[i].pass_worker) &&
+			JobqBgw->launcher_latch)
+			SetLatch(JobqBgw->launcher_latch);
 	}
 	LWLockRelease(JobqBgwLock);
 }

@@ -14,6 +14,7 @@
 #include "datatype/timestamp.h"
 #include "postmaster/bgworker.h"
 #include "storage/latch.h"
+#include "port/atomics.h"
 #include "storage/lwlock.h"
 
 #include "jobq.h"
@@ -34,6 +35,25 @@ typedef struct JobqDbSlot
 	int64		reaped;			/* expired leases reaped since start */
 	int64		pruned;			/* rows pruned since start */
 	int64		fired;			/* schedule fires since start */
+
+	/*
+	 * The shared pool (databases outnumber jobq.max_workers): a worker serves
+	 * the database for one pass and exits.  The pass leaves when the database
+	 * needs one next (next_due_at: the next schedule fire, lease expiry,
+	 * prune or delayed handler job; 0: at once), claims lower lease_due (the
+	 * earliest lease they took, 0: none), and a commit that changed a
+	 * schedule or made handler jobs ready sets poke_at: the database is due
+	 * when poke_at is after its last worker's started_at.
+	 */
+	bool		pass_worker;	/* the running worker serves one pass */
+	bool		has_handlers;	/* the last pass found job handlers here */
+	bool		late_warned;	/* a WARNING said the database waits */
+	bool		executors_wanted;	/* handler jobs wait; the budget was full */
+	TimestampTz next_due_at;
+	TimestampTz last_prune_at;
+	TimestampTz poke_at;
+	TimestampTz late_since;		/* due and not served since (0: on time) */
+	pg_atomic_uint64 lease_due;
 
 	/*
 	 * The executors, by place: each one's pid (0: none runs there) and latch;
@@ -57,6 +77,7 @@ typedef struct JobqBgwShared
 	Latch	   *launcher_latch; /* to wake the launcher */
 	TimestampTz launcher_started_at;
 	TimestampTz launcher_cycle_at;	/* when it last looked at pg_database */
+	bool		pool_mode;		/* databases outnumber jobq.max_workers */
 	int			nslots;
 	JobqDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } JobqBgwShared;
@@ -72,6 +93,14 @@ extern void jobq_bgw_init_struct(BackgroundWorker *bgw, const char *function_nam
 extern bool jobq_bgw_executor_attach(int index);
 extern void jobq_bgw_executor_set_job(int64 job_id, TimestampTz deadline);
 extern bool jobq_bgw_executor_take_share(Oid role, int nroles);
+extern bool jobq_bgw_executor_should_leave(void);
+
+/* the budget of jobq.max_workers (JobqBgwLock held) */
+extern int	jobq_bgw_processes(void);
+extern void jobq_bgw_slot_reset(JobqDbSlot *slot, Oid dbid);
+
+/* a claim took leases ending at expires */
+extern void jobq_bgw_note_lease(TimestampTz expires);
 
 /* waking and interrupting, from any backend */
 extern void jobq_bgw_wake_executors(Oid dbid);

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""An example jobq producer: enqueue inside the application's own transaction.
+"""An example jobq producer: enqueue inside the application's own transaction,
+with the jobq library (clients/python).
 
     python3 producer.py --queue default --orders 3
     python3 producer.py --queue default --orders 1 --fail   # rolled back: no order, no job
@@ -15,10 +16,15 @@ connection from BEGIN to COMMIT.
 """
 
 import argparse
+import os
 import sys
 
-import psycopg
-from psycopg.types.json import Jsonb
+try:
+    import jobq
+except ImportError:     # not installed: use the library from the source tree
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "..", "clients", "python"))
+    import jobq
 
 
 def place_order(conn, customer, amount, queue, fail=False):
@@ -27,10 +33,8 @@ def place_order(conn, customer, amount, queue, fail=False):
         order_id = conn.execute(
             "INSERT INTO example_orders (customer, amount) VALUES (%s, %s) RETURNING id",
             (customer, amount)).fetchone()[0]
-        job_id = conn.execute(
-            "SELECT job_id FROM jobq.enqueue('order.confirm', %s, queue => %s,"
-            "                                idempotency_key => %s)",
-            (Jsonb({"order_id": order_id}), queue, "order-%d" % order_id)).fetchone()[0]
+        job_id, _created = jobq.enqueue(conn, "order.confirm", {"order_id": order_id},
+                                        queue=queue, idempotency_key="order-%d" % order_id)
         if fail:
             # anything going wrong before COMMIT takes the job with it
             raise RuntimeError("payment declined (simulated)")
@@ -44,7 +48,7 @@ def main():
     ap.add_argument("--fail", action="store_true", help="fail after enqueue: roll back")
     ap.add_argument("--dsn", default="", help="libpq conninfo (default: PG* variables)")
     a = ap.parse_args()
-    with psycopg.connect(a.dsn, prepare_threshold=None) as conn:
+    with jobq.connect(a.dsn, pooler=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS example_orders ("
                      " id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
                      " customer text NOT NULL, amount numeric NOT NULL,"

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""An example jobq worker: handlers for a few kinds of jobs, run by jobq_worker.
+"""An example jobq worker: handlers for a few kinds of jobs, run by the jobq
+library (clients/python).
 
-    python3 worker.py --queue default --batch 10 --lease 30 --wait 5
+    python3 worker.py --queue default --concurrency 10 --lease 30 --wait 5
 
 Connects with the libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER, ...).
 SIGTERM: no more claims, the running jobs finish, exit 0.  A second SIGTERM or
---shutdown-timeout abandons what still runs (exit 1; it runs again).
+--shutdown-timeout hands back what still runs (jobq.release: it runs again,
+no retry spent) and exits 1.
 
 The handlers stand in for real work.  Each one is safe to run twice, because
 jobq delivers a job at least once: see "Writing a worker" in the README.
@@ -17,7 +19,12 @@ import os
 import sys
 import time
 
-from jobq_worker import PermanentError, RateLimited, Worker
+try:
+    import jobq
+except ImportError:     # not installed: use the library from the source tree
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "..", "clients", "python"))
+    import jobq
 
 
 def send_email(job):
@@ -36,17 +43,13 @@ def resize_image(job):
 
 
 def confirm_order(job):
-    """The job of producer.py: confirm an order that was committed."""
     return {"confirmed": job.payload["order_id"]}
 
 
 def build_report(job):
-    """Slow work: the heartbeat keeps the lease alive meanwhile."""
-    seconds = float(job.payload.get("seconds", 3))
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
-    return {"built": True, "seconds": seconds}
+    """Slow work: the library extends the lease meanwhile."""
+    time.sleep(float(job.payload.get("seconds", 3)))
+    return {"built": True, "seconds": job.payload.get("seconds", 3)}
 
 
 def import_rows(job):
@@ -56,14 +59,14 @@ def import_rows(job):
     connection)."""
     p = job.payload
     rows, chunk = int(p["rows"]), int(p.get("chunk", 10))
-    start = (job.checkpoint or {}).get("done", 0)
+    start = (job.saved or {}).get("done", 0)
     done = start
     while done < rows:
         if job.retry_count == 0 and done == p.get("fail_once_at"):
             raise ConnectionError("connection reset while importing (simulated)")
         time.sleep(0.01)                    # "import" rows done .. done+chunk
         done = min(done + chunk, rows)
-        job.save_checkpoint({"done": done})
+        job.checkpoint({"done": done})
     return {"imported": rows, "resumed_from": start}
 
 
@@ -73,34 +76,24 @@ def deliver_webhook(job):
     checkpoint *before* each call, as a real handler saves an upstream request
     id, so every attempt knows what was already sent."""
     responses = job.payload["responses"]
-    calls = (job.checkpoint or {}).get("calls", 0)
-    job.save_checkpoint({"calls": calls + 1})
+    calls = (job.saved or {}).get("calls", 0)
+    job.checkpoint({"calls": calls + 1})
     status = responses[min(calls, len(responses) - 1)]
     if status == 429:
-        raise RateLimited(0.2, "upstream returned 429")
+        raise jobq.Snooze(0.2, "upstream returned 429")     # no retry spent
     if 400 <= status < 500:
-        raise PermanentError("upstream returned %d" % status)
+        raise jobq.Permanent("upstream returned %d" % status)
     if status >= 500:
         raise RuntimeError("upstream returned %d" % status)
     return {"status": status, "calls": calls + 1}
-
-
-HANDLERS = {
-    "email.send": send_email,
-    "image.resize": resize_image,
-    "order.confirm": confirm_order,
-    "report.build": build_report,
-    "import.rows": import_rows,
-    "webhook.deliver": deliver_webhook,
-}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--queue", default="default")
     ap.add_argument("--worker-id")
-    ap.add_argument("--batch", type=int, default=10, help="jobs per claim")
-    ap.add_argument("--concurrency", type=int, help="jobs run at once (default: batch)")
+    ap.add_argument("--batch", type=int, help="most jobs per claim (default: concurrency)")
+    ap.add_argument("--concurrency", type=int, help="jobs run at once (default: batch or 10)")
     ap.add_argument("--lease", type=float, default=30, help="lease, seconds")
     ap.add_argument("--wait", type=float, default=5, help="claim wait, seconds")
     ap.add_argument("--shutdown-timeout", type=float, default=30, help="seconds")
@@ -108,16 +101,18 @@ def main():
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
-    w = Worker(HANDLERS, queue=a.queue, conninfo=a.dsn, worker_id=a.worker_id,
-               batch=a.batch, concurrency=a.concurrency, lease=a.lease, wait=a.wait,
-               shutdown_timeout=a.shutdown_timeout)
-    code = w.run()
-    if code != 0:
-        # handlers abandoned at shutdown still run in their threads, which
-        # would keep the interpreter alive: leave without waiting for them
-        logging.shutdown()
-        os._exit(code)
-    return code
+    # pooler=True: nothing prepared, so the same worker runs through PgBouncer
+    # in transaction mode (and costs next to nothing directly)
+    w = jobq.Worker(a.dsn, queues=a.queue, worker_id=a.worker_id,
+                    concurrency=a.concurrency or a.batch or 10, batch=a.batch,
+                    lease=a.lease, wait=a.wait, grace=a.shutdown_timeout, pooler=True)
+    w.handle("email.send", send_email)
+    w.handle("image.resize", resize_image)
+    w.handle("order.confirm", confirm_order)
+    w.handle("report.build", build_report)
+    w.handle("import.rows", import_rows)
+    w.handle("webhook.deliver", deliver_webhook)
+    return w.run()
 
 
 if __name__ == "__main__":

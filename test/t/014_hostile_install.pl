@@ -313,7 +313,7 @@ $out = hostile_psql('the superuser\'s views', q{
 	SELECT pg_catalog.count(*) FROM jobq.workers;
 });
 is($out, join("\n", '4', '0', 'hq|1|0|3', 'hq|1', "s.many|2\ns.one|1", '1|completed', 'completed',
-		'8', '2'),
+		'9', '2'),
 	'the superuser: views, job, job_by_key, health under the hostile search_path');
 
 # --- a granted role, hostile search_path -----------------------------------

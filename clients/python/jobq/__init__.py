@@ -1,0 +1,35 @@
+"""jobq: producer and worker library for the jobq PostgreSQL extension.
+
+    import jobq
+
+    # producer: in the caller's own transaction
+    with conn.transaction():
+        conn.execute("INSERT INTO orders ...")
+        job = jobq.enqueue(conn, "order.confirm", {"order_id": 42},
+                           idempotency_key="order-42")
+
+    # worker
+    worker = jobq.Worker(queues="default", concurrency=8)
+
+    @worker.handler("order.confirm")
+    def confirm(job):
+        ...
+        return {"confirmed": job.payload["order_id"]}
+
+    worker.run()        # until SIGTERM / SIGINT
+
+Only psycopg 3 is needed.  See clients/python/README.md.
+"""
+
+from .errors import LeaseLost, Permanent, RetryIn, Snooze
+from .producer import (Enqueued, connect, enqueue, enqueue_async, enqueue_many,
+                       enqueue_many_async)
+from .worker import AsyncJob, Event, Job, Worker
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "AsyncJob", "Enqueued", "Event", "Job", "LeaseLost", "Permanent", "RetryIn",
+    "Snooze", "Worker", "connect", "enqueue", "enqueue_async", "enqueue_many",
+    "enqueue_many_async",
+]

@@ -1,0 +1,175 @@
+"""Enqueue jobs: jobq.enqueue and jobq.enqueue_many from Python.
+
+Every function runs on what it is given and never commits on its own:
+
+* a psycopg ``Connection`` or ``Cursor``: the job is enqueued in that
+  connection's current transaction, so it commits (or rolls back) with the
+  caller's business write.  On a connection without autocommit, psycopg
+  opens a transaction if none is open; the caller commits it.
+* a pool (anything with a ``connection()`` context manager, such as
+  ``psycopg_pool.ConnectionPool``): one connection is borrowed, and the pool
+  commits when it is given back.
+
+Times come from the database clock: ``run_at`` is a ``datetime``, or a
+``timedelta`` counted from the database's ``now()``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import (Any, AsyncContextManager, ContextManager, List, Mapping,
+                    NamedTuple, Optional, Protocol, Sequence, Tuple, Union)
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+
+class Enqueued(NamedTuple):
+    """What enqueue returns: the job's id, and False when an idempotency key
+    matched an existing job (which is then left unchanged)."""
+
+    job_id: int
+    created: bool
+
+
+class Pool(Protocol):
+    """The part of a connection pool this module uses."""
+
+    def connection(self) -> ContextManager[psycopg.Connection[Any]]: ...
+
+
+class AsyncPool(Protocol):
+    """The part of an asyncio connection pool this module uses."""
+
+    def connection(self) -> AsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+
+Target = Union[psycopg.Connection[Any], psycopg.Cursor[Any], Pool]
+AsyncTarget = Union[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any], AsyncPool]
+Priority = Union[int, str]
+RunAt = Union[datetime.datetime, datetime.timedelta, None]
+
+
+def _options(queue: str, priority: Priority, run_at: RunAt,
+             max_retries: Optional[int]) -> Tuple[str, List[Any]]:
+    """The SQL of the common named arguments, and their parameters."""
+    params: List[Any] = [queue]
+    sql = "queue => %s"
+    if isinstance(priority, str):
+        sql += ", priority => jobq.priority(%s)"    # a label: 'high' ...
+    else:
+        sql += ", priority => %s"
+    params.append(priority)
+    if isinstance(run_at, datetime.timedelta):
+        sql += ", run_at => now() + %s"             # the database's clock
+        params.append(run_at)
+    elif run_at is not None:
+        sql += ", run_at => %s"
+        params.append(run_at)
+    sql += ", max_retries => %s"
+    params.append(max_retries)
+    return sql, params
+
+
+def _one(kind: str, payload: Optional[Mapping[str, Any]], queue: str,
+         priority: Priority, run_at: RunAt, max_retries: Optional[int],
+         idempotency_key: Optional[str],
+         concurrency_key: Optional[str]) -> Tuple[str, List[Any]]:
+    opts, params = _options(queue, priority, run_at, max_retries)
+    sql = ("SELECT job_id, created FROM jobq.enqueue(%s, %s, " + opts +
+           ", idempotency_key => %s, concurrency_key => %s)")
+    return sql, [kind, Jsonb(dict(payload or {}))] + params + [
+        idempotency_key, concurrency_key]
+
+
+def _many(kind: str, payloads: Sequence[Mapping[str, Any]], queue: str,
+          priority: Priority, run_at: RunAt, max_retries: Optional[int],
+          idempotency_keys: Optional[Sequence[Optional[str]]],
+          concurrency_key: Optional[str]) -> Tuple[str, List[Any]]:
+    if idempotency_keys is not None and len(idempotency_keys) != len(payloads):
+        raise ValueError("idempotency_keys must have one key per payload")
+    opts, params = _options(queue, priority, run_at, max_retries)
+    sql = ("SELECT job_id, created FROM jobq.enqueue_many(%s, %s::jsonb[], " + opts +
+           ", idempotency_keys => %s::text[], concurrency_key => %s)")
+    return sql, [kind, [Jsonb(dict(p)) for p in payloads]] + params + [
+        None if idempotency_keys is None else list(idempotency_keys), concurrency_key]
+
+
+def _run(target: Target, sql: str, params: List[Any]) -> List[Tuple[Any, ...]]:
+    if isinstance(target, psycopg.Cursor):
+        target.execute(sql, params)
+        return target.fetchall()
+    if isinstance(target, psycopg.Connection):
+        return target.execute(sql, params).fetchall()
+    with target.connection() as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+async def _arun(target: AsyncTarget, sql: str, params: List[Any]) -> List[Tuple[Any, ...]]:
+    if isinstance(target, psycopg.AsyncCursor):
+        await target.execute(sql, params)
+        return await target.fetchall()
+    if isinstance(target, psycopg.AsyncConnection):
+        return await (await target.execute(sql, params)).fetchall()
+    async with target.connection() as conn:
+        return await (await conn.execute(sql, params)).fetchall()
+
+
+def enqueue(target: Target, kind: str, payload: Optional[Mapping[str, Any]] = None, *,
+            queue: str = "default", priority: Priority = 0, run_at: RunAt = None,
+            max_retries: Optional[int] = None, idempotency_key: Optional[str] = None,
+            concurrency_key: Optional[str] = None) -> Enqueued:
+    """Enqueue one job on ``target`` (see the module docstring)."""
+    sql, params = _one(kind, payload, queue, priority, run_at, max_retries,
+                       idempotency_key, concurrency_key)
+    job_id, created = _run(target, sql, params)[0]
+    return Enqueued(job_id, created)
+
+
+def enqueue_many(target: Target, kind: str, payloads: Sequence[Mapping[str, Any]], *,
+                 queue: str = "default", priority: Priority = 0, run_at: RunAt = None,
+                 max_retries: Optional[int] = None,
+                 idempotency_keys: Optional[Sequence[Optional[str]]] = None,
+                 concurrency_key: Optional[str] = None) -> List[Enqueued]:
+    """Enqueue one job per payload in one statement; results in input order."""
+    if not payloads:
+        return []
+    sql, params = _many(kind, payloads, queue, priority, run_at, max_retries,
+                        idempotency_keys, concurrency_key)
+    return [Enqueued(i, c) for i, c in _run(target, sql, params)]
+
+
+async def enqueue_async(target: AsyncTarget, kind: str,
+                        payload: Optional[Mapping[str, Any]] = None, *,
+                        queue: str = "default", priority: Priority = 0,
+                        run_at: RunAt = None, max_retries: Optional[int] = None,
+                        idempotency_key: Optional[str] = None,
+                        concurrency_key: Optional[str] = None) -> Enqueued:
+    """enqueue() for a psycopg AsyncConnection, AsyncCursor or async pool."""
+    sql, params = _one(kind, payload, queue, priority, run_at, max_retries,
+                       idempotency_key, concurrency_key)
+    job_id, created = (await _arun(target, sql, params))[0]
+    return Enqueued(job_id, created)
+
+
+async def enqueue_many_async(target: AsyncTarget, kind: str,
+                             payloads: Sequence[Mapping[str, Any]], *,
+                             queue: str = "default", priority: Priority = 0,
+                             run_at: RunAt = None, max_retries: Optional[int] = None,
+                             idempotency_keys: Optional[Sequence[Optional[str]]] = None,
+                             concurrency_key: Optional[str] = None) -> List[Enqueued]:
+    """enqueue_many() for a psycopg AsyncConnection, AsyncCursor or async pool."""
+    if not payloads:
+        return []
+    sql, params = _many(kind, payloads, queue, priority, run_at, max_retries,
+                        idempotency_keys, concurrency_key)
+    return [Enqueued(i, c) for i, c in await _arun(target, sql, params)]
+
+
+def connect(conninfo: str = "", *, pooler: bool = False, autocommit: bool = False,
+            **kwargs: Any) -> psycopg.Connection[Any]:
+    """psycopg.connect(), with ``pooler=True`` for a PgBouncer in transaction
+    mode: no server-side prepared statements (prepare_threshold=None)."""
+    if pooler:
+        kwargs["prepare_threshold"] = None
+    return psycopg.connect(conninfo, autocommit=autocommit, **kwargs)

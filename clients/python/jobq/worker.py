@@ -1,0 +1,734 @@
+"""The jobq worker: claim jobs, run their handlers, report how they ended.
+
+One asyncio event loop does all the database work: a claim loop per queue
+(``jobq.claim(..., wait => ...)``, so an idle worker sleeps in the server,
+not in a busy loop), a heartbeat that extends the lease of every running job
+at a fraction of the lease, and the reports.  Async handlers run on that loop;
+plain functions each run on a thread of their own, so a slow or stuck one
+blocks nothing else.  At most ``concurrency`` jobs run at once, over all the
+worker's queues.
+
+How a handler ends decides what happens to its job:
+
+    returns a value          jobq.complete(job_id, token, result)
+    raises Permanent         jobq.fail(..., retryable => false): the dead letter
+    raises RetryIn(s)        jobq.fail(..., retry_in => s): again after s seconds
+    raises Snooze(s)         jobq.snooze(job_id, token, s): no retry spent
+    runs past its timeout    jobq.fail(..., 'timed out after ...'): retried
+    raises anything else     jobq.fail(...): retried with the queue's backoff
+
+SIGTERM or SIGINT (or ``stop()``) stops claiming at once: a claim blocked in
+its wait is cancelled, which claims nothing.  Running jobs get ``grace``
+seconds to finish and report; then (or at a second signal) every job still
+running is handed back with jobq.release: pending at once, no retry spent, so
+no lease is left to expire.  ``run()`` returns 0 when every job finished, 1
+when some were handed back.
+
+No session state is used: every statement is its own transaction, and with
+``pooler=True`` no statement is prepared, so the worker works through
+PgBouncer in transaction mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import inspect
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional,
+                    Sequence, Set, Tuple, TypeVar, Union)
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .errors import LeaseLost, Permanent, RetryIn, Snooze
+
+log = logging.getLogger("jobq")
+
+_CLAIM = ("SELECT job_id, lease_token, kind, payload, priority, retry_count,"
+          "       max_retries, checkpoint, enqueued_at, lease_expires_at"
+          "  FROM jobq.claim(%s, worker_id => %s, batch => %s, lease => %s,"
+          "                  kinds => %s, wait => %s)")
+
+
+def _seconds(s: float) -> datetime.timedelta:
+    """Seconds as a timedelta, which psycopg sends as an interval."""
+    return datetime.timedelta(seconds=s)
+
+
+class _JobBase:
+    """One claimed job: what its handler sees."""
+
+    def __init__(self, worker: "Worker", queue: str, row: Tuple[Any, ...]) -> None:
+        (self.id, self.lease_token, self.kind, self.payload, self.priority,
+         self.retry_count, self.max_retries, checkpoint, self.enqueued_at,
+         self.lease_expires_at) = row
+        self.id: int
+        self.lease_token: int
+        self.kind: str
+        self.payload: Dict[str, Any]
+        self.priority: int
+        self.retry_count: int
+        self.max_retries: int
+        self.enqueued_at: datetime.datetime
+        self.lease_expires_at: datetime.datetime
+        self.queue = queue
+        #: the progress saved by earlier attempts (or this one), None at first
+        self.saved: Optional[Dict[str, Any]] = checkpoint
+        #: set when the lease was found lost: the outcome will be discarded
+        self.lost = False
+        self._worker = worker
+        self._phase = "claimed"         # claimed, running, reporting, done
+        self._handed_back = False       # released at shutdown
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, from 1."""
+        return self.retry_count + 1
+
+    def __repr__(self) -> str:
+        return "<Job %d %s attempt %d>" % (self.id, self.kind, self.attempt)
+
+
+class Job(_JobBase):
+    """The job as a plain (threaded) handler sees it."""
+
+    def checkpoint(self, data: Mapping[str, Any]) -> None:
+        """Save progress (a JSON object) for the next attempt of this job;
+        raises LeaseLost when the job is no longer ours."""
+        fut = asyncio.run_coroutine_threadsafe(self._worker._checkpoint(self, data),
+                                               self._worker._loop_or_fail())
+        fut.result()
+
+
+class AsyncJob(_JobBase):
+    """The job as an async handler sees it."""
+
+    async def checkpoint(self, data: Mapping[str, Any]) -> None:
+        """Save progress (a JSON object) for the next attempt of this job;
+        raises LeaseLost when the job is no longer ours."""
+        await self._worker._checkpoint(self, data)
+
+
+AnyJob = Union[Job, AsyncJob]
+SyncHandler = Callable[[Job], Any]
+AsyncHandler = Callable[[AsyncJob], Awaitable[Any]]
+Handler = Union[SyncHandler, AsyncHandler]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Event:
+    """What a metrics hook receives.  ``name`` is one of claimed, completed,
+    retried (failed with retries left), failed (dead letter), snoozed,
+    released (handed back at shutdown), lost (lease lost, outcome discarded),
+    error (a report did not reach the database)."""
+
+    name: str
+    job_id: int
+    kind: str
+    queue: str
+    attempt: int
+    duration: Optional[float] = None    # seconds the handler ran
+    error: Optional[str] = None
+
+
+@dataclass
+class _Registered:
+    fn: Handler
+    is_async: bool
+    timeout: Optional[float]
+
+
+@dataclass
+class _State:
+    """What one run of the worker keeps; reset by every run."""
+
+    loop: asyncio.AbstractEventLoop
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    abandon: asyncio.Event = field(default_factory=asyncio.Event)
+    slots: asyncio.Condition = field(default_factory=asyncio.Condition)
+    reserved: int = 0                   # slots held by claims and running jobs
+    tasks: Dict[int, "asyncio.Task[None]"] = field(default_factory=dict)
+    jobs: Dict[int, AnyJob] = field(default_factory=dict)
+    ops: Optional[psycopg.AsyncConnection[Any]] = None
+    ops_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    claiming: Set[psycopg.AsyncConnection[Any]] = field(default_factory=set)
+    completes: List[Tuple[AnyJob, Any, "asyncio.Future[bool]"]] = field(default_factory=list)
+    flushing: bool = False              # a _flush task is sending completes
+
+
+class Worker:
+    """Claims and runs jobs of one or more queues; see the module docstring.
+
+    conninfo      libpq connection string ("" : the PG* environment)
+    queues        a queue name or a list of them
+    concurrency   jobs run at once by this process, over all its queues
+    batch         most jobs per claim (default: concurrency / queues)
+    lease         seconds a claim holds a job before it must be extended
+    renew         extend every running job's lease every lease * renew seconds
+    wait          seconds a claim may block in the server when nothing is ready
+    grace         seconds running jobs get to finish after a stop signal
+    timeout       default handler timeout in seconds (None: no timeout)
+    pooler        True behind PgBouncer in transaction mode: nothing prepared
+    on_event      a metrics hook, called with an Event on the event loop
+    """
+
+    def __init__(self, conninfo: str = "", *, queues: Union[str, Sequence[str]] = "default",
+                 concurrency: int = 10, batch: Optional[int] = None, lease: float = 30.0,
+                 renew: float = 1 / 3, wait: float = 5.0, grace: float = 30.0,
+                 timeout: Optional[float] = None, worker_id: Optional[str] = None,
+                 pooler: bool = False, connect_kwargs: Optional[Mapping[str, Any]] = None,
+                 on_event: Optional[Callable[[Event], None]] = None) -> None:
+        self.conninfo = conninfo
+        self.queues = [queues] if isinstance(queues, str) else list(queues)
+        if not self.queues:
+            raise ValueError("queues must name at least one queue")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not 0 < renew < 1:
+            raise ValueError("renew must be a fraction of the lease, between 0 and 1")
+        self.concurrency = concurrency
+        self.batch = batch or max(1, concurrency // len(self.queues))
+        self.lease = float(lease)
+        self.renew = float(renew)
+        self.wait = float(wait)
+        self.grace = float(grace)
+        self.timeout = timeout
+        self.worker_id = worker_id or "%s:%d" % (socket.gethostname(), os.getpid())
+        self.pooler = pooler
+        self.connect_kwargs = dict(connect_kwargs or {})
+        self.on_event = on_event
+        self._handlers: Dict[str, _Registered] = {}
+        self._threads = _Threads()
+        self._state: Optional[_State] = None
+
+    # --- the handler registry ------------------------------------------------
+
+    def handle(self, kind: str, fn: Handler, *, timeout: Optional[float] = None) -> None:
+        """Register fn as the handler of jobs of this kind."""
+        if kind in self._handlers:
+            raise ValueError("kind %r already has a handler" % kind)
+        self._handlers[kind] = _Registered(fn, inspect.iscoroutinefunction(fn),
+                                           timeout if timeout is not None else self.timeout)
+
+    def handler(self, kind: str, *, timeout: Optional[float] = None) -> Callable[[F], F]:
+        """Decorator: ``@worker.handler("email.send")`` registers a handler."""
+        def register(fn: F) -> F:
+            self.handle(kind, fn, timeout=timeout)
+            return fn
+        return register
+
+    @property
+    def kinds(self) -> List[str]:
+        """The kinds this worker claims: those with a handler."""
+        return sorted(self._handlers)
+
+    # --- running -------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Work until stopped (SIGTERM, SIGINT, stop()); 0 when every job
+        finished, 1 when some were handed back."""
+        return asyncio.run(self.run_async(install_signals=install_signals))
+
+    def stop(self, abandon: bool = False) -> None:
+        """Stop claiming and finish (thread-safe); a second call, or
+        abandon=True, hands the running jobs back at once."""
+        st = self._state
+        if st is None:
+            return
+        try:
+            st.loop.call_soon_threadsafe(self._on_stop, abandon)
+        except RuntimeError:
+            pass                        # the loop is already closed
+
+    def _on_stop(self, abandon: bool = False) -> None:
+        st = self._state
+        if st is None:
+            return
+        if abandon or st.stop.is_set():
+            if not st.abandon.is_set():
+                log.warning("%s: handing back the running jobs now", self.worker_id)
+            st.abandon.set()
+        if not st.stop.is_set():
+            log.info("%s: no more claims; finishing %d running job(s)",
+                     self.worker_id, len(st.jobs))
+        st.stop.set()
+
+    def _loop_or_fail(self) -> asyncio.AbstractEventLoop:
+        if self._state is None:
+            raise RuntimeError("the worker is not running")
+        return self._state.loop
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        kw: Dict[str, Any] = {"application_name": "jobq-worker"}
+        kw.update(self.connect_kwargs)
+        if self.pooler:
+            kw["prepare_threshold"] = None  # prepared statements are session state
+        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **kw)
+
+    async def run_async(self, *, install_signals: bool = True) -> int:
+        """run() for a caller that has an event loop already."""
+        if not self._handlers:
+            raise RuntimeError("no handler registered")
+        loop = asyncio.get_running_loop()
+        st = self._state = _State(loop)
+        signals: List[int] = []
+        if install_signals:
+            for s in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(s, self._on_stop)
+                    signals.append(s)
+                except (RuntimeError, ValueError, NotImplementedError):
+                    pass                # not the main thread
+        log.info("%s: queues %s, kinds %s, concurrency %d, lease %gs, wait %gs",
+                 self.worker_id, ",".join(self.queues), ",".join(self.kinds),
+                 self.concurrency, self.lease, self.wait)
+        heartbeat = asyncio.ensure_future(self._heartbeat())
+        try:
+            claimers = [asyncio.ensure_future(self._claim_loop(q)) for q in self.queues]
+            await st.stop.wait()
+            await self._cancel_claims(claimers)
+            handed_back = await self._drain()
+            log.info("%s: stopped%s", self.worker_id,
+                     ", %d job(s) unfinished" % handed_back if handed_back else "")
+            return 1 if handed_back else 0
+        finally:
+            heartbeat.cancel()
+            try:
+                await heartbeat
+            except (asyncio.CancelledError, psycopg.Error):
+                pass
+            for s in signals:
+                loop.remove_signal_handler(s)
+            if st.ops is not None:
+                await st.ops.close()
+            self._state = None
+
+    async def _ops(self) -> psycopg.AsyncConnection[Any]:
+        """The connection for reports, extends and checkpoints."""
+        st = self._state
+        assert st is not None
+        async with st.ops_lock:
+            if st.ops is None or st.ops.closed or st.ops.broken:
+                st.ops = await self._connect()
+            return st.ops
+
+    async def _call(self, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
+        conn = await self._ops()
+        return await (await conn.execute(sql, params)).fetchall()
+
+    # --- claiming ------------------------------------------------------------
+
+    async def _reserve(self) -> int:
+        """Wait for a free slot; take up to batch of them (0: stopping)."""
+        st = self._state
+        assert st is not None
+        async with st.slots:
+            while st.reserved >= self.concurrency and not st.stop.is_set():
+                await st.slots.wait()
+            # busy: give the running jobs a moment to free more slots, so a
+            # saturated worker claims in batches rather than one by one
+            want = min(self.batch, (self.batch + 1) // 2)
+            if st.reserved > 0 and self.concurrency - st.reserved < want:
+                try:
+                    await asyncio.wait_for(st.slots.wait_for(
+                        lambda: self.concurrency - st.reserved >= want or st.stop.is_set()),
+                        0.005)
+                except asyncio.TimeoutError:
+                    pass
+            if st.stop.is_set():
+                return 0
+            n = min(self.batch, self.concurrency - st.reserved)
+            st.reserved += n
+            return n
+
+    async def _unreserve(self, n: int) -> None:
+        st = self._state
+        assert st is not None
+        if n:
+            async with st.slots:
+                st.reserved -= n
+                st.slots.notify_all()
+
+    async def _claim_loop(self, queue: str) -> None:
+        """Claim jobs of one queue while there is room, until stopped."""
+        st = self._state
+        assert st is not None
+        conn: Optional[psycopg.AsyncConnection[Any]] = None
+        try:
+            while not st.stop.is_set():
+                n = await self._reserve()
+                if n == 0:
+                    break
+                rows: List[Tuple[Any, ...]] = []
+                try:
+                    if conn is None or conn.closed or conn.broken:
+                        conn = await self._connect()
+                    st.claiming.add(conn)
+                    try:
+                        if not st.stop.is_set():
+                            cur = await conn.execute(_CLAIM, (
+                                queue, self.worker_id, n, _seconds(self.lease),
+                                self.kinds, _seconds(self.wait)))
+                            rows = await cur.fetchall()
+                    finally:
+                        st.claiming.discard(conn)
+                except psycopg.errors.QueryCanceled:
+                    pass                # our own cancel at stop: nothing claimed
+                except psycopg.Error as e:
+                    log.error("%s: claim on queue %s failed: %s; again in 1 s",
+                              self.worker_id, queue, e)
+                    try:
+                        await asyncio.wait_for(st.stop.wait(), 1.0)
+                    except asyncio.TimeoutError:
+                        pass
+                await self._unreserve(n - len(rows))
+                for row in rows:
+                    await self._start(queue, row)
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def _cancel_claims(self, claimers: List["asyncio.Future[None]"]) -> None:
+        """Cancel the claims blocked in their wait, and wait for the loops."""
+        st = self._state
+        assert st is not None
+        async with st.slots:
+            st.slots.notify_all()
+        loop = asyncio.get_running_loop()
+        while True:
+            done, pending = await asyncio.wait(claimers, timeout=0.1)
+            if not pending:
+                break
+            for conn in list(st.claiming):
+                try:
+                    await loop.run_in_executor(None, conn.cancel)
+                except psycopg.Error:
+                    pass
+
+    async def _start(self, queue: str, row: Tuple[Any, ...]) -> None:
+        """Start the handler of a claimed job (or hand it back: stopping)."""
+        st = self._state
+        assert st is not None
+        reg = self._handlers.get(row[2])
+        job: AnyJob = (AsyncJob if reg is not None and reg.is_async else Job)(self, queue, row)
+        st.jobs[job.id] = job
+        self._emit("claimed", job)
+        if reg is None or st.stop.is_set():
+            # claimed as the stop came, or a kind we lost the handler of
+            await self._release([job])
+            st.jobs.pop(job.id, None)
+            await self._unreserve(1)
+            return
+        st.tasks[job.id] = asyncio.ensure_future(self._run_job(job, reg))
+
+    # --- running a job -------------------------------------------------------
+
+    def _in_thread(self, fn: SyncHandler, job: Job) -> "asyncio.Future[Any]":
+        """Run fn(job) on a thread of the worker's daemon threads."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if not fut.done():
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+
+        def call() -> None:
+            try:
+                value, ok = fn(job), True
+            except BaseException as e:      # handed to the loop, re-raised there
+                value, ok = e, False
+            try:
+                loop.call_soon_threadsafe(settle, ok, value)
+            except RuntimeError:
+                pass                        # the worker has stopped meanwhile
+
+        self._threads.submit(call)
+        return fut
+
+    async def _run_job(self, job: AnyJob, reg: _Registered) -> None:
+        st = self._state
+        assert st is not None
+        t0 = time.monotonic()
+        job._phase = "running"
+        fut: Optional[asyncio.Future[Any]] = None
+        try:
+            try:
+                if reg.is_async:
+                    fut = asyncio.ensure_future(reg.fn(job))    # type: ignore[arg-type]
+                else:
+                    fut = self._in_thread(reg.fn, job)          # type: ignore[arg-type]
+                if reg.timeout is not None:
+                    done, _ = await asyncio.wait({fut}, timeout=reg.timeout)
+                    if not done:
+                        fut.cancel()        # a thread runs on, unheard
+                        raise _TimedOut("timed out after %gs" % reg.timeout)
+                result = await fut
+            except asyncio.CancelledError:
+                if fut is not None:
+                    fut.cancel()
+                if job._handed_back:
+                    return              # the drain releases it
+                raise
+            except _TimedOut as e:
+                outcome = await self._report(job, t0, "fail", str(e))
+            except Permanent as e:
+                outcome = await self._report(job, t0, "dead", _describe(e))
+            except RetryIn as e:
+                outcome = await self._report(job, t0, "retry_in", _describe(e), e.seconds)
+            except Snooze as e:
+                outcome = await self._report(job, t0, "snooze", _describe(e), e.seconds)
+            except LeaseLost:
+                outcome = "lost"
+            except Exception as e:
+                log.debug("%s: job %d raised", self.worker_id, job.id, exc_info=True)
+                outcome = await self._report(job, t0, "fail", _describe(e))
+            else:
+                if job._handed_back:
+                    return
+                outcome = await self._report(job, t0, "complete", result)
+            duration = time.monotonic() - t0
+            if outcome == "lost":
+                job.lost = True
+                log.warning("%s: job %d (%s): lease lost, outcome discarded",
+                            self.worker_id, job.id, job.kind)
+            else:
+                log.info("%s: job %d (%s) attempt %d: %s in %.3fs", self.worker_id,
+                         job.id, job.kind, job.attempt, outcome, duration)
+            self._emit(outcome, job, duration)
+        except psycopg.Error as e:
+            # the report did not reach the database: the lease expires and
+            # the job runs again (at least once)
+            log.error("%s: job %d: could not report (%s)", self.worker_id, job.id, e)
+            self._emit("error", job, time.monotonic() - t0, str(e))
+        finally:
+            job._phase = "done"
+            if not job._handed_back:
+                st.jobs.pop(job.id, None)
+                st.tasks.pop(job.id, None)
+                await self._unreserve(1)
+
+    async def _report(self, job: AnyJob, t0: float, how: str, arg: Any,
+                      seconds: Optional[float] = None) -> str:
+        """Tell the database how the job ended; return the event name."""
+        job._phase = "reporting"
+        if how == "complete":
+            return "completed" if await self._complete(job, arg) else "lost"
+        if how == "snooze":
+            rows = await self._call("SELECT jobq.snooze(%s, %s, %s)",
+                                    (job.id, job.lease_token, _seconds(seconds or 0)))
+            return "snoozed" if rows[0][0] is not None else "lost"
+        if how == "dead":
+            sql, params = ("SELECT jobq.fail(%s, %s, %s, retryable => false)",
+                           (job.id, job.lease_token, arg))
+        elif how == "retry_in":
+            sql, params = ("SELECT jobq.fail(%s, %s, %s, retry_in => %s)",
+                           (job.id, job.lease_token, arg, _seconds(seconds or 0)))
+        else:
+            sql, params = ("SELECT jobq.fail(%s, %s, %s)", (job.id, job.lease_token, arg))
+        status = (await self._call(sql, params))[0][0]
+        return {"pending": "retried", "failed": "failed"}.get(status, "lost")
+
+    async def _complete(self, job: AnyJob, result: Any) -> bool:
+        """jobq.complete, batched: the completions that arrive while one
+        statement runs go together in the next (one round trip for many)."""
+        st = self._state
+        assert st is not None
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        st.completes.append((job, result, fut))
+        if not st.flushing:
+            st.flushing = True
+            asyncio.ensure_future(self._flush())
+        return await fut
+
+    async def _flush(self) -> None:
+        st = self._state
+        assert st is not None
+        try:
+            while st.completes:
+                batch, st.completes = st.completes, []
+                try:
+                    rows = await self._call(
+                        "SELECT t.id, jobq.complete(t.id, t.token, t.result)"
+                        "  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[])"
+                        "       AS t(id, token, result)",
+                        ([j.id for j, _, _ in batch], [j.lease_token for j, _, _ in batch],
+                         [None if r is None else Jsonb(r) for _, r, _ in batch]))
+                except BaseException as e:
+                    for _, _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    if not isinstance(e, Exception):
+                        raise
+                    continue
+                ok = dict(rows)
+                for j, _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(bool(ok.get(j.id)))
+        finally:
+            st.flushing = False
+
+    async def _checkpoint(self, job: AnyJob, data: Mapping[str, Any]) -> None:
+        rows = await self._call("SELECT jobq.checkpoint(%s, %s, %s)",
+                                (job.id, job.lease_token, Jsonb(dict(data))))
+        if not rows[0][0]:
+            job.lost = True
+            raise LeaseLost("job %d: the lease is no longer ours" % job.id)
+        job.saved = dict(data)
+
+    # --- leases --------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        """Extend the lease of every running job every lease * renew seconds."""
+        st = self._state
+        assert st is not None
+        period = max(self.lease * self.renew, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            jobs = [j for j in st.jobs.values() if j._phase in ("running", "reporting")]
+            if not jobs:
+                continue
+            try:
+                rows = await self._call(
+                    "SELECT t.id, jobq.extend(t.id, t.token, %s)"
+                    "  FROM unnest(%s::bigint[], %s::bigint[]) AS t(id, token)",
+                    (_seconds(self.lease), [j.id for j in jobs],
+                     [j.lease_token for j in jobs]))
+            except psycopg.Error as e:
+                log.error("%s: extending leases failed: %s", self.worker_id, e)
+                continue
+            for job_id, expires in rows:
+                job = st.jobs.get(job_id)
+                if job is None or job._phase == "done":
+                    continue
+                if expires is None:
+                    if not job.lost:
+                        job.lost = True
+                        log.warning("%s: job %d: lease lost", self.worker_id, job_id)
+                else:
+                    job.lease_expires_at = expires
+
+    # --- stopping ------------------------------------------------------------
+
+    async def _drain(self) -> int:
+        """Give running jobs the grace period, then hand back the rest;
+        return how many were handed back."""
+        st = self._state
+        assert st is not None
+        if st.tasks:
+            abandon = asyncio.ensure_future(st.abandon.wait())
+            deadline = time.monotonic() + self.grace
+            while not st.abandon.is_set():
+                left = [t for t in st.tasks.values() if not t.done()]
+                remaining = deadline - time.monotonic()
+                if not left or remaining <= 0:
+                    break
+                await asyncio.wait(left + [abandon], timeout=remaining,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            abandon.cancel()
+        # still in their handler: hand them back; reporting ones finish
+        back = [j for j in st.jobs.values() if j._phase in ("claimed", "running")]
+        for job in back:
+            job._handed_back = True
+            task = st.tasks.get(job.id)
+            if task is not None:
+                task.cancel()
+        rest = [t for t in st.tasks.values() if not t.done()]
+        if rest:
+            await asyncio.wait(rest)
+        released = await self._release(back)
+        if released < len(back):
+            log.warning("%s: %d job(s) not handed back: their leases will expire",
+                        self.worker_id, len(back) - released)
+        return len(back)
+
+    async def _release(self, jobs: Sequence[AnyJob]) -> int:
+        """Hand jobs back with jobq.release: pending now, no retry spent;
+        return how many were."""
+        if not jobs:
+            return 0
+        try:
+            rows = await self._call(
+                "SELECT t.id, jobq.release(t.id, t.token)"
+                "  FROM unnest(%s::bigint[], %s::bigint[]) AS t(id, token)",
+                ([j.id for j in jobs], [j.lease_token for j in jobs]))
+        except psycopg.Error as e:
+            log.error("%s: could not hand back %d job(s) (%s); their leases will expire",
+                      self.worker_id, len(jobs), e)
+            return 0
+        released = {i for i, ok in rows if ok}
+        for job in jobs:
+            if job.id in released:
+                log.warning("%s: job %d (%s) handed back, to run again",
+                            self.worker_id, job.id, job.kind)
+                self._emit("released", job)
+            else:
+                self._emit("lost", job)
+        return len(released)
+
+    def _emit(self, name: str, job: AnyJob, duration: Optional[float] = None,
+              error: Optional[str] = None) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(Event(name, job.id, job.kind, job.queue, job.attempt,
+                                duration, error))
+        except Exception:
+            log.exception("%s: the on_event hook raised", self.worker_id)
+
+
+class _Threads:
+    """Daemon threads for plain handlers, started as needed and kept while
+    busy: one that never returns (a timeout, a hand-back) takes a thread of
+    its own and cannot keep the process alive."""
+
+    def __init__(self, idle_seconds: float = 30.0) -> None:
+        self._work: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0                  # threads waiting for work
+        self._idle_seconds = idle_seconds
+
+    def submit(self, call: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                self._work.put(call)
+                return
+        threading.Thread(target=self._serve, args=(call,), name="jobq-handler",
+                         daemon=True).start()
+
+    def _serve(self, call: Callable[[], None]) -> None:
+        while True:
+            call()
+            with self._lock:
+                self._idle += 1
+            while True:
+                try:
+                    call = self._work.get(timeout=self._idle_seconds)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        if self._work.empty():
+                            self._idle -= 1
+                            return
+
+
+class _TimedOut(Exception):
+    """A handler ran past its timeout."""
+
+
+def _describe(e: BaseException) -> str:
+    """An exception as the job's last_error."""
+    text = str(e)
+    return "%s: %s" % (type(e).__name__, text) if text else type(e).__name__
