@@ -315,3 +315,6 @@ now_s() { date +%s.%N | cut -c1-14; }
 
 # Elapsed seconds (one decimal) since a now_s timestamp.
 elapsed_since() { awk -v s="$1" -v e="$(now_s)" 'BEGIN { printf "%.1f", e - s }'; }
+
+# Elapsed milliseconds since a now_s timestamp.
+elapsed_ms_since() { awk -v s="$1" -v e="$(now_s)" 'BEGIN { printf "%.0f", (e - s) * 1000 }'; }
