@@ -115,9 +115,12 @@ ensure_packages() {
 	local common_before=0
 	pkg_installed postgresql-common && common_before=1
 	info "installing missing packages: ${missing[*]}"
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null 2>&1 |
+		heartbeat "apt-get update"
+	[ "${PIPESTATUS[0]}" = 0 ] || die "apt-get update failed"
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-		--no-install-recommends "${missing[@]}" </dev/null
+		--no-install-recommends "${missing[@]}" </dev/null 2>&1 | heartbeat "apt-get install"
+	[ "${PIPESTATUS[0]}" = 0 ] || die "apt-get install ${missing[*]} failed"
 	quiet_services "$common_before" "${missing[@]}"
 }
 
@@ -308,6 +311,60 @@ pg_stop() {
 	pg_as "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t 30 stop >/dev/null 2>&1 ||
 		pg_as "$PG_BIN/pg_ctl" -D "$data" -m immediate -w -t 30 stop >/dev/null 2>&1 ||
 		true
+}
+
+# Heartbeats: a step that prints nothing for HEARTBEAT_SECS (10) seconds
+# gets a line saying it still runs, so that no step is silent for long.
+
+# heartbeat LABEL: copy standard input to standard output as it comes;
+# after HEARTBEAT_SECS without any, print "... LABEL: still running, N s".
+# A line left unfinished (prove's "t/018_chaos.pl .. ") is printed again
+# after the heartbeat, so that what follows still completes it.  Exits 0 at
+# the end of the input.  (perl-base: in every Debian.)
+heartbeat() {
+	perl -e '
+		my ($label, $every) = @ARGV;
+		$| = 1;
+		my ($t0, $last, $partial) = (time, time, "");
+		my $rin = "";
+		vec($rin, fileno(STDIN), 1) = 1;
+		while (1) {
+			my $n = select(my $rout = $rin, undef, undef, 1);
+			if ($n > 0) {
+				my $got = sysread(STDIN, my $buf, 65536);
+				last unless $got;
+				print $buf;
+				my $i = rindex($buf, "\n");
+				$partial = $i >= 0 ? substr($buf, $i + 1) : $partial . $buf;
+				$last = time;
+			} elsif (time - $last >= $every) {
+				printf "%s    ... %s: still running, %d s so far\n%s",
+					(length $partial ? "\n" : ""), $label, time - $t0, $partial;
+				$last = time;
+			}
+		}' "$1" "${HEARTBEAT_SECS:-10}"
+}
+
+# with_heartbeat LABEL LOGFILE COMMAND...: run COMMAND with its output in
+# LOGFILE, printing "... LABEL: still running, N s" every HEARTBEAT_SECS
+# seconds while it runs; returns its exit status.  The command runs in the
+# foreground (Ctrl-C reaches it); the ticker in the background ends with it,
+# or when this shell is gone.
+with_heartbeat() {
+	local label=$1 log=$2 tick rc=0
+	shift 2
+	(
+		every=${HEARTBEAT_SECS:-10} n=0
+		while sleep 1 && kill -0 $$ 2>/dev/null; do
+			n=$((n + 1))
+			[ $((n % every)) -eq 0 ] && info "... $label: still running, $n s so far"
+		done
+	) &
+	tick=$!
+	"$@" >"$log" 2>&1 || rc=$?
+	kill "$tick" 2>/dev/null || true
+	wait "$tick" 2>/dev/null || true
+	return "$rc"
 }
 
 # Seconds since the epoch, with milliseconds.
