@@ -316,14 +316,39 @@ pg_stop() {
 # Heartbeats: a step that prints nothing for HEARTBEAT_SECS (10) seconds
 # gets a line saying it still runs, so that no step is silent for long.
 
-# heartbeat LABEL: copy standard input to standard output as it comes;
-# after HEARTBEAT_SECS without any, print "... LABEL: still running, N s".
-# A line left unfinished (prove's "t/018_chaos.pl .. ") is printed again
-# after the heartbeat, so that what follows still completes it.  Exits 0 at
-# the end of the input.  (perl-base: in every Debian.)
+# heartbeat LABEL [PATTERN DIR]: copy standard input to standard output as
+# it comes; after HEARTBEAT_SECS without any, print "... LABEL: still
+# running, N s so far", and with PATTERN (a Perl regular expression) and DIR
+# the last part of the first argument matching PATTERN of the newest process
+# running in directory DIR ("now: 020_worker_contained.pl": prove prints a
+# script's name only when it ends; DIR keeps other runs' processes out).
+# A line left unfinished is printed again after the heartbeat, so that what
+# follows still completes it.  Exits 0 at the end of the input.  (Plain
+# perl-base, in every Debian; the processes are read from /proc.)
 heartbeat() {
 	perl -e '
-		my ($label, $every) = @ARGV;
+		my ($label, $every, $pattern, $dir) = @ARGV;
+		# " (now: NAME)": the last path component of the first argument
+		# matching $pattern of the newest (highest pid) process whose working
+		# directory is $dir (a script that ended may still be exiting)
+		sub now_running {
+			return "" unless length $pattern;
+			foreach my $f (sort { ($b =~ /(\d+)/)[0] <=> ($a =~ /(\d+)/)[0] } glob("/proc/[0-9]*/cmdline")) {
+				(my $cwd = $f) =~ s{cmdline$}{cwd};
+				next unless (readlink($cwd) // "") eq $dir;
+				open(my $fh, "<", $f) or next;
+				local $/;
+				my $cmd = <$fh> // next;
+				close($fh);
+				foreach my $arg (split /\0/, $cmd) {
+					if ($arg =~ /$pattern/) {
+						(my $name = $arg) =~ s{.*/}{};
+						return " (now: $name)";
+					}
+				}
+			}
+			return "";
+		}
 		$| = 1;
 		my ($t0, $last, $partial) = (time, time, "");
 		my $rin = "";
@@ -338,11 +363,11 @@ heartbeat() {
 				$partial = $i >= 0 ? substr($buf, $i + 1) : $partial . $buf;
 				$last = time;
 			} elsif (time - $last >= $every) {
-				printf "%s    ... %s: still running, %d s so far\n%s",
-					(length $partial ? "\n" : ""), $label, time - $t0, $partial;
+				printf "%s    ... %s: still running, %d s so far%s\n%s",
+					(length $partial ? "\n" : ""), $label, time - $t0, now_running(), $partial;
 				$last = time;
 			}
-		}' "$1" "${HEARTBEAT_SECS:-10}"
+		}' "$1" "${HEARTBEAT_SECS:-10}" "${2:-}" "${3:-}"
 }
 
 # with_heartbeat LABEL LOGFILE COMMAND...: run COMMAND with its output in
