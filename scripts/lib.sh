@@ -319,35 +319,39 @@ pg_stop() {
 # heartbeat LABEL [PATTERN DIR]: copy standard input to standard output as
 # it comes; after HEARTBEAT_SECS without any, print "... LABEL: still
 # running, N s so far", and with PATTERN (a Perl regular expression) and DIR
-# the last part of the first argument matching PATTERN of the newest process
-# running in directory DIR ("now: 020_worker_contained.pl": prove prints a
-# script's name only when it ends; DIR keeps other runs' processes out).
-# A line left unfinished is printed again after the heartbeat, so that what
-# follows still completes it.  Exits 0 at the end of the input.  (Plain
-# perl-base, in every Debian; the processes are read from /proc.)
+# what the newest process running in directory DIR with exactly one argument
+# matching PATTERN names ("now: 020_worker_contained.pl": prove prints a
+# script's name only when it ends; prove itself has them all as arguments;
+# DIR keeps other runs' processes out).  A line left unfinished is printed
+# again after the heartbeat, so that what follows still completes it.  Exits
+# 0 at the end of the input.  (Plain perl-base, in every Debian; the
+# processes are read from /proc.)
 heartbeat() {
 	perl -e '
 		my ($label, $every, $pattern, $dir) = @ARGV;
-		# " (now: NAME)": the last path component of the first argument
-		# matching $pattern of the newest (highest pid) process whose working
-		# directory is $dir (a script that ended may still be exiting)
+		# " (now: NAME)": the last path component of the one argument matching
+		# $pattern of the most recently started process whose working
+		# directory is $dir and that has exactly one such argument, or ""
 		sub now_running {
 			return "" unless length $pattern;
-			foreach my $f (sort { ($b =~ /(\d+)/)[0] <=> ($a =~ /(\d+)/)[0] } glob("/proc/[0-9]*/cmdline")) {
-				(my $cwd = $f) =~ s{cmdline$}{cwd};
-				next unless (readlink($cwd) // "") eq $dir;
-				open(my $fh, "<", $f) or next;
-				local $/;
-				my $cmd = <$fh> // next;
+			my ($best, $best_start) = ("", -1);
+			foreach my $p (glob("/proc/[0-9]*")) {
+				next unless (readlink("$p/cwd") // "") eq $dir;
+				open(my $fh, "<", "$p/cmdline") or next;
+				my $cmd = do { local $/; <$fh> } // next;
 				close($fh);
-				foreach my $arg (split /\0/, $cmd) {
-					if ($arg =~ /$pattern/) {
-						(my $name = $arg) =~ s{.*/}{};
-						return " (now: $name)";
-					}
-				}
+				my @hits = grep { /$pattern/ } split /\0/, $cmd;
+				next unless @hits == 1;
+				open($fh, "<", "$p/stat") or next;
+				my $stat = <$fh> // next;
+				close($fh);
+				# the fields after "(comm)"; the start time is field 22
+				$stat =~ s/^.*\) //s;
+				my $start = (split / /, $stat)[19];
+				($best, $best_start) = ($hits[0], $start) if $start > $best_start;
 			}
-			return "";
+			$best =~ s{.*/}{};
+			return length $best ? " (now: $best)" : "";
 		}
 		$| = 1;
 		my ($t0, $last, $partial) = (time, time, "");
