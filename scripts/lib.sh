@@ -115,9 +115,12 @@ ensure_packages() {
 	local common_before=0
 	pkg_installed postgresql-common && common_before=1
 	info "installing missing packages: ${missing[*]}"
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null 2>&1 |
+		heartbeat "apt-get update"
+	[ "${PIPESTATUS[0]}" = 0 ] || die "apt-get update failed"
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-		--no-install-recommends "${missing[@]}" </dev/null
+		--no-install-recommends "${missing[@]}" </dev/null 2>&1 | heartbeat "apt-get install"
+	[ "${PIPESTATUS[0]}" = 0 ] || die "apt-get install ${missing[*]} failed"
 	quiet_services "$common_before" "${missing[@]}"
 }
 
@@ -310,8 +313,94 @@ pg_stop() {
 		true
 }
 
+# Heartbeats: a step that prints nothing for HEARTBEAT_SECS (10) seconds
+# gets a line saying it still runs, so that no step is silent for long.
+
+# heartbeat LABEL [PATTERN DIR]: copy standard input to standard output as
+# it comes; after HEARTBEAT_SECS without any, print "... LABEL: still
+# running, N s so far", and with PATTERN (a Perl regular expression) and DIR
+# what the newest process running in directory DIR with exactly one argument
+# matching PATTERN names ("now: 020_worker_contained.pl": prove prints a
+# script's name only when it ends; prove itself has them all as arguments;
+# DIR keeps other runs' processes out).  A line left unfinished is printed
+# again after the heartbeat, so that what follows still completes it.  Exits
+# 0 at the end of the input.  (Plain perl-base, in every Debian; the
+# processes are read from /proc.)
+heartbeat() {
+	perl -e '
+		my ($label, $every, $pattern, $dir) = @ARGV;
+		# " (now: NAME)": the last path component of the one argument matching
+		# $pattern of the most recently started process whose working
+		# directory is $dir and that has exactly one such argument, or ""
+		sub now_running {
+			return "" unless length $pattern;
+			my ($best, $best_start) = ("", -1);
+			foreach my $p (glob("/proc/[0-9]*")) {
+				next unless (readlink("$p/cwd") // "") eq $dir;
+				open(my $fh, "<", "$p/cmdline") or next;
+				my $cmd = do { local $/; <$fh> } // next;
+				close($fh);
+				my @hits = grep { /$pattern/ } split /\0/, $cmd;
+				next unless @hits == 1;
+				open($fh, "<", "$p/stat") or next;
+				my $stat = <$fh> // next;
+				close($fh);
+				# the fields after "(comm)"; the start time is field 22
+				$stat =~ s/^.*\) //s;
+				my $start = (split / /, $stat)[19];
+				($best, $best_start) = ($hits[0], $start) if $start > $best_start;
+			}
+			$best =~ s{.*/}{};
+			return length $best ? " (now: $best)" : "";
+		}
+		$| = 1;
+		my ($t0, $last, $partial) = (time, time, "");
+		my $rin = "";
+		vec($rin, fileno(STDIN), 1) = 1;
+		while (1) {
+			my $n = select(my $rout = $rin, undef, undef, 1);
+			if ($n > 0) {
+				my $got = sysread(STDIN, my $buf, 65536);
+				last unless $got;
+				print $buf;
+				my $i = rindex($buf, "\n");
+				$partial = $i >= 0 ? substr($buf, $i + 1) : $partial . $buf;
+				$last = time;
+			} elsif (time - $last >= $every) {
+				printf "%s    ... %s: still running, %d s so far%s\n%s",
+					(length $partial ? "\n" : ""), $label, time - $t0, now_running(), $partial;
+				$last = time;
+			}
+		}' "$1" "${HEARTBEAT_SECS:-10}" "${2:-}" "${3:-}"
+}
+
+# with_heartbeat LABEL LOGFILE COMMAND...: run COMMAND with its output in
+# LOGFILE, printing "... LABEL: still running, N s" every HEARTBEAT_SECS
+# seconds while it runs; returns its exit status.  The command runs in the
+# foreground (Ctrl-C reaches it); the ticker in the background ends with it,
+# or when this shell is gone.
+with_heartbeat() {
+	local label=$1 log=$2 tick rc=0
+	shift 2
+	(
+		every=${HEARTBEAT_SECS:-10} n=0
+		while sleep 1 && kill -0 $$ 2>/dev/null; do
+			n=$((n + 1))
+			[ $((n % every)) -eq 0 ] && info "... $label: still running, $n s so far"
+		done
+	) &
+	tick=$!
+	"$@" >"$log" 2>&1 || rc=$?
+	kill "$tick" 2>/dev/null || true
+	wait "$tick" 2>/dev/null || true
+	return "$rc"
+}
+
 # Seconds since the epoch, with milliseconds.
 now_s() { date +%s.%N | cut -c1-14; }
 
 # Elapsed seconds (one decimal) since a now_s timestamp.
 elapsed_since() { awk -v s="$1" -v e="$(now_s)" 'BEGIN { printf "%.1f", e - s }'; }
+
+# Elapsed milliseconds since a now_s timestamp.
+elapsed_ms_since() { awk -v s="$1" -v e="$(now_s)" 'BEGIN { printf "%.0f", (e - s) * 1000 }'; }

@@ -27,7 +27,9 @@
 # any other error, jobq's among them, fails the test.
 #
 # JOBQ_CHAOS_SECONDS (default 40) sets the length of the chaos phase; the
-# number of kills grows with it (one every ~6 s, at least 5).
+# number of kills grows with it (one every ~6 s, at least 5).  Progress goes
+# to diag (prove shows it): each kill, and a line at least every 5 s while
+# the load runs and while the queue drains.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -283,26 +285,48 @@ sub log_shows
 	return 0;
 }
 
+# progress for whoever watches prove: a diag line, and the time of the last one
+my $last_progress = 0;
+sub progress
+{
+	diag('chaos: ' . join('', @_));
+	$last_progress = time();
+}
+
+# Sleep until time $at, with a progress line at least every 5 s.
+sub sleep_until
+{
+	my ($at, $t0) = @_;
+	while ((my $left = $at - time()) > 0)
+	{
+		my $nap = $left < 1 ? $left : 1;
+		usleep(1_000_000 * $nap);
+		progress(sprintf('%.0f s of %d s of load and kills', time() - $t0, $seconds))
+		  if time() - $last_progress >= 5 && $at - time() > 0.5;
+	}
+}
+
 my $nkills = int($seconds / 6);
 $nkills = 5 if $nkills < 5;
 my @plan = shuffle(('backend') x int($nkills / 2), ('jobq worker') x int(($nkills + 2) / 4),
 	('postmaster') x ($nkills - int($nkills / 2) - int(($nkills + 2) / 4)));
 my $t0 = time();
+progress("load started: $seconds s, " . scalar(@plan) . ' kills planned');
 foreach my $k (0 .. $#plan)
 {
 	# spread over the run, at a random moment of each slot
 	my $at = $t0 + ($k + 0.3 + 0.5 * rand()) * $seconds / @plan;
-	usleep(1_000_000 * ($at - time())) if $at > time();
+	sleep_until($at, $t0);
 	if (kill_one($plan[$k]))
 	{
-		note("killed a $plan[$k] at " . sprintf('%.1f', time() - $t0) . ' s');
+		progress(sprintf('%.1f s: killed a %s (%d of %d)', time() - $t0, $plan[$k], $k + 1, scalar(@plan)));
 	}
 	else
 	{
 		diag("found no $plan[$k] to kill at " . sprintf('%.1f', time() - $t0) . ' s');
 	}
 }
-usleep(1_000_000 * ($t0 + $seconds - time())) if $t0 + $seconds > time();
+sleep_until($t0 + $seconds, $t0);
 
 # ---------------------------------------------------------------------------
 # stop the load, drain
@@ -319,6 +343,7 @@ foreach my $l (@loops)
 	$loop{$name} = { split / /, $s } if $s ne 'none';
 }
 my $chaos_secs = time() - $t0;
+progress(sprintf('%.0f s: load stopped; draining the queue', $chaos_secs));
 
 # the kills were made as planned, none replaced by another or left out
 my %planned = map { $_ => 0 } keys %kills;
@@ -350,9 +375,12 @@ while (1)
 	$left = $node->safe_psql('postgres',
 		"SELECT count(*) FROM jobq.job WHERE status IN ('pending', 'running')");
 	last if $left == 0 || time() - $drain_start > 90;
+	progress(sprintf('draining: %d jobs pending or running after %.0f s', $left, time() - $drain_start))
+	  if time() - $last_progress >= 5;
 	$node->safe_psql('postgres', "CALL chaos.work('drain', 0, 50, 0)");
 }
 my $drain_secs = time() - $drain_start;
+progress(sprintf('drained in %.1f s; checking the ledgers', $drain_secs));
 is($left, '0', sprintf('drained in %.1f s: no job pending or running', $drain_secs));
 
 # the checks below are about real load: the ledgers and the fires are not
