@@ -174,10 +174,12 @@ BUILD_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" make gc
 
 # The packages the test suites need on top of the build ones.
 # shellcheck disable=SC2034
-# (node and npm: test/examples and the bench; git: the bench records the commit.)
+# (node and npm: test/examples, the Node library and the bench; git: the bench
+# records the commit; pg-bsd-indent: make check-format; chromium: the
+# dashboard's browser tests.)
 TEST_PACKAGES=("postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
 	clang libclang-rt-14-dev python3 tzdata pgbouncer python3-psycopg python3-yaml
-	nodejs npm git)
+	nodejs npm git pg-bsd-indent chromium)
 
 # Copy the source tree $1 into the existing directory $2: the files git knows
 # about (tracked, plus untracked ones that are not ignored), or, outside a git
