@@ -23,6 +23,11 @@
 // again at once, no retry spent.  A second stop() hands back at once.  Jobs
 // a claim returned after the stop are handed back unstarted.
 //
+// Reports.  Completions that finish while another is on its way to the
+// server go together in the next statement (jobq.complete over unnest), so
+// a busy worker pays one round trip for many jobs; fail, snooze and the rest
+// are one statement each.
+//
 // Connections.  Every call is one statement in its own transaction, with
 // unnamed statements and no session state, so the worker runs through
 // PgBouncer in transaction mode.  A claim holds a pool connection for up to
@@ -153,6 +158,8 @@ class Worker {
     this._handedBack = 0
     this._done = null // the promise of run()
     this._graceTimer = null
+    this._completions = [] // completions waiting for the next statement
+    this._flushing = false // a completion statement is on its way
   }
 
   // Register fn (an async function of a Job) for jobs of kind; opts.timeout
@@ -405,10 +412,26 @@ class Worker {
     }
     let r
     let outcome
+    let json = null
+    if (error === undefined && result !== undefined) {
+      try {
+        json = JSON.stringify(result)
+      } catch (e) {
+        error = new Error(`the result is not JSON: ${e.message}`)
+      }
+    }
     if (error === undefined) {
-      r = await this._retrying('SELECT jobq.complete($1, $2, $3::jsonb) AS v',
-        [job.id, job.leaseToken, result === undefined ? null : JSON.stringify(result)])
-      outcome = r ? 'completed' : null
+      try {
+        r = await this._complete(job, json)
+        outcome = r ? 'completed' : null
+      } catch (e) {
+        if (!e.code) throw e // the server was not reached
+        // the server refused the result (too large, say): the attempt failed
+        error = new Error(`the result was refused: ${e.message}`)
+      }
+    }
+    if (error === undefined) {
+      // reported above
     } else if (error instanceof Snooze) {
       r = await this._retrying('SELECT jobq.snooze($1, $2, $3::interval) AS v',
         [job.id, job.leaseToken, interval(error.seconds)])
@@ -436,16 +459,59 @@ class Worker {
   }
 
   // Run a reporting statement, again after a connection error (3 tries);
-  // resolve to column v of its row.
-  async _retrying (text, values) {
+  // resolve to column v of its row (all rows when allRows).
+  async _retrying (text, values, allRows = false) {
     for (let i = 1; ; i++) {
       try {
         const r = await this._query(text, values)
-        return r.rows[0].v
+        return allRows ? r.rows : r.rows[0].v
       } catch (e) {
         if (i >= 3 || e.code) throw e // an SQL error is not retried
         await sleep(250 * i)
       }
+    }
+  }
+
+  // Complete a job; resolve to jobq.complete's answer.  Completions that
+  // arrive while one is on its way to the server go together in the next
+  // statement (one transaction, one round trip), so a busy worker reports
+  // many jobs per statement and an idle one sends each at once.
+  _complete (job, resultJson) {
+    return new Promise((resolve, reject) => {
+      this._completions.push({ job, resultJson, resolve, reject })
+      if (!this._flushing) this._flushCompletions()
+    })
+  }
+
+  async _flushCompletions () {
+    this._flushing = true
+    try {
+      while (this._completions.length) {
+        const batch = this._completions.splice(0, 100)
+        try {
+          const r = batch.length === 1
+            ? await this._retrying('SELECT 1 AS i, jobq.complete($1, $2, $3::jsonb) AS v',
+              [batch[0].job.id, batch[0].job.leaseToken, batch[0].resultJson], true)
+            : await this._retrying(
+              `SELECT t.i, jobq.complete(t.id, t.token, t.result) AS v
+                 FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) WITH ORDINALITY AS t(id, token, result, i)`,
+              [batch.map((c) => c.job.id), batch.map((c) => c.job.leaseToken), batch.map((c) => c.resultJson)], true)
+          const ok = new Map(r.map((row) => [Number(row.i), row.v]))
+          batch.forEach((c, i) => c.resolve(ok.get(i + 1) ?? false))
+        } catch (e) {
+          if (batch.length === 1 || !e.code) {
+            for (const c of batch) c.reject(e)
+          } else {
+            // one bad result (too large, say) must not fail the others: one by one
+            for (const c of batch) {
+              this._retrying('SELECT jobq.complete($1, $2, $3::jsonb) AS v', [c.job.id, c.job.leaseToken, c.resultJson])
+                .then(c.resolve, c.reject)
+            }
+          }
+        }
+      }
+    } finally {
+      this._flushing = false
     }
   }
 
