@@ -187,7 +187,7 @@ run_file() {
 	[ "$via" = pgbouncer ] && lib_port=$BOUNCER_PORT
 	echo "# $(basename "$file") ($via)"
 	env JOBQ_PKG="$PKG" JOBQ_VIA="$via" JOBQ_LIB_PORT="$lib_port" JOBQ_FIXTURES="$HERE" \
-		"$NODE" --test --test-reporter=tap "$file" >"$out" 2>&1
+		timeout -k 5 "${FILE_TIMEOUT:-150}" "$NODE" --test --test-reporter=tap "$file" >"$out" 2>&1
 	local rc=$?
 	# the results, and the details of failures only
 	awk '/^(not )?ok /{ bad = /^not ok/; print; next } /^# (pass|fail) /{ print; next } bad && /^ /' "$out" |

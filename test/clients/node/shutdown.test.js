@@ -12,7 +12,11 @@ const { jobq, pg, libConfig, direct, queueName, q, poll, ledgerTable, ledgerStar
 
 const producer = new jobq.Producer(new pg.Pool(libConfig))
 before(ledgerTable)
+const children = []
+const inProcess = []
 after(async () => {
+  for (const c of children) c.kill('SIGKILL') // left by a failed test
+  await Promise.all(inProcess.map((w) => w.stop({ grace: 0 })))
   await producer.db.end()
   await direct.end()
 })
@@ -23,6 +27,7 @@ function startWorker (queue, env = {}) {
     env: { ...process.env, QUEUE: queue, ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })
+  children.push(child)
   let out = ''
   child.stdout.on('data', (d) => { out += d })
   child.stderr.on('data', (d) => { out += d })
@@ -82,6 +87,7 @@ test('SIGTERM mid-batch: running jobs finish within the grace period, the rest a
       const end = await ledgerStart(job, 'second')
       await end()
     })
+  inProcess.push(w2)
   const done = w2.run()
   await poll(async () => (await q("SELECT count(*)::int AS n FROM jobq.job WHERE queue = $1 AND status <> 'completed'", [queue]))[0].n === 0,
     30000, 'all twelve completed')

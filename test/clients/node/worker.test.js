@@ -10,7 +10,10 @@ const {
 
 const producer = new jobq.Producer(new pg.Pool(libConfig))
 before(ledgerTable)
+const workers = []
 after(async () => {
+  // a failed test may leave its worker running: stop every one
+  await Promise.all(workers.map((w) => w.stop({ grace: 0 })))
   await producer.db.end()
   await direct.end()
 })
@@ -20,6 +23,7 @@ function worker (queue, opts = {}) {
   const logger = memLogger()
   const w = new jobq.Worker({ connection: libConfig, queue, logger, logLevel: 'debug', handleSignals: false, wait: 1, ...opts })
   w.lines = logger.lines
+  workers.push(w)
   return w
 }
 
