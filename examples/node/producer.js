@@ -16,6 +16,7 @@
 
 const { parseArgs } = require('util')
 const pg = require('pg')
+const { enqueue } = require('jobq')
 
 // Insert an order and enqueue its job atomically; resolve to [order id, job id].
 async function placeOrder (client, customer, amount, queue, fail = false) {
@@ -25,16 +26,14 @@ async function placeOrder (client, customer, amount, queue, fail = false) {
       'INSERT INTO example_orders (customer, amount) VALUES ($1, $2) RETURNING id',
       [customer, amount])
     const orderId = o.rows[0].id
-    const j = await client.query(
-      `SELECT job_id FROM jobq.enqueue('order.confirm', $1::jsonb, queue => $2,
-                                       idempotency_key => $3)`,
-      [JSON.stringify({ order_id: Number(orderId) }), queue, `order-${orderId}`])
+    const { jobId } = await enqueue(client, 'order.confirm', { order_id: Number(orderId) },
+      { queue, idempotencyKey: `order-${orderId}` })
     if (fail) {
       // anything going wrong before COMMIT takes the job with it
       throw new Error('payment declined (simulated)')
     }
     await client.query('COMMIT')
-    return [orderId, j.rows[0].job_id]
+    return [orderId, jobId]
   } catch (e) {
     await client.query('ROLLBACK')
     throw e

@@ -25,12 +25,13 @@
 #   * SIGTERM while a slow job runs: the worker claims nothing more, the job
 #     completes, the worker exits 0;
 #   * (direct only) a second SIGTERM abandons a running job at once: exit 1,
-#     the job is pending again with the attempt counted (Python: handed back
+#     the job is pending again with the attempt counted (Python and Node: handed back
 #     with jobq.release, no retry spent).
 #
 # Needs python3 with psycopg (Debian: python3-psycopg) and python3-yaml,
-# node and npm (npm ci installs examples/node's locked dependencies when
-# examples/node/node_modules is missing), and /usr/sbin/pgbouncer (which
+# node and npm (npm ci installs examples/node's locked dependencies, the
+# jobq library of clients/node among them, at every run), and
+# /usr/sbin/pgbouncer (which
 # refuses to run as root: run this as the server's user, as scripts/test does).
 #
 # Exits non-zero on any failure; the last line is "N passed, N failed".
@@ -140,17 +141,18 @@ for p in ${PYTHON:-} /usr/bin/python3 python3; do
 done
 check "python3 with psycopg (Debian: python3-psycopg)" test -n "$PY"
 
-# the Node example's locked dependencies
+# the Node example's locked dependencies: pg and the jobq library
+# (clients/node, installed as a copy: examples/node/.npmrc), afresh every
+# run so the library is the tree's
 NODE_OK=0
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 	got="node or npm is not installed"
-elif [ -d "$ROOT/examples/node/node_modules/pg" ] ||
-	(cd "$ROOT/examples/node" && npm ci --no-audit --no-fund --loglevel=error >"$TMP/npm.log" 2>&1); then
+elif (cd "$ROOT/examples/node" && npm ci --no-audit --no-fund --loglevel=error >"$TMP/npm.log" 2>&1); then
 	NODE_OK=1
 else
 	got="npm ci failed: $(tail -n 5 "$TMP/npm.log")"
 fi
-check "node and the locked pg package (npm ci)" test "$NODE_OK" = 1
+check "node and the locked pg and jobq packages (npm ci)" test "$NODE_OK" = 1
 
 # A pgbouncer in transaction mode on a Unix socket in $TMP, in front of the
 # server; any database name goes to the server's database of that name.
@@ -342,8 +344,8 @@ example() {
 		worker_pid=
 		got="exit status $rc; log: $(tail -n 3 "$log")"
 		check "$t: a second SIGTERM abandons the running job at once: exit 1" test "$rc" = 1
-		if [ "$lang" = python ]; then
-			# the library hands it back with jobq.release: no retry spent
+		if [ "$lang" = python ] || [ "$lang" = node ]; then
+			# the libraries hand it back with jobq.release: no retry spent
 			check "$t: the abandoned job is handed back (jobq.release): pending, no retry spent" \
 				is "SELECT status || ' ' || retry_count || ' ' ||
 				           (SELECT outcome FROM jobq.job(j.job_id) ORDER BY attempt DESC LIMIT 1)

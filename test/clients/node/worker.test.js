@@ -1,0 +1,300 @@
+'use strict'
+// The worker: dispatch by kind, the concurrency limit, blocking claims,
+// lease renewal, checkpoints, the outcomes of errors, timeouts, hooks.
+
+const { test, after, before } = require('node:test')
+const assert = require('node:assert/strict')
+const {
+  jobq, pg, libConfig, direct, queueName, q, poll, sleep, memLogger, ledgerTable, ledgerStart, maxOverlap
+} = require('./helpers')
+
+const producer = new jobq.Producer(new pg.Pool(libConfig))
+before(ledgerTable)
+const workers = []
+after(async () => {
+  // a failed test may leave its worker running: stop every one
+  await Promise.all(workers.map((w) => w.stop({ grace: 0 })))
+  await producer.db.end()
+  await direct.end()
+})
+
+// A worker on queue with a quiet logger; opts as for jobq.Worker.
+function worker (queue, opts = {}) {
+  const logger = memLogger()
+  const w = new jobq.Worker({ connection: libConfig, queue, logger, logLevel: 'debug', handleSignals: false, wait: 1, ...opts })
+  w.lines = logger.lines
+  workers.push(w)
+  return w
+}
+
+// Wait until queue has no pending or running job of the kinds given (all when none).
+function drained (queue, kinds = null, ms = 60000) {
+  return poll(async () => (await q(`SELECT count(*)::int AS n FROM jobq.job WHERE queue = $1
+                                      AND status IN ('pending', 'running') AND ($2::text[] IS NULL OR kind = ANY ($2))`,
+  [queue, kinds]))[0].n === 0, ms, `queue ${queue} drained`)
+}
+
+const statusOf = async (id) => (await q(`SELECT status, retry_count, last_error, result, checkpoint
+                                          FROM jobq.jobs WHERE job_id = $1`, [id]))[0]
+
+test('a handler registry dispatches three kinds through a pg.Pool; a kind without a handler is never claimed', async () => {
+  const queue = queueName('dispatch')
+  const pool = new pg.Pool({ ...libConfig, max: 6 })
+  const w = worker(queue, { pool, concurrency: 4 })
+    .handle('email.send', async (job) => ({ by: 'email', to: job.payload.to }))
+    .handle('image.resize', (job) => ({ by: 'image', w: job.payload.w })) // a plain function too
+    .handle('report.build', async (job) => { await sleep(20); return { by: 'report', n: job.payload.n } })
+  assert.deepEqual(w.kinds, ['email.send', 'image.resize', 'report.build'])
+  await producer.enqueueMany('email.send', [1, 2, 3, 4, 5].map((i) => ({ to: `u${i}` })), { queue })
+  await producer.enqueueMany('image.resize', [1, 2, 3].map((i) => ({ w: i })), { queue })
+  await producer.enqueueMany('report.build', [1, 2].map((n) => ({ n })), { queue })
+  const stray = await producer.enqueue('video.transcode', {}, { queue })
+  const done = w.run()
+  await drained(queue, ['email.send', 'image.resize', 'report.build'])
+  await w.stop()
+  assert.deepEqual(await done, { handedBack: 0 })
+  const rows = await q(`SELECT kind, status, result FROM jobq.jobs WHERE queue = $1 AND kind <> 'video.transcode'`, [queue])
+  assert.equal(rows.length, 10)
+  for (const r of rows) {
+    assert.equal(r.status, 'completed')
+    assert.equal(r.result.by, r.kind.split('.')[0] === 'email' ? 'email' : r.kind.startsWith('image') ? 'image' : 'report')
+  }
+  assert.deepEqual(rows.filter((r) => r.kind === 'email.send').map((r) => r.result.to).sort(), ['u1', 'u2', 'u3', 'u4', 'u5'])
+  const s = await q('SELECT status, claimed_at FROM jobq.jobs WHERE job_id = $1', [stray.jobId])
+  assert.deepEqual(s, [{ status: 'pending', claimed_at: null }])
+  assert.equal(pool.ended, false, 'a pool given is left open')
+  await pool.end()
+})
+
+test('the concurrency limit holds (ledger and claim/finish times) and is reached', async () => {
+  const queue = queueName('conc')
+  const w = worker(queue, { concurrency: 3, batch: 10 })
+    .handle('work', async (job) => {
+      const end = await ledgerStart(job)
+      await sleep(80 + (Number(job.payload.i) % 4) * 20)
+      await end()
+      return {}
+    })
+  await producer.enqueueMany('work', Array.from({ length: 24 }, (_, i) => ({ i })), { queue })
+  const done = w.run()
+  await drained(queue)
+  await w.stop()
+  await done
+  assert.equal((await q("SELECT count(*)::int AS n FROM jobq.job WHERE queue = $1 AND status = 'completed'", [queue]))[0].n, 24)
+  assert.equal(await maxOverlap(queue), 3, 'handler runs at once (ledger)')
+  // the slot is held from claim to complete: the server's own times
+  const r = await q(`SELECT max((SELECT count(*) FROM jobq.jobs b
+                                  WHERE b.queue = a.queue AND b.claimed_at <= a.claimed_at
+                                    AND b.finished_at > a.claimed_at))::int AS n
+                       FROM jobq.jobs a WHERE a.queue = $1`, [queue])
+  assert.ok(r[0].n <= 3, `at most 3 jobs between claim and finish, saw ${r[0].n}`)
+})
+
+test('an idle worker sleeps in its claim: no busy loop, and a new job is picked up at once', async () => {
+  const queue = queueName('idle')
+  const pool = new pg.Pool({ ...libConfig, max: 4 })
+  let connects = 0
+  pool.on('acquire', () => connects++)
+  let claimed = 0
+  const w = worker(queue, { pool, wait: 2, hooks: { onClaim: () => claimed++ } })
+    .handle('ping', async () => ({ pong: true }))
+  const done = w.run()
+  await sleep(3000)
+  // an empty claim without wait, then claims sleeping 2 s each
+  assert.ok(connects <= 4, `${connects} pool checkouts in 3 s idle`)
+  const t0 = Date.now()
+  const { jobId } = await producer.enqueue('ping', {}, { queue })
+  await poll(async () => (await statusOf(jobId)).status === 'completed', 10000, 'ping completed')
+  const took = Date.now() - t0
+  assert.ok(took < 1500, `picked up after ${took} ms (a claim's wait is 2 s)`)
+  assert.equal(claimed, 1)
+  await w.stop()
+  await done
+  await pool.end()
+})
+
+test('a handler slower than its lease keeps the job (renewal); without renewal the lease is reaped', async () => {
+  const queue = queueName('lease')
+  // the control: a claim with a 1 s lease and no renewal loses the job
+  await producer.enqueue('slow', {}, { queue, idempotencyKey: `${queue}-control`, maxRetries: 3 })
+  const [c] = await q("SELECT job_id, lease_token FROM jobq.claim($1, batch => 1, lease => '1 s')", [queue])
+  await poll(async () => (await statusOf(c.job_id)).status !== 'running', 20000, 'the control job reaped')
+  assert.equal((await q('SELECT jobq.complete($1, $2) AS ok', [c.job_id, c.lease_token]))[0].ok, false)
+  await q('SELECT jobq.cancel($1)', [c.job_id])
+
+  let renewals = 0
+  const w = worker(queue, { lease: 1, hooks: { onRenew: () => renewals++ } })
+    .handle('slow', async (job) => {
+      await sleep(3500)
+      return { slept: 3.5, attempt: job.attempt }
+    })
+  const { jobId } = await producer.enqueue('slow', {}, { queue, maxRetries: 3 })
+  const done = w.run()
+  await poll(async () => (await statusOf(jobId)).status === 'completed', 30000, 'the slow job completed')
+  await w.stop()
+  await done
+  const s = await statusOf(jobId)
+  assert.equal(s.retry_count, 0)
+  assert.deepEqual(s.result, { slept: 3.5, attempt: 1 })
+  assert.equal((await q('SELECT count(*)::int AS n FROM jobq.attempt WHERE job_id = $1', [jobId]))[0].n, 0,
+    'no earlier attempt (no reaped lease)')
+  assert.ok(renewals >= 5, `${renewals} renewals`)
+  assert.deepEqual(w.lines.filter((l) => /lease lost/.test(l)), [])
+})
+
+test('outcomes: Permanent to the dead letter, thrown errors retried with backoff, RetryIn, Snooze', async () => {
+  const queue = queueName('outcomes')
+  await q("SELECT jobq.configure($1, max_retries => 2, backoff_base => '50 ms', backoff_cap => '100 ms')", [queue])
+  const runs = {}
+  const w = worker(queue, { concurrency: 4 })
+    .handle('permanent', async () => { throw new jobq.Permanent('card declined') })
+    .handle('flaky', async (job) => { if (job.attempt < 3) throw new Error(`503 on attempt ${job.attempt}`); return { ok: job.attempt } })
+    .handle('broken', async () => { throw new TypeError('always') })
+    .handle('retry_in', async (job) => {
+      (runs[job.id] ??= []).push(Date.now())
+      if (job.attempt === 1) throw new jobq.RetryIn(1.5, 'rate limited until reset')
+      return { ok: job.attempt }
+    })
+    .handle('snooze', async (job) => {
+      (runs[job.id] ??= []).push(Date.now())
+      if (runs[job.id].length < 3) throw new jobq.Snooze(0.2)
+      return { runs: runs[job.id].length, retryCount: job.retryCount }
+    })
+  const ids = {}
+  for (const kind of ['permanent', 'flaky', 'broken', 'retry_in', 'snooze']) ids[kind] = (await producer.enqueue(kind, {}, { queue })).jobId
+  const done = w.run()
+  await drained(queue, null, 60000)
+  await w.stop()
+  await done
+
+  const p = await statusOf(ids.permanent)
+  assert.deepEqual([p.status, p.retry_count, p.last_error], ['failed', 0, 'Permanent: card declined'])
+  assert.equal((await q('SELECT count(*)::int AS n FROM jobq.dead_letter WHERE job_id = $1', [ids.permanent]))[0].n, 1)
+  const f = await statusOf(ids.flaky)
+  assert.deepEqual([f.status, f.retry_count, f.result], ['completed', 2, { ok: 3 }])
+  const b = await statusOf(ids.broken)
+  assert.deepEqual([b.status, b.retry_count, b.last_error], ['failed', 2, 'TypeError: always'])
+  const r = await statusOf(ids.retry_in)
+  assert.deepEqual([r.status, r.retry_count, r.result], ['completed', 1, { ok: 2 }])
+  const gap = runs[ids.retry_in][1] - runs[ids.retry_in][0]
+  assert.ok(gap >= 1300, `RetryIn(1.5) ran again after ${gap} ms`)
+  const s = await statusOf(ids.snooze)
+  assert.deepEqual([s.status, s.retry_count, s.result], ['completed', 0, { runs: 3, retryCount: 0 }])
+})
+
+test('a handler timeout aborts job.signal and fails the attempt, even when the handler ignores the signal', async () => {
+  const queue = queueName('timeout')
+  let reason = null
+  const w = worker(queue, { timeout: 0.3 })
+    .handle('polite', (job) => new Promise((resolve, reject) => {
+      const t = setTimeout(resolve, 10000)
+      job.signal.addEventListener('abort', () => { clearTimeout(t); reason = job.signal.reason; reject(job.signal.reason) })
+    }))
+    .handle('stubborn', async () => { await sleep(2000); return { late: true } }, { timeout: 0.5 })
+    .handle('quick', async () => { await sleep(600); return { ok: true } }, { timeout: 5 })
+  const a = await producer.enqueue('polite', {}, { queue, maxRetries: 0 })
+  const b = await producer.enqueue('stubborn', {}, { queue, maxRetries: 0 })
+  const c = await producer.enqueue('quick', {}, { queue, maxRetries: 0 })
+  const t0 = Date.now()
+  const done = w.run()
+  await drained(queue)
+  const took = Date.now() - t0
+  await w.stop()
+  await done
+  assert.ok(reason instanceof jobq.HandlerTimeout)
+  assert.deepEqual([(await statusOf(a.jobId)).status, (await statusOf(a.jobId)).last_error],
+    ['failed', 'HandlerTimeout: handler timed out after 0.3 s'])
+  assert.deepEqual([(await statusOf(b.jobId)).status, (await statusOf(b.jobId)).last_error],
+    ['failed', 'HandlerTimeout: handler timed out after 0.5 s'])
+  assert.ok(took < 1900, `the stubborn handler's job was failed at its timeout (${took} ms)`)
+  assert.equal((await statusOf(c.jobId)).status, 'completed')
+})
+
+test('checkpoints: a retried job resumes from the last one; a lost lease aborts the handler', async () => {
+  const queue = queueName('checkpoint')
+  await q("SELECT jobq.configure($1, max_retries => 2, backoff_base => '50 ms', backoff_cap => '50 ms')", [queue])
+  const starts = []
+  let lostReason = null
+  const w = worker(queue)
+    .handle('import', async (job) => {
+      let done = job.lastCheckpoint?.done ?? 0
+      starts.push(done)
+      while (done < 100) {
+        if (job.attempt === 1 && done === 50) throw new Error('connection reset')
+        done += 25
+        await job.checkpoint({ done })
+      }
+      return { imported: done, resumedFrom: starts[starts.length - 1] }
+    })
+    .handle('doomed', async (job) => {
+      await q('SELECT jobq.cancel($1)', [job.id]) // someone cancels it while it runs
+      try {
+        await job.checkpoint({ step: 1 })
+      } catch (e) {
+        lostReason = job.signal.reason
+        throw e
+      }
+    })
+  const imp = await producer.enqueue('import', {}, { queue })
+  const doomed = await producer.enqueue('doomed', {}, { queue })
+  const done = w.run()
+  await drained(queue)
+  await w.stop()
+  await done
+  const s = await statusOf(imp.jobId)
+  assert.deepEqual([s.status, s.retry_count, s.result, s.checkpoint],
+    ['completed', 1, { imported: 100, resumedFrom: 50 }, { done: 100 }])
+  assert.deepEqual(starts, [0, 50])
+  assert.ok(lostReason instanceof jobq.LeaseLost)
+  assert.equal((await statusOf(doomed.jobId)).status, 'cancelled')
+  assert.ok(w.lines.some((l) => /lease lost/.test(l)))
+})
+
+test('several queues share one concurrency limit; hooks see every job', async () => {
+  const qa = queueName('multi_a')
+  const qb = queueName('multi_b')
+  const finished = []
+  const w = worker(qa, { queues: [qa, qb], concurrency: 2, hooks: { onFinish: (job, outcome) => finished.push([job.queue, outcome]) } })
+    .handle('work', async (job) => {
+      const end = await ledgerStart(job, 'multi')
+      await sleep(60)
+      await end()
+    })
+  await producer.enqueueMany('work', Array.from({ length: 6 }, () => ({})), { queue: qa })
+  await producer.enqueueMany('work', Array.from({ length: 6 }, () => ({})), { queue: qb })
+  const done = w.run()
+  await drained(qa)
+  await drained(qb)
+  await w.stop()
+  await done
+  assert.equal(finished.length, 12)
+  assert.ok(finished.every(([, o]) => o === 'completed'))
+  assert.deepEqual([...new Set(finished.map(([queue]) => queue))].sort(), [qa, qb].sort())
+  const r = await q(`SELECT max((SELECT count(*) FROM node_ledger b
+                                  WHERE b.worker = 'multi' AND b.queue IN ($1, $2) AND b.started_at <= a.started_at
+                                    AND b.finished_at > a.started_at))::int AS n
+                       FROM node_ledger a WHERE a.queue IN ($1, $2)`, [qa, qb])
+  assert.ok(r[0].n <= 2, `at most 2 at once over both queues, saw ${r[0].n}`)
+})
+
+test('a result the server refuses (too large) or that is not JSON fails the attempt instead of losing the report', async () => {
+  const queue = queueName('badresult')
+  const w = worker(queue, { concurrency: 4 })
+    .handle('big', async () => ({ blob: 'x'.repeat(1100 * 1024) }))
+    .handle('bigint', async () => ({ n: 1n }))
+    .handle('fine', async () => ({ ok: true }))
+  const big = await producer.enqueue('big', {}, { queue, maxRetries: 0 })
+  const bi = await producer.enqueue('bigint', {}, { queue, maxRetries: 0 })
+  const fine = await producer.enqueueMany('fine', [{}, {}, {}], { queue })
+  const done = w.run()
+  await drained(queue, null, 20000)
+  await w.stop()
+  await done
+  const b = await statusOf(big.jobId)
+  assert.equal(b.status, 'failed')
+  assert.match(b.last_error, /^Error: the result was refused: .*result/)
+  const n = await statusOf(bi.jobId)
+  assert.equal(n.status, 'failed')
+  assert.match(n.last_error, /^Error: the result is not JSON/)
+  for (const f of fine) assert.equal((await statusOf(f.jobId)).status, 'completed')
+})
