@@ -49,7 +49,6 @@ static SPIPlanPtr plan_retry_update;
 static SPIPlanPtr plan_retry_failed_ids;
 static SPIPlanPtr plan_job_state;
 static SPIPlanPtr plan_release_running;
-static SPIPlanPtr plan_update_state;
 static SPIPlanPtr plan_update_job;
 static SPIPlanPtr plan_unready;
 static SPIPlanPtr plan_unschedule;
@@ -309,13 +308,56 @@ InterruptAtCommit(int64 job_id)
 	MemoryContextSwitchTo(old);
 }
 
+/* What cancel and update_job read of a job before they act on it. */
+typedef struct JobqJobState
+{
+	char	   *status;
+	char	   *queue;
+	int32		priority;
+	TimestampTz run_at;
+	char	   *kind;
+	char	   *concurrency_key;	/* NULL: none */
+}			JobqJobState;
+
+/*
+ * Read job_id's state, after checking that caller administers its queue;
+ * false when there is no such job.  A plain read: the caller then acts on
+ * the state it saw and looks again if the job moved meanwhile.
+ */
+static bool
+ReadJobState(int64 job_id, Oid caller, JobqJobState * st)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+
+	values[0] = Int64GetDatum(job_id);
+	jobq_spi_exec(jobq_plan(&plan_job_state,
+							"SELECT status, queue, priority, run_at, kind, concurrency_key"
+							" FROM jobq.job WHERE job_id = $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	st->status = SPI_getvalue(tup, desc, 1);
+	st->queue = SPI_getvalue(tup, desc, 2);
+	st->priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+	st->run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
+	st->kind = SPI_getvalue(tup, desc, 5);
+	st->concurrency_key = SPI_getvalue(tup, desc, 6);
+	jobq_require(caller, st->queue, JOBQ_CAP_ADMINISTER);
+	return true;
+}
+
 /* jobq.cancel(job_id) -> boolean: pending/running -> cancelled */
 Datum
 jobq_cancel(PG_FUNCTION_ARGS)
 {
 	JobqSavedUser saved;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1];
 	int64		job_id;
 	TimestampTz now = GetCurrentTimestamp();
 	bool		done = false;
@@ -325,39 +367,23 @@ jobq_cancel(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("job_id must not be null")));
 	job_id = PG_GETARG_INT64(0);
-	values[0] = Int64GetDatum(job_id);
 
 	jobq_owner_begin(&saved);
 	for (int i = 0; i < JOBQ_CANCEL_TRIES; i++)
 	{
-		HeapTuple	tup;
-		TupleDesc	desc;
-		bool		isnull;
-		char	   *status;
+		JobqJobState st;
 
-		jobq_spi_exec(jobq_plan(&plan_job_state,
-								"SELECT status, queue, priority, run_at FROM jobq.job"
-								" WHERE job_id = $1",
-								1, types),
-					  values, NULL, SPI_OK_SELECT);
-		if (SPI_processed == 0)
+		if (!ReadJobState(job_id, saved.caller, &st))
 			break;
-		tup = SPI_tuptable->vals[0];
-		desc = SPI_tuptable->tupdesc;
-		status = SPI_getvalue(tup, desc, 1);
-		jobq_require(saved.caller, SPI_getvalue(tup, desc, 2), JOBQ_CAP_ADMINISTER);
-		if (strcmp(status, "pending") == 0)
+		if (strcmp(st.status, "pending") == 0)
 		{
-			if (CancelPending(job_id, SPI_getvalue(tup, desc, 2),
-							  DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull)),
-							  DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull)),
-							  now))
+			if (CancelPending(job_id, st.queue, st.priority, st.run_at, now))
 			{
 				done = true;
 				break;
 			}
 		}
-		else if (strcmp(status, "running") == 0)
+		else if (strcmp(st.status, "running") == 0)
 		{
 			if (CancelRunning(job_id, now))
 			{
@@ -442,7 +468,6 @@ jobq_update_job(PG_FUNCTION_ARGS)
 	TIMESTAMPTZOID, BOOLOID};
 	Datum		values[7];
 	char		nulls[7] = {' ', 'n', 'n', 'n', 'n', ' ', ' '};
-	Oid			state_types[1] = {INT8OID};
 	int64		job_id;
 	bool		has_max_retries;
 	int32		max_retries;
@@ -479,38 +504,16 @@ jobq_update_job(PG_FUNCTION_ARGS)
 	jobq_owner_begin(&saved);
 	for (int i = 0; i < JOBQ_CANCEL_TRIES && !done; i++)
 	{
-		HeapTuple	tup;
-		TupleDesc	desc;
-		bool		isnull;
-		char	   *status;
-		char	   *queue;
-		char	   *kind;
-		char	   *concurrency_key;
-		int32		priority;
-		TimestampTz run_at;
+		JobqJobState st;
 		bool		pending;
+		bool		isnull;
 
-		jobq_spi_exec(jobq_plan(&plan_update_state,
-								"SELECT status, queue, priority, run_at, kind, concurrency_key"
-								" FROM jobq.job WHERE job_id = $1",
-								1, state_types),
-					  values, NULL, SPI_OK_SELECT);
-		if (SPI_processed == 0)
+		if (!ReadJobState(job_id, saved.caller, &st))
 			break;
-		tup = SPI_tuptable->vals[0];
-		desc = SPI_tuptable->tupdesc;
-		status = SPI_getvalue(tup, desc, 1);
-		queue = SPI_getvalue(tup, desc, 2);
-		priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
-		run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
-		kind = SPI_getvalue(tup, desc, 5);
-		concurrency_key = SPI_getvalue(tup, desc, 6);
-		jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
-
-		pending = strcmp(status, "pending") == 0;
-		if (!pending && strcmp(status, "failed") != 0 && strcmp(status, "cancelled") != 0)
+		pending = strcmp(st.status, "pending") == 0;
+		if (!pending && strcmp(st.status, "failed") != 0 && strcmp(st.status, "cancelled") != 0)
 			break;				/* running or completed: not changed */
-		if (pending && !TakePending(job_id, queue, priority, run_at))
+		if (pending && !TakePending(job_id, st.queue, st.priority, st.run_at))
 			continue;			/* a claim took it meanwhile: look again */
 
 		values[6] = BoolGetDatum(pending);
@@ -531,10 +534,10 @@ jobq_update_job(PG_FUNCTION_ARGS)
 			continue;			/* retried or purged meanwhile: look again */
 		}
 		if (pending)
-			jobq_requeue(job_id, queue, kind,
+			jobq_requeue(job_id, st.queue, st.kind,
 						 DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 													 SPI_tuptable->tupdesc, 1, &isnull)),
-						 concurrency_key,
+						 st.concurrency_key,
 						 DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 														   SPI_tuptable->tupdesc, 2, &isnull)),
 						 now);
