@@ -448,6 +448,9 @@ WorkerNoteNextDue(TimestampTz last_prune, TimestampTz next_fire, uint64 lease_se
 	LWLockRelease(JobqBgwLock);
 }
 
+/* An idle worker of its own looks at its database every this many naptimes. */
+#define JOBQ_IDLE_ROUNDS		10
+
 /* How long to sleep until this database's next due time (see the loop). */
 static long
 WorkerSleepMs(void)
@@ -467,8 +470,14 @@ WorkerSleepMs(void)
 	if (due == 0 || due <= now)
 		return jobq_naptime_ms;
 	TimestampDifference(now, due, &secs, &usecs);
-	/* WaitLatch takes a long of milliseconds: a day at most, then look again */
-	return Min(secs, 86400L) * 1000 + usecs / 1000 + 1;
+
+	/*
+	 * At most JOBQ_IDLE_ROUNDS naptimes: what no commit announces (handlers
+	 * restored by pg_restore, a database served while its handlers were being
+	 * made) is noticed by then.
+	 */
+	return Min(Min(secs, 86400L) * 1000 + usecs / 1000 + 1,
+			   (long) jobq_naptime_ms * JOBQ_IDLE_ROUNDS);
 }
 
 /* Entry point of a per-database worker; main_arg is the database OID. */

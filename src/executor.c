@@ -801,6 +801,9 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 	return ran;
 }
 
+/* How long a busy executor runs before it gives way to another database. */
+#define JOBQ_EXECUTOR_TURN_MS	10000
+
 /* Entry point of an executor; main_arg is the database OID, bgw_extra the slot. */
 void
 jobq_executor_main(Datum main_arg)
@@ -808,6 +811,7 @@ jobq_executor_main(Datum main_arg)
 	int			index;
 	MemoryContext round_cxt;
 	int			idle_rounds = 0;
+	TimestampTz started = GetCurrentTimestamp();
 
 	memcpy(&index, MyBgworkerEntry->bgw_extra, sizeof(int));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -847,14 +851,21 @@ jobq_executor_main(Datum main_arg)
 		}
 		else
 			idle_rounds = 0;
+
+		/*
+		 * A busy executor gives its place to another database's waiting
+		 * handler jobs after its turn (JOBQ_EXECUTOR_TURN_MS), so that no
+		 * database keeps the budget of jobq.max_workers.
+		 */
+		if (ran > 0 &&
+			TimestampDifferenceExceeds(started, GetCurrentTimestamp(), JOBQ_EXECUTOR_TURN_MS) &&
+			jobq_bgw_executor_should_leave())
+			proc_exit(0);
 		if (ran > 0)
 			continue;
 
-		/*
-		 * in the shared pool an executor with nothing to do gives its place
-		 * back
-		 */
-		if (JobqBgw != NULL && JobqBgw->pool_mode)
+		/* with nothing to do, give the place back where it is wanted */
+		if (jobq_bgw_executor_should_leave())
 			proc_exit(0);
 		/* sleep until woken, the next delayed job is due, or a second */
 		if (next_due != 0)

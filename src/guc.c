@@ -166,8 +166,9 @@ jobq_guc_init(void)
 							&jobq_executors, 2, 0, JOBQ_MAX_EXECUTORS,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.naptime",
-							"How long a jobq worker sleeps between rounds of reaping expired leases.",
-							NULL, &jobq_naptime_ms, 1000, 10, 3600 * 1000,
+							"How soon a jobq worker tries again what failed or was locked.",
+							"An idle worker sleeps until its next lease expiry, schedule fire or prune, 10 times this at most.",
+							&jobq_naptime_ms, 1000, 10, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.reap_batch",
 							"Most expired leases a jobq worker reaps in one transaction.",

@@ -271,7 +271,10 @@ jobq_bgw_executor_should_leave(void)
 
 static int	MyExecutorIndex = -1;
 
-/* An executor takes place index of its database's slot; false if taken. */
+/*
+ * An executor takes place index of its database's slot; false if taken, or
+ * if the budget of jobq.max_workers is full.
+ */
 bool
 jobq_bgw_executor_attach(int index)
 {
@@ -286,7 +289,15 @@ jobq_bgw_executor_attach(int index)
 
 		if (slot->dbid != MyDatabaseId)
 			continue;
-		if (slot->executor_pid[index] == 0)
+
+		/*
+		 * Two workers may start executors at once, each within the budget:
+		 * the one that would exceed jobq.max_workers leaves at once, and its
+		 * database waits for a place to free up.
+		 */
+		if (jobq_bgw_processes() >= jobq_max_workers)
+			slot->executors_wanted = true;
+		else if (slot->executor_pid[index] == 0)
 		{
 			ExecutorSlotClear(slot, index, MyProcPid);
 			ok = true;
