@@ -131,8 +131,8 @@ def main():
               and float(w["mean_duration_seconds"]) >= 0,
               (w, b))
         health = {r["check"]: r["status"] for r in results.get("jobq_health", [])}
-        check("jobq_health: the eight checks, each 0, 1 or 2, the breaker one not ok",
-              len(health) == 8 and set(health.values()) <= {0, 1, 2}
+        check("jobq_health: the nine checks, each 0, 1 or 2, the breaker one not ok",
+              len(health) == 9 and set(health.values()) <= {0, 1, 2}
               and health.get("circuit_breakers", 0) >= 1, health)
     finally:
         x("SELECT count(jobq.cancel(job_id)) FROM jobq.jobs WHERE queue = %s"
