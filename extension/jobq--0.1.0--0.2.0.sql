@@ -547,24 +547,10 @@ REVOKE ALL ON FUNCTION jobq.release(bigint, bigint), jobq.release_running(text, 
     jobq.update_job(bigint, jsonb, timestamptz, integer, integer), jobq.run_schedule(text)
     FROM PUBLIC;
 
--- roles granted work or administer before this release get what jobq.grant
--- gives them now
-DO $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT DISTINCT p.role, p.capability FROM jobq.permission p
-              WHERE p.capability OPERATOR(pg_catalog.=) ANY (ARRAY['work', 'administer']::text[])
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.release(bigint, bigint) TO %s', r.role);
-        IF r.capability OPERATOR(pg_catalog.=) 'administer' THEN
-            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.release_running(text, text),'
-                                      ' jobq.update_job(bigint, jsonb, timestamptz, integer, integer),'
-                                      ' jobq.run_schedule(text) TO %s', r.role);
-        END IF;
-    END LOOP;
-END
-$$;
+-- Roles granted capabilities before this release get the functions above
+-- when jobq.grant is run again for them (README, Upgrading): grants made in
+-- an extension script would become the extension's initial privileges,
+-- which pg_dump leaves out, so a restore would lose them.
 
 -- jobq.service: how the current database is served by jobq's background
 -- processes (its own worker, or the shared pool when databases outnumber
@@ -582,13 +568,3 @@ COMMENT ON VIEW jobq.service IS
     'how this database is served: own worker, shared pool or none; when last served, when next due, how long past due';
 
 REVOKE ALL ON FUNCTION jobq.service_status() FROM PUBLIC;
-DO $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT DISTINCT p.role FROM jobq.permission p LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobq.service_status() TO %s', r.role);
-        EXECUTE pg_catalog.format('GRANT SELECT ON jobq.service TO %s', r.role);
-    END LOOP;
-END
-$$;

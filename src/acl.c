@@ -204,13 +204,13 @@ static const char *const LaterFunctions[] = {
 static void
 AppendIfExists(StringInfo buf, const char *name, bool relation)
 {
-	Datum		oid;
+	bool		isnull;
 
-	if (relation)
-		oid = DirectFunctionCall1(to_regclass, CStringGetTextDatum(name));
-	else
-		oid = DirectFunctionCall1(to_regprocedure, CStringGetTextDatum(name));
-	if (OidIsValid(DatumGetObjectId(oid)))
+	jobq_spi_exec_sql(psprintf("SELECT pg_catalog.%s(%s) IS NOT NULL",
+							   relation ? "to_regclass" : "to_regprocedure",
+							   quote_literal_cstr(name)),
+					  true, SPI_OK_SELECT);
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
 		appendStringInfo(buf, ", %s", name);
 }
 

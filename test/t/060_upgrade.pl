@@ -270,6 +270,18 @@ for my $old (@released)
 		$current, "$old: now at $current");
 
 	is($node->safe_psql($db, $state_query), $before, "$old: every job, schedule and handler kept");
+
+	# roles granted before the update get the release's new functions when
+	# jobq.grant runs again (README, Upgrading)
+	is( $node->safe_psql(
+			$db, q{
+		SELECT count(jobq.grant(queue, role, capability)) > 0 FROM jobq.permission;
+		SELECT bool_and(has_function_privilege('up_app', f, 'EXECUTE'))
+		  FROM unnest(ARRAY['jobq.release(bigint,bigint)', 'jobq.release_running(text,text)',
+		                    'jobq.update_job(bigint,jsonb,timestamptz,integer,integer)',
+		                    'jobq.run_schedule(text)']) f
+		 WHERE to_regprocedure(f) IS NOT NULL}),
+		"t\nt", "$old: jobq.grant run again gives a role granted before the update the new functions");
 	is($node->safe_psql($db, q{
 		SELECT jobq.complete(job_id, lease_token, '{"after": "upgrade"}') FROM public.lease}),
 		't', "$old: a lease token from before the upgrade completes its job");

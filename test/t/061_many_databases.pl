@@ -103,7 +103,8 @@ like($node->safe_psql($dbs[-1], 'SELECT delay < interval \'1 minute\' FROM jobq.
 # second (the reaper's line per reaped job, and the test's own statements,
 # aside)
 my $log = slurp_file($node->logfile, $offset);
-my @jobq_lines = grep { /jobq/ && !/statement: |lease of job \d+ expired|parameter "jobq\./ }
+my @jobq_lines =
+  grep { /^\d{4}-\d\d-\d\d / && /jobq/ && !/statement: |lease of job \d+ expired|parameter "jobq\./ }
   split /\n/, $log;
 note "jobq log lines while serving: " . scalar(@jobq_lines);
 note $_ foreach @jobq_lines[ 0 .. ($#jobq_lines < 9 ? $#jobq_lines : 9) ];
