@@ -36,6 +36,8 @@
 #
 # Exits non-zero on any failure; the last line is "N passed, N failed".
 
+# shellcheck source=test/lib/pgbouncer.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/pgbouncer.sh"
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PSQL=${PSQL:-psql}
@@ -163,22 +165,7 @@ if [ -x "$PGBOUNCER" ]; then
 		/*) server_host=$DIRECT_HOST ;;
 		*) server_host=$DIRECT_HOST ;;
 	esac
-	cat >"$TMP/pgbouncer.ini" <<-EOF
-		[databases]
-		* = host=$server_host port=$DIRECT_PORT
-		[pgbouncer]
-		listen_addr =
-		unix_socket_dir = $TMP
-		listen_port = $BOUNCER_PORT
-		auth_type = trust
-		auth_file = $TMP/users.txt
-		pool_mode = transaction
-		default_pool_size = 10
-		max_client_conn = 100
-		ignore_startup_parameters = extra_float_digits
-		logfile = $TMP/pgbouncer.log
-		pidfile = $TMP/pgbouncer.pid
-	EOF
+	pgbouncer_ini "$TMP/pgbouncer.ini" "$server_host" "$DIRECT_PORT" "$TMP" "$BOUNCER_PORT" 10
 	printf '"%s" ""\n' "${PGUSER:-$(id -un)}" >"$TMP/users.txt"
 	"$PGBOUNCER" "$TMP/pgbouncer.ini" >/dev/null 2>&1 &
 	bouncer_pid=$!

@@ -21,6 +21,8 @@
 # TESTS=worker (a case pattern of test file names), SKIP_THROUGHPUT=1.
 # Exits non-zero on any failure; the last line is "N passed, N failed".
 
+# shellcheck source=test/lib/pgbouncer.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../lib/pgbouncer.sh"
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -146,22 +148,7 @@ fi
 BOUNCER_PORT=$(free_port)
 BOUNCER_OK=0
 if [ -x "$PGBOUNCER" ] && [ -n "$BOUNCER_PORT" ]; then
-	cat >"$TMP/pgbouncer.ini" <<-EOF
-		[databases]
-		* = host=$SOCK port=$PORT
-		[pgbouncer]
-		listen_addr =
-		unix_socket_dir = $SOCK
-		listen_port = $BOUNCER_PORT
-		auth_type = trust
-		auth_file = $TMP/users.txt
-		pool_mode = transaction
-		default_pool_size = 20
-		max_client_conn = 200
-		ignore_startup_parameters = extra_float_digits
-		logfile = $TMP/pgbouncer.log
-		pidfile = $TMP/pgbouncer.pid
-	EOF
+	pgbouncer_ini "$TMP/pgbouncer.ini" "$SOCK" "$PORT" "$SOCK" "$BOUNCER_PORT" 20
 	echo '"postgres" ""' >"$TMP/users.txt"
 	"${AS[@]}" "$PGBOUNCER" "$TMP/pgbouncer.ini" >/dev/null 2>&1 &
 	bouncer_pid=$!

@@ -15,6 +15,8 @@
 # /usr/sbin/pgbouncer.  Prints "N passed, N failed" last; exits non-zero on
 # any failure.  Cleans up its servers and scratch directory.
 
+# shellcheck source=test/lib/pgbouncer.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../lib/pgbouncer.sh"
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -93,22 +95,7 @@ export PGHOST=$TMP PGPORT=$PORT PGUSER=postgres PGDATABASE=postgres
 
 BOUNCER_PORT=$(free_port)
 if [ -x "$PGBOUNCER" ]; then
-	cat >"$TMP/pgbouncer.ini" <<-EOF
-		[databases]
-		* = host=$TMP port=$PORT
-		[pgbouncer]
-		listen_addr =
-		unix_socket_dir = $TMP
-		listen_port = $BOUNCER_PORT
-		auth_type = trust
-		auth_file = $TMP/users.txt
-		pool_mode = transaction
-		default_pool_size = 20
-		max_client_conn = 200
-		ignore_startup_parameters = extra_float_digits
-		logfile = $TMP/pgbouncer.log
-		pidfile = $TMP/pgbouncer.pid
-	EOF
+	pgbouncer_ini "$TMP/pgbouncer.ini" "$TMP" "$PORT" "$TMP" "$BOUNCER_PORT" 20
 	printf '"postgres" ""\n' >"$TMP/users.txt"
 	[ "$(id -u)" = 0 ] && chown postgres: "$TMP/pgbouncer.ini" "$TMP/users.txt"
 	if [ "$(id -u)" = 0 ]; then
