@@ -48,12 +48,18 @@ diag("chaos: $seconds s, seed $seed");
 
 my $node = PostgreSQL::Test::Cluster->new('chaos');
 $node->init;
-# PostgreSQL::Test::Cluster turns restart_after_crash off; this test needs it.
+# Stock settings: only shared_preload_libraries is added to PostgreSQL's
+# defaults, which are restated over PostgreSQL::Test::Cluster's
+# (restart_after_crash, which this test needs, fsync, jit, the process
+# limits); jobq's own are its defaults (naptime 1 s).  Only logging is
+# quieter.
 $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'jobq'
 restart_after_crash = on
-jobq.naptime = '200ms'
-max_connections = 60
+fsync = on
+jit = on
+max_worker_processes = 8
+max_connections = 100
 log_min_messages = warning
 log_statement = none
 });
