@@ -60,6 +60,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
@@ -101,6 +102,8 @@ static BackgroundWorkerHandle **launcher_handles = NULL;
 PGDLLEXPORT void jobq_launcher_main(Datum main_arg);
 
 static void LauncherEnforceExecutorLimits(TimestampTz now);
+static char *StateText(void);
+static void StateSave(char *text);
 
 /* Register the launcher (from _PG_init, when preloaded). */
 void
@@ -339,6 +342,7 @@ LauncherCycle(void)
 	int			ncand = 0;
 	bool		pool;
 	JobqCandidate *cand;
+	char	   *text;
 
 	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 	JobqBgw->launcher_cycle_at = now;
@@ -454,8 +458,122 @@ LauncherCycle(void)
 	}
 	pfree(cand);
 	LauncherEnforceExecutorLimits(now);
+	text = StateText();
+
 	LWLockRelease(JobqBgwLock);
+	StateSave(text);
 	list_free_deep(dbs);
+}
+
+/* ----------------------------------------------------------------
+ * What the launcher knows, kept across restarts
+ * ---------------------------------------------------------------- */
+
+/*
+ * The databases the launcher knows, with whether they have jobq, in the
+ * data directory (as autoprewarm keeps its block list): after a restart or
+ * a crash the launcher serves the databases with jobq at once and leaves
+ * those without it alone until jobq.database_recheck_interval (a CREATE
+ * EXTENSION jobq wakes it anyway), instead of probing every database.  A
+ * database that is new, or missing from the file, is probed as before.
+ * Written (through a temporary file and a durable rename) when what it
+ * would say changes.
+ */
+#define JOBQ_STATE_FILE		"pg_jobq.state"
+
+static char *state_written = NULL;
+
+/* The file's text for what the slots know now (JobqBgwLock held). */
+static char *
+StateText(void)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (!OidIsValid(slot->dbid))
+			continue;
+		if (slot->has_jobq)
+			appendStringInfo(&buf, "%u 1\n", slot->dbid);
+		else if (slot->no_extension_at != 0)
+			appendStringInfo(&buf, "%u 0\n", slot->dbid);
+	}
+	return buf.data;
+}
+
+/* Write text to the state file unless it says that already. */
+static void
+StateSave(char *text)
+{
+	FILE	   *f;
+
+	if (state_written != NULL && strcmp(state_written, text) == 0)
+	{
+		pfree(text);
+		return;
+	}
+	f = AllocateFile(JOBQ_STATE_FILE ".tmp", PG_BINARY_W);
+	if (f == NULL || fputs(text, f) < 0 || FreeFile(f) != 0 ||
+		durable_rename(JOBQ_STATE_FILE ".tmp", JOBQ_STATE_FILE, LOG) != 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("jobq: could not write file \"%s\": %m", JOBQ_STATE_FILE)));
+		pfree(text);
+		return;
+	}
+	if (state_written != NULL)
+		pfree(state_written);
+	state_written = MemoryContextStrdup(TopMemoryContext, text);
+	pfree(text);
+}
+
+/*
+ * Fill the empty slots from the state file (at launcher start, when shared
+ * memory is new); log what the file said.
+ */
+static void
+StateLoad(void)
+{
+	FILE	   *f;
+	unsigned int dbid;
+	int			has;
+	int			with = 0,
+				without = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int i = 0; i < JobqBgw->nslots; i++)
+		if (OidIsValid(JobqBgw->slots[i].dbid))
+			return;				/* the launcher restarted, shared memory did
+								 * not */
+	f = AllocateFile(JOBQ_STATE_FILE, PG_BINARY_R);
+	if (f == NULL)
+		return;
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	for (int i = 0; i < JobqBgw->nslots && fscanf(f, "%u %d", &dbid, &has) == 2; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		jobq_bgw_slot_reset(slot, (Oid) dbid);
+		if (has)
+		{
+			slot->has_jobq = true;
+			with++;
+		}
+		else
+		{
+			slot->no_extension_at = now;
+			without++;
+		}
+	}
+	LWLockRelease(JobqBgwLock);
+	FreeFile(f);
+	ereport(LOG,
+			(errmsg("jobq launcher: %d databases with jobq and %d without, from file \"%s\"",
+					with, without, JOBQ_STATE_FILE)));
 }
 
 /* on_shmem_exit: the launcher is gone. */
@@ -490,6 +608,7 @@ jobq_launcher_main(Datum main_arg)
 	on_shmem_exit(LauncherDetach, (Datum) 0);
 
 	ereport(LOG, (errmsg("jobq launcher started")));
+	StateLoad();
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();

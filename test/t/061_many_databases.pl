@@ -130,9 +130,16 @@ foreach my $db (@dbs)
 		                                kinds => ARRAY['crashed']);
 	});
 }
+my $crash_offset = -s $node->logfile;
 $node->stop('immediate');
 $node->start;
 my $restart = time;
+# the launcher knows from its state file where jobq is, instead of probing
+# every database again (the template is one of them)
+ok( $node->wait_for_log(
+		qr/jobq launcher: @{[ $ndb + 1 ]} databases with jobq and \d+ without, from file "pg_jobq.state"/,
+		$crash_offset),
+	'after the crash the launcher knows from pg_jobq.state which databases have jobq');
 my %after_crash;
 while (time < $restart + $bound + 5 && keys %after_crash < $ndb)
 {
