@@ -150,21 +150,31 @@ jobq_bgw_processes(void)
 	return n;
 }
 
-/* This database's slot index, cached; -1 when the launcher has none. */
+/*
+ * This database's slot index, cached; -1 when the launcher has none (a
+ * database outside jobq.databases).  Claims call this: a miss is looked up
+ * again at most once a second, not at every claim.
+ */
 static int
 MyDbSlot(void)
 {
 	static int	cached = -1;
+	static TimestampTz missed_at = 0;
+	TimestampTz now;
 
 	if (cached >= 0 && cached < JobqBgw->nslots &&
 		JobqBgw->slots[cached].dbid == MyDatabaseId)
 		return cached;
+	now = GetCurrentTimestamp();
+	if (cached < 0 && missed_at != 0 && !TimestampDifferenceExceeds(missed_at, now, 1000))
+		return -1;
 	cached = -1;
 	LWLockAcquire(JobqBgwLock, LW_SHARED);
 	for (int i = 0; i < JobqBgw->nslots; i++)
 		if (JobqBgw->slots[i].dbid == MyDatabaseId)
 			cached = i;
 	LWLockRelease(JobqBgwLock);
+	missed_at = cached < 0 ? now : 0;
 	return cached;
 }
 
