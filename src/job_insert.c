@@ -211,6 +211,14 @@ OpenTarget(JobqTarget *t, Oid relid, const JobqColumn *cols, int ncols, int n,
 	return true;
 }
 
+/*
+ * Rows written per table_multi_insert() call, as COPY buffers them.  Each
+ * slot pins the relation's tuple descriptor in the resource owner, whose
+ * lookups of one pointer held many times grow with their number: a slot per
+ * job made a batch of n jobs cost O(n^2).
+ */
+#define JOBQ_INSERT_CHUNK 1000
+
 /* The values of one new job's rows. */
 typedef struct JobqRowValues
 {
@@ -346,6 +354,7 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 	JobqTarget	set;
 	JobqRowValues v;
 	EState	   *estate;
+	int			nslots;
 	MemoryContext cxt;
 	MemoryContext old;
 
@@ -356,19 +365,20 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq insert",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
+	nslots = Min(n, JOBQ_INSERT_CHUNK);
 	if (!OpenTarget(&jobs, get_relname_relid("job", nsp), job_columns,
-					lengthof(job_columns), n, false))
+					lengthof(job_columns), nslots, false))
 	{
 		MemoryContextSwitchTo(old);
 		MemoryContextDelete(cxt);
 		return false;
 	}
 	if (ready ? !OpenTarget(&set, get_relname_relid("ready", nsp), ready_columns,
-							lengthof(ready_columns), n, false)
+							lengthof(ready_columns), nslots, false)
 		: !OpenTarget(&set, get_relname_relid("scheduled", nsp), scheduled_columns,
-					  lengthof(scheduled_columns), n, false))
+					  lengthof(scheduled_columns), nslots, false))
 	{
-		CloseTarget(&jobs, n);
+		CloseTarget(&jobs, nslots);
 		MemoryContextSwitchTo(old);
 		MemoryContextDelete(cxt);
 		return false;
@@ -388,22 +398,27 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 	v.concurrency_key = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
 	v.run_at = TimestampTzGetDatum(job->run_at);
 	v.now = TimestampTzGetDatum(now);
-	for (int i = 0; i < n; i++)
-	{
-		if (!ids_given)
-			ids[i] = nextval_internal(seq, false);
-		v.job_id = Int64GetDatum(ids[i]);
-		v.payload = payloads[i];
-		FillSlot(&jobs, jobs.slots[i], &v);
-		FillSlot(&set, set.slots[i], &v);
-	}
-
 	estate = CreateExecutorState();
-	WriteTarget(&jobs, estate, n);
-	WriteTarget(&set, estate, n);
+	for (int first = 0; first < n; first += nslots)
+	{
+		int			chunk = Min(nslots, n - first);
+
+		CHECK_FOR_INTERRUPTS();
+		for (int i = 0; i < chunk; i++)
+		{
+			if (!ids_given)
+				ids[first + i] = nextval_internal(seq, false);
+			v.job_id = Int64GetDatum(ids[first + i]);
+			v.payload = payloads[first + i];
+			FillSlot(&jobs, jobs.slots[i], &v);
+			FillSlot(&set, set.slots[i], &v);
+		}
+		WriteTarget(&jobs, estate, chunk);
+		WriteTarget(&set, estate, chunk);
+	}
 	FreeExecutorState(estate);
-	CloseTarget(&set, n);
-	CloseTarget(&jobs, n);
+	CloseTarget(&set, nslots);
+	CloseTarget(&jobs, nslots);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 	return true;
