@@ -8,7 +8,12 @@ const fs = require('fs');
 const path = require('path');
 
 const [inFile, jsonFile, mode, settingsFile, flag, mdFile] = process.argv.slice(2);
-const rows = fs.readFileSync(inFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+const allRows = fs.readFileSync(inFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+// a run on two servers (--settings=both): the numbered tables and the
+// targets are the tuned server's; the side-by-side table has both
+const passes = [...new Set(allRows.map((r) => r.settings).filter(Boolean))];
+const primary = passes.includes('tuned') ? 'tuned' : passes[0];
+const rows = allRows.filter((r) => !r.settings || r.settings === primary);
 const meta = rows.find((r) => r.kind === 'meta') || {};
 const settings = fs.existsSync(settingsFile) ? fs.readFileSync(settingsFile, 'utf8').trim().split('\n') : [];
 const outDir = path.dirname(jsonFile);
@@ -264,6 +269,72 @@ const recheck = [];
   }
 }
 
+// w: WAL per job over its life
+{
+  const w = of('wal').sort((a, b) => byOrder(a.contender, b.contender));
+  const bare = (w.find((r) => r.contender === 'bare') || {}).bytes_per_job;
+  if (w.length) {
+    tables.push({
+      id: 10, title: `10. WAL per job over its life: ${fmt(w[0].jobs)} jobs enqueued 100 per transaction, claimed 10 at a time and completed, one client after a CHECKPOINT (bytes per job, ratio to bare)`,
+      head: ['contender', 'enqueue', 'claim + complete', 'whole life'],
+      body: w.map((r) => [NAMES[r.contender], fmt(r.enqueue_bytes_per_job), fmt(r.drain_bytes_per_job), fmt(r.bytes_per_job) + rfmt(ratio(r.bytes_per_job, bare))]),
+    });
+  }
+}
+// L: one call, many jobs
+{
+  const L = of('bulk');
+  const whats = uniq(L.map((r) => r.what));
+  const LABEL = {
+    insert_select: 'bare INSERT ... SELECT', enqueue_many: 'jobq.enqueue_many',
+    enqueue_many_keys: 'jobq.enqueue_many with idempotency keys', retry_failed: 'jobq.retry_failed',
+  };
+  const body = whats.map((w) => {
+    const xs = L.filter((r) => r.what === w).sort((a, b) => a.n - b.n);
+    const lo = xs[0];
+    const hi = xs[xs.length - 1];
+    return [LABEL[w] || w, ...xs.map((r) => `${fmt(r.n)}: ${fmt(r.seconds, 3)} s (${fmt(r.us_per_job, 1)} µs/job)`),
+      xs.length > 1 ? `${(hi.us_per_job / lo.us_per_job).toFixed(2)}×` : 'n/a'];
+  });
+  if (body.length) {
+    const sizes = Math.max(...body.map((r) => r.length)) - 2;
+    tables.push({
+      id: 11, title: '11. One call, many jobs: time per job at each size (linear: the time per job does not grow)',
+      head: ['call', ...Array.from({ length: sizes }, (_, i) => `size ${i + 1}`), 'µs/job, largest vs smallest'],
+      body: body.map((r) => (r.length - 2 < sizes ? [...r.slice(0, -1), ...Array(sizes - (r.length - 2)).fill(''), r[r.length - 1]] : r)),
+    });
+  }
+}
+// the headline on each server: stock settings beside tuned ones
+{
+  const med = (xs) => { const s = xs.filter((x) => x != null).sort((a, b) => a - b); return s.length ? (s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2) : null; };
+  const on = (pass, kind) => allRows.filter((r) => r.kind === kind && r.settings === pass);
+  // the recheck's medians where the pass has them, else the single measurement
+  const drainOf = (pass, c, b) => med(on(pass, 'recheck').filter((r) => r.what === 'drain' && r.contender === c && r.batch === b).map((r) => r.jobs_per_s)) ??
+    (on(pass, 'drain').find((r) => r.contender === c && r.batch === b) || {}).jobs_per_s;
+  const enqOf = (pass, c, v) => med(on(pass, 'recheck').filter((r) => r.what === 'enqueue' && r.contender === c && r.variant === v).map((r) => r.jobs_per_s)) ??
+    (on(pass, 'enqueue').find((r) => r.contender === c && r.variant === v) || {}).jobs_per_s;
+  const walOf = (pass, c) => (on(pass, 'wal').find((r) => r.contender === c) || {}).bytes_per_job;
+  const cell = (v, ref) => (v == null || ref == null ? 'n/a' : `${(v / ref).toFixed(2)}× (${fmt(v)} / ${fmt(ref)})`);
+  const lines = [];
+  const batches = uniq(allRows.filter((r) => r.kind === 'drain' || (r.kind === 'recheck' && r.what === 'drain')).map((r) => r.batch)).sort((a, b) => a - b);
+  for (const b of batches) {
+    lines.push([`drain, claim then complete_many in the next transaction, batch ${b}`, ...passes.map((p) => cell(drainOf(p, 'jobq-2tx', b), drainOf(p, 'bare', b))), '≥ 1.0×']);
+    lines.push([`drain, claim + complete in one transaction, batch ${b}`, ...passes.map((p) => cell(drainOf(p, 'jobq', b), drainOf(p, 'bare', b))), '≥ 1.3×']);
+  }
+  lines.push(['enqueue, 1 job / tx', ...passes.map((p) => cell(enqOf(p, 'jobq', 'single'), enqOf(p, 'bare', 'single'))), '≥ 0.9×']);
+  lines.push(['enqueue, batches of 100', ...passes.map((p) => cell(enqOf(p, 'jobq', 'batch100'), enqOf(p, 'bare', 'batch100'))), '≥ 0.9×']);
+  lines.push(['enqueue with idempotency keys (vs bare 1 job / tx)', ...passes.map((p) => cell(enqOf(p, 'jobq', 'key'), enqOf(p, 'bare', 'single'))), '≥ 0.8×']);
+  lines.push(['WAL bytes per job over its life, 2 tx (lower is better)', ...passes.map((p) => cell(walOf(p, 'jobq-2tx'), walOf(p, 'bare'))), '≤ 2×']);
+  const body = lines.filter((l) => l.slice(1, -1).some((x) => x !== 'n/a'));
+  if (body.length && passes.length) {
+    tables.unshift({
+      id: 0, title: `The headline, jobq / bare on each server (${passes.map((p) => `${p}: pgbench -M ${(allRows.find((r) => r.kind === 'meta' && r.settings === p) || {}).proto || '?'}`).join('; ')}): ratio (jobq / bare jobs/s)`,
+      head: ['measure', ...passes.map((p) => `${p} settings`), 'target'], body,
+    });
+  }
+}
+
 // ------------------------------------------------------------ targets
 const targets = [];
 {
@@ -300,6 +371,23 @@ const targets = [];
   if (crit.length) {
     const mx = Math.max(...crit.map((x) => x.claim_ms));
     targets.push({ what: `critical job behind ${fmt(crit[0].backlog)}: the claim statement alone, idle queue${run2('profile_crit')}`, value: `max ${mx.toFixed(2)} ms of ${crit.length}`, met: mx <= 5 });
+  }
+  const wal = (c) => (of('wal').find((x) => x.contender === c) || {}).bytes_per_job;
+  r = ratio(wal('jobq-2tx'), wal('bare'));
+  if (r != null) targets.push({ what: 'WAL per job over its life (claim and complete_many in two transactions) ≤ 2× bare', value: `${r.toFixed(2)}× (${fmt(wal('jobq-2tx'))} / ${fmt(wal('bare'))} bytes)`, met: r <= 2 });
+  const bulk = of('bulk');
+  const largest = (w) => bulk.filter((x) => x.what === w).sort((a, b2) => b2.n - a.n)[0];
+  const smallest = (w) => bulk.filter((x) => x.what === w).sort((a, b2) => a.n - b2.n)[0];
+  if (largest('enqueue_many') && largest('insert_select')) {
+    r = ratio(largest('insert_select').seconds, largest('enqueue_many').seconds);
+    targets.push({ what: `bulk enqueue: ${fmt(largest('enqueue_many').n)} jobs in one enqueue_many ≥ 0.5× bare INSERT ... SELECT`, value: `${r.toFixed(2)}× (${largest('enqueue_many').seconds} s / ${largest('insert_select').seconds} s)`, met: r >= 0.5 });
+  }
+  for (const w of ['enqueue_many', 'enqueue_many_keys', 'retry_failed']) {
+    const hi = largest(w);
+    const lo = smallest(w);
+    if (!hi || hi === lo) continue;
+    r = hi.us_per_job / lo.us_per_job;
+    targets.push({ what: `${w} linear in its size: time per job at ${fmt(hi.n)} ≤ 1.5× at ${fmt(lo.n)}`, value: `${r.toFixed(2)}×`, met: r <= 1.5 });
   }
   const s = (B, n) => (scale.find((x) => x.contender === 'jobq' && x.backlog === B && x.clients === n) || {}).jobs_per_s;
   const backlogs = uniq(scale.map((x) => x.backlog)).sort((a, b2) => a - b2);
