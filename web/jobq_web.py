@@ -338,17 +338,18 @@ class Minutes:
     def __init__(self, pool, ttl):
         self.pool, self.ttl = pool, ttl
         self.lock = threading.Lock()
-        self.counts = {}     # (queue, minute) -> (completed, failed)
+        self.counts = {}     # minute -> {queue: (completed, failed)}
         self.since = None    # every minute from here to upto is counted
         self.upto = None     # the database's minute at the last refresh
         self.at = None       # time.monotonic() of the last refresh
 
     def count(self, db, lo, hi):
-        """Count [lo, hi) into self.counts, replacing what was there."""
-        for k in [k for k in self.counts if lo <= k[1] < hi]:
-            del self.counts[k]
-        for r in db.rows(Q_FINISHED, (lo, hi)):
-            self.counts[(r["queue"], r["m"])] = (r["completed"], r["failed"])
+        """Count the minutes [lo, hi) into self.counts, replacing what was there."""
+        rows = db.rows(Q_FINISHED, (lo, hi))
+        for m in [m for m in self.counts if lo <= m < hi]:
+            del self.counts[m]
+        for r in rows:
+            self.counts.setdefault(r["m"], {})[r["queue"]] = (r["completed"], r["failed"])
 
     def get(self, minutes):
         """Rows (queue, m, completed, failed) of the last minutes minutes."""
@@ -377,12 +378,13 @@ class Minutes:
                     if stale:
                         self.at = time.monotonic()
                 oldest = self.upto - datetime.timedelta(minutes=KEEP)
-                for k in [k for k in self.counts if k[1] < oldest]:
-                    del self.counts[k]
+                for m in [m for m in self.counts if m < oldest]:
+                    del self.counts[m]
                 self.since = max(self.since, oldest)
             start = self.upto - datetime.timedelta(minutes=minutes)
             return [{"queue": q, "m": m, "completed": c, "failed": f}
-                    for (q, m), (c, f) in self.counts.items() if m >= start]
+                    for m, row in self.counts.items() if m >= start
+                    for q, (c, f) in row.items()]
 
 
 # ---------------------------------------------------------------------------
