@@ -568,3 +568,75 @@ COMMENT ON VIEW jobq.service IS
     'how this database is served: own worker, shared pool or none; when last served, when next due, how long past due';
 
 REVOKE ALL ON FUNCTION jobq.service_status() FROM PUBLIC;
+
+/* ---------------------------------------------------------------------
+ * The dashboard issue: what a page costs on a large queue.
+ *
+ * job_failed_idx holds the failed jobs only (the dead letter): the dead
+ * letter's groups, jobq.retry_failed and the failed count of
+ * jobq.queue_stats read it instead of every kept job.  Its cost on the hot
+ * path: one index entry when a job fails for good, and nothing for the
+ * other transitions beyond testing the predicate, since every update that
+ * changes status already changes an index key (lease_expires_at or
+ * finished_at) and so is not HOT anyway.
+ * ------------------------------------------------------------------- */
+
+CREATE INDEX job_failed_idx ON jobq.job (queue, kind, job_id)
+    WHERE status OPERATOR(pg_catalog.=) 'failed';
+COMMENT ON INDEX jobq.job_failed_idx IS
+    'failed jobs (the dead letter) per queue and kind, for the dead letter, retry_failed and queue_stats';
+
+-- jobq.queue_stats counts each column where it is cheapest: pending (ready
+-- and delayed) from jobq.ready and jobq.scheduled, which hold one row per
+-- pending job with its run_at; running from the index of running leases;
+-- failed from job_failed_idx; the last hour from job_finished_idx, all per
+-- queue.  Only completed and cancelled still count every kept job, and a
+-- query that selects neither does not pay for them: the planner drops the
+-- join of a column nobody reads.
+CREATE OR REPLACE VIEW jobq.queue_stats WITH (security_barrier) AS
+SELECT q.name AS queue,
+       r.ready OPERATOR(pg_catalog.+) s.due OPERATOR(pg_catalog.+) s.later AS pending,
+       x.running,
+       COALESCE(f.completed, 0) AS completed,
+       d.failed,
+       COALESCE(f.cancelled, 0) AS cancelled,
+       pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(r.oldest, s.oldest_due) AS oldest_pending_age,
+       q.paused,
+       r.ready OPERATOR(pg_catalog.+) s.due AS ready,
+       s.later AS delayed,
+       COALESCE(h.completed, 0) AS completed_last_hour,
+       COALESCE(h.failed, 0) AS failed_last_hour,
+       q.breaker_state,
+       q.max_concurrency, q.max_per_key, q.rate_limit, q.rate_period,
+       q.breaker_threshold
+  FROM jobq.queue q
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS ready, pg_catalog.min(r.run_at) AS oldest
+                       FROM jobq.ready r
+                      WHERE r.queue OPERATOR(pg_catalog.=) q.name) r
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
+                            pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS later,
+                            pg_catalog.min(s.run_at) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
+                       FROM jobq.scheduled s
+                      WHERE s.queue OPERATOR(pg_catalog.=) q.name) s
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS running
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name AND j.lease_expires_at IS NOT NULL) x
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS failed
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.status OPERATOR(pg_catalog.=) 'failed') d
+  LEFT JOIN (SELECT j.queue,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
+               FROM jobq.job j
+              WHERE j.status OPERATOR(pg_catalog.=) ANY ('{completed,cancelled}'::text[])
+              GROUP BY j.queue) f ON f.queue OPERATOR(pg_catalog.=) q.name
+  LEFT JOIN (SELECT j.queue,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed
+               FROM jobq.job j
+              WHERE j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
+              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) q.name
+ WHERE jobq.may_use_queue(q.name);
+COMMENT ON VIEW jobq.queue_stats IS
+    'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits';

@@ -73,3 +73,33 @@ SELECT d.queue, d.kind, d.status, d.last_error,
        d.job_id = m.job_id AS is_failed_job
   FROM jobq.dead_letter d JOIN mail m ON m.n = 2;
 SELECT count(*) AS dead FROM jobq.dead_letter;
+
+-- a delayed job that has come due stays in jobq.scheduled until a claim
+-- moves it to jobq.ready: it counts as ready, and its wait as the oldest
+SELECT created FROM jobq.enqueue('late', queue => 'due', run_at => now() + interval '0.3 s');
+SELECT pg_sleep(0.4);
+SELECT count(*) AS still_in_scheduled FROM jobq.scheduled WHERE queue = 'due';
+SELECT queue, pending, ready, delayed, oldest_pending_age > interval '0' AS waits
+  FROM jobq.queue_stats WHERE queue = 'due';
+
+-- one job of each state more, then every column agrees with jobq.jobs
+SELECT jobq.cancel(job_id) AS cancelled FROM jobq.enqueue('gone', queue => 'due');
+SELECT created FROM jobq.enqueue('later', queue => 'due', run_at => now() + interval '1 day');
+SELECT s.queue,
+       s.pending = count(*) FILTER (WHERE j.status = 'pending') AS pending_ok,
+       s.ready = count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS ready_ok,
+       s.delayed = count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now()) AS delayed_ok,
+       s.oldest_pending_age IS NOT DISTINCT FROM
+           now() - min(j.run_at) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS oldest_ok,
+       s.running = count(*) FILTER (WHERE j.status = 'running') AS running_ok,
+       s.completed = count(*) FILTER (WHERE j.status = 'completed') AS completed_ok,
+       s.failed = count(*) FILTER (WHERE j.status = 'failed') AS failed_ok,
+       s.cancelled = count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled_ok,
+       s.completed_last_hour = count(*) FILTER (WHERE j.status = 'completed'
+                                                  AND j.finished_at >= now() - interval '1 hour') AS completed_last_hour_ok,
+       s.failed_last_hour = count(*) FILTER (WHERE j.status = 'failed'
+                                               AND j.finished_at >= now() - interval '1 hour') AS failed_last_hour_ok
+  FROM jobq.queue_stats s JOIN jobq.jobs j USING (queue)
+ GROUP BY s.queue, s.pending, s.ready, s.delayed, s.oldest_pending_age, s.running, s.completed,
+          s.failed, s.cancelled, s.completed_last_hour, s.failed_last_hour
+ ORDER BY s.queue;

@@ -38,6 +38,7 @@
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
@@ -382,20 +383,67 @@ jobq_may_sql(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The answers of jobq.may_use_queue, one entry per queue asked about.  They
+ * hold for one transaction, one role and one acl_generation: a view reads
+ * rows of many queues in any order, so one remembered queue would miss at
+ * nearly every row, and each miss is a query of jobq.permission.
+ */
+typedef struct MayUseEntry
+{
+	char		queue[JOBQ_MAX_NAME_LEN + 1];	/* hash key */
+	bool		may;			/* the answer */
+} MayUseEntry;
+
+/* Most queues remembered at once; past it the cache starts again empty. */
+#define JOBQ_MAY_USE_CACHE_MAX	256
+
+static HTAB *may_use_cache = NULL;
+static LocalTransactionId may_use_lxid = InvalidLocalTransactionId;
+static uint64 may_use_generation = 0;
+static Oid	may_use_role = InvalidOid;
+
+/*
+ * The cache of may_use_queue answers for role in this transaction at this
+ * acl_generation, emptied first when any of them changed or it is full.
+ */
+static HTAB *
+MayUseCache(Oid role)
+{
+	if (may_use_cache != NULL &&
+		(may_use_lxid != MyProc->lxid || may_use_generation != acl_generation ||
+		 may_use_role != role ||
+		 hash_get_num_entries(may_use_cache) >= JOBQ_MAY_USE_CACHE_MAX))
+	{
+		hash_destroy(may_use_cache);
+		may_use_cache = NULL;
+	}
+	if (may_use_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = JOBQ_MAX_NAME_LEN + 1;
+		ctl.entrysize = sizeof(MayUseEntry);
+		may_use_cache = hash_create("jobq may_use_queue answers", 16, &ctl,
+									HASH_ELEM | HASH_STRINGS);
+		may_use_lxid = MyProc->lxid;
+		may_use_generation = acl_generation;
+		may_use_role = role;
+	}
+	return may_use_cache;
+}
+
+/*
  * jobq.may_use_queue(queue) -> may the current role see this queue's jobs
- * (does it hold any capability on it)?  Used by the views; cached per
- * transaction for the last queue asked about.
+ * (does it hold any capability on it)?  Used by the views, for every row
+ * they read; the answers are cached per transaction (MayUseCache).
  */
 Datum
 jobq_may_use_queue(PG_FUNCTION_ARGS)
 {
-	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
-	static uint64 cached_generation = 0;
-	static Oid	cached_role = InvalidOid;
-	static char cached_queue[JOBQ_MAX_NAME_LEN + 1];
-	static bool cached_answer = false;
 	char	   *queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	Oid			role = AskingRole();
+	HTAB	   *cache;
+	MayUseEntry *entry;
 	JobqSavedUser saved;
 	bool		may;
 
@@ -406,18 +454,24 @@ jobq_may_use_queue(PG_FUNCTION_ARGS)
 		RegisterSubXactCallback(AclSubXactCallback, NULL);
 		acl_callback_registered = true;
 	}
-	if (cached_lxid == MyProc->lxid && cached_generation == acl_generation &&
-		cached_role == role && strcmp(cached_queue, queue) == 0)
-		PG_RETURN_BOOL(cached_answer);
+	/* a name too long for a key (no queue has one) is asked every time */
+	cache = strlen(queue) <= JOBQ_MAX_NAME_LEN ? MayUseCache(role) : NULL;
+	if (cache != NULL)
+	{
+		entry = hash_search(cache, queue, HASH_FIND, NULL);
+		if (entry != NULL)
+			PG_RETURN_BOOL(entry->may);
+	}
 
 	jobq_owner_begin(&saved);
 	may = jobq_may(role, queue, JOBQ_CAP_ENQUEUE) || jobq_may(role, queue, JOBQ_CAP_WORK);
 	jobq_owner_end(&saved);
 
-	cached_lxid = MyProc->lxid;
-	cached_generation = acl_generation;
-	cached_role = role;
-	strlcpy(cached_queue, queue, sizeof(cached_queue));
-	cached_answer = may;
+	/* keep the answer only if asking it changed none of what it holds for */
+	if (cache != NULL && may_use_cache == cache && may_use_generation == acl_generation)
+	{
+		entry = hash_search(cache, queue, HASH_ENTER, NULL);
+		entry->may = may;
+	}
 	PG_RETURN_BOOL(may);
 }

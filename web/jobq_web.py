@@ -47,9 +47,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC = os.path.join(HERE, "static")
 PAGE_SIZE = 50
 LIVE_TTL = 4.0          # seconds the live (indexed) answers are reused
-STATS_TTL = 30.0        # seconds jobq.queue_stats (a scan of every job) is reused
-DAY_TTL = 300.0         # seconds the day's chart (a scan of the day's jobs) is reused
+STATS_TTL = 30.0        # seconds jobq.queue_stats (counts of pending and dead jobs) is reused
 GROUPS_TTL = 60.0       # seconds the dead letter's groups (every failed job) are reused
+REREAD = 2              # minutes of the chart counted again at every refresh (late commits)
+KEEP = 1440             # minutes of the chart kept (the day)
 LIVE_INTERVAL = 5000    # ms between a page's refreshes (static/jobq.js)
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -190,9 +191,11 @@ class Db:
 # The overview's live refresh (every LIVE_INTERVAL, shared by every viewer
 # for LIVE_TTL): three statements, each bounded by something other than the
 # number of jobs kept: the queues, the running jobs (the partial index on
-# lease_expires_at), the jobs finished in the last hour (the index on
-# finished_at).  The other numbers come from jobq.queue_stats, which counts
-# every kept job; it is reused for STATS_TTL.
+# lease_expires_at), the jobs finished in the last few minutes (the index on
+# finished_at; class Minutes keeps the minutes counted before).  The other
+# numbers come from the columns of jobq.queue_stats that count through
+# indexes (pending from jobq.ready and jobq.scheduled, dead from the index
+# of failed jobs), reused for STATS_TTL.
 Q_QUEUES = """
 SELECT q.queue, q.paused, q.breaker_state FROM jobq.queues q ORDER BY q.queue"""
 
@@ -200,16 +203,19 @@ Q_RUNNING = """
 SELECT j.queue, pg_catalog.count(*) AS running
   FROM jobq.jobs j WHERE j.lease_expires_at IS NOT NULL GROUP BY j.queue"""
 
+Q_MINUTE = "SELECT pg_catalog.date_trunc('minute', pg_catalog.now())"
+
 Q_FINISHED = """
 SELECT j.queue, pg_catalog.date_trunc('minute', j.finished_at) AS m,
        pg_catalog.count(*) FILTER (WHERE j.status = 'completed') AS completed,
        pg_catalog.count(*) FILTER (WHERE j.status = 'failed') AS failed
   FROM jobq.jobs j
- WHERE j.finished_at >= pg_catalog.date_trunc('minute', pg_catalog.now()) - '{minutes} minutes'::interval
+ WHERE j.finished_at >= %s::timestamptz AND j.finished_at < %s::timestamptz
  GROUP BY 1, 2"""
 
+# no completed or cancelled column: those would count every kept job
 Q_STATS = """
-SELECT s.queue, s.ready, s.delayed, s.failed, s.cancelled, s.oldest_pending_age
+SELECT s.queue, s.ready, s.delayed, s.failed, s.oldest_pending_age
   FROM jobq.queue_stats s"""
 
 Q_DEAD_GROUPS = """
@@ -218,6 +224,7 @@ SELECT d.queue, d.kind,
        pg_catalog.count(*) AS jobs, pg_catalog.max(d.finished_at) AS newest,
        pg_catalog.max(d.job_id) AS newest_job
   FROM jobq.dead_letter d
+ WHERE d.queue = ANY (%s::text[])
  GROUP BY 1, 2, 3 ORDER BY jobs DESC, newest DESC LIMIT 100"""
 
 
@@ -287,10 +294,13 @@ def keyset_page(db, select, where, args, before, limit=PAGE_SIZE, select_args=()
 
 
 class Cached:
-    """A query's answer, reused for ttl seconds by every request."""
+    """A query's answer, reused for ttl seconds by every request.
 
-    def __init__(self, pool, sql, ttl):
-        self.pool, self.sql, self.ttl = pool, sql, ttl
+    params, when given, is called for the query's parameters at each run.
+    """
+
+    def __init__(self, pool, sql, ttl, params=None):
+        self.pool, self.sql, self.ttl, self.params = pool, sql, ttl, params
         self.lock = threading.Lock()
         self.at = None
         self.rows = []
@@ -298,8 +308,9 @@ class Cached:
     def get(self):
         with self.lock:
             if self.at is None or time.monotonic() - self.at > self.ttl:
+                args = self.params() if self.params else ()
                 with Db(self.pool) as db:
-                    self.rows = db.rows(self.sql)
+                    self.rows = db.rows(self.sql, args)
                 self.at = time.monotonic()
                 self.when = datetime.datetime.now(datetime.timezone.utc)
             return self.rows
@@ -307,6 +318,73 @@ class Cached:
     def forget(self):
         with self.lock:
             self.at = None
+
+
+class Minutes:
+    """Jobs completed and failed per queue and minute, each minute counted once.
+
+    The process keeps the minutes it has counted, up to a day.  A refresh
+    (at most every ttl seconds) counts again only the minutes since the
+    last one, from REREAD minutes before it: a job's finish time is set
+    before its transaction commits, so the last minutes can still grow.  A
+    range asked for the first time (the hour at start, the day when its
+    chart is first shown) counts its older minutes once.  So a refresh
+    reads the jobs finished in the last few minutes, and only a process's
+    first day chart reads the day's jobs.  Kept minutes do not change:
+    a job whose finishing transaction commits more than REREAD minutes
+    late, or one pruned or retried later, is counted as it was seen.
+    """
+
+    def __init__(self, pool, ttl):
+        self.pool, self.ttl = pool, ttl
+        self.lock = threading.Lock()
+        self.counts = {}     # minute -> {queue: (completed, failed)}
+        self.since = None    # every minute from here to upto is counted
+        self.upto = None     # the database's minute at the last refresh
+        self.at = None       # time.monotonic() of the last refresh
+
+    def count(self, db, lo, hi):
+        """Count the minutes [lo, hi) into self.counts, replacing what was there."""
+        rows = db.rows(Q_FINISHED, (lo, hi))
+        for m in [m for m in self.counts if lo <= m < hi]:
+            del self.counts[m]
+        for r in rows:
+            self.counts.setdefault(r["m"], {})[r["queue"]] = (r["completed"], r["failed"])
+
+    def get(self, minutes):
+        """Rows (queue, m, completed, failed) of the last minutes minutes."""
+        with self.lock:
+            stale = self.at is None or time.monotonic() - self.at > self.ttl
+            older = self.since is None or self.since > self.upto - datetime.timedelta(minutes=minutes)
+            if stale or older:
+                with Db(self.pool) as db:
+                    now = db.value(Q_MINUTE)
+                    # the minutes to count up to: now, or the last refresh's
+                    base = now if stale or self.upto is None else self.upto
+                    start = base - datetime.timedelta(minutes=minutes)
+                    end = now + datetime.timedelta(days=3650)
+                    if self.since is None:
+                        self.count(db, start, end)
+                        self.since = start
+                    else:
+                        if start < self.since:
+                            self.count(db, start, self.since)
+                            self.since = start
+                        if stale:
+                            lo = max(self.upto - datetime.timedelta(minutes=REREAD),
+                                     now - datetime.timedelta(minutes=KEEP))
+                            self.count(db, lo, end)
+                    self.upto = base
+                    if stale:
+                        self.at = time.monotonic()
+                oldest = self.upto - datetime.timedelta(minutes=KEEP)
+                for m in [m for m in self.counts if m < oldest]:
+                    del self.counts[m]
+                self.since = max(self.since, oldest)
+            start = self.upto - datetime.timedelta(minutes=minutes)
+            return [{"queue": q, "m": m, "completed": c, "failed": f}
+                    for m, row in self.counts.items() if m >= start
+                    for q, (c, f) in row.items()]
 
 
 # ---------------------------------------------------------------------------
@@ -472,10 +550,12 @@ class App:
         self.pool = Pool()
         self.queues = Cached(self.pool, Q_QUEUES, LIVE_TTL)
         self.running = Cached(self.pool, Q_RUNNING, LIVE_TTL)
-        self.hour = Cached(self.pool, Q_FINISHED.format(minutes=60), LIVE_TTL)
-        self.day = Cached(self.pool, Q_FINISHED.format(minutes=1440), DAY_TTL)
+        self.minutes = Minutes(self.pool, LIVE_TTL)
         self.stats = Cached(self.pool, Q_STATS, STATS_TTL)
-        self.dead_groups = Cached(self.pool, Q_DEAD_GROUPS, GROUPS_TTL)
+        # the queues the role sees, so that the groups read only their part
+        # of the index of failed jobs, not every failed job to filter it
+        self.dead_groups = Cached(self.pool, Q_DEAD_GROUPS, GROUPS_TTL,
+                                  lambda: ([q["queue"] for q in self.queues.get()],))
         self.sessions = Sessions()
         self.hosts = set()
         with Db(self.pool) as db:
@@ -740,7 +820,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         running = {r["queue"]: r["running"] for r in self.app.running.get()}
         done, bad = {}, {}
         cut = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
-        for r in self.app.hour.get():
+        for r in self.app.minutes.get(60):
             if r["m"] >= cut.replace(second=0, microsecond=0):
                 done[r["queue"]] = done.get(r["queue"], 0) + r["completed"]
                 bad[r["queue"]] = bad.get(r["queue"], 0) + r["failed"]
@@ -792,8 +872,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                       rows, "queues")
                 + f'<p class="note">Pending is ready + delayed. Running, completed, failed, paused '
                   f'and breaker refresh every {LIVE_INTERVAL // 1000} s; ready, delayed, dead and the '
-                  f'oldest wait count every kept job and refresh every {int(STATS_TTL)} s (counted at '
-                  f'<span data-f="counted_at">{e(counted)}</span> UTC).</p>'
+                  f'oldest wait count every pending and dead job and refresh every {int(STATS_TTL)} s '
+                  f'(counted at <span data-f="counted_at">{e(counted)}</span> UTC).</p>'
                 + f'<h2>Completed and failed per minute, last {rng}</h2>'
                   f'<p><img class="chart" data-live-src="/chart.svg?range={rng}" '
                   f'src="/chart.svg?range={rng}" alt="completed and failed per minute, last {rng}"></p>'
@@ -808,8 +888,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         day = params.get("range") == "day"
         minutes = 1440 if day else 60
         queue = params.get("queue")
-        pts = [r for r in (self.app.day if day else self.app.hour).get()
-               if not queue or r["queue"] == queue]
+        pts = [r for r in self.app.minutes.get(minutes) if not queue or r["queue"] == queue]
         title = "completed and failed per minute, last " + ("day" if day else "hour")
         if queue:
             title += ", queue " + queue

@@ -13,6 +13,7 @@
 --   priv_star       work on '*'
 --   priv_staradmin  administer on '*'
 --   priv_target, priv_target2   what the admins grant and revoke
+--   priv_many       work on 100 of 300 queues
 -- Queues q1 and q2; none of the three q1 roles has any right on q2.
 --
 -- The matrix below calls every function of the API as each of the three
@@ -28,7 +29,7 @@
 -- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
-SELECT plan(418);
+SELECT plan(422);
 
 SET LOCAL client_min_messages = warning;
 
@@ -389,6 +390,8 @@ SELECT NULL FROM jobq.enqueue('revoke.q1.claim', '{}', 'q1');
 SET LOCAL ROLE priv_worker;
 SELECT ok((SELECT count(*) FROM jobq.jobs WHERE queue = 'q1') > 0, 'worker sees q1''s jobs before the revoke');
 SELECT is(jobq.may_use_queue('q1'), true, 'jobq.may_use_queue(q1) is true for worker before the revoke');
+SELECT is((SELECT count(*) FROM jobq.jobs WHERE queue <> 'q1'), 0::bigint,
+          'worker sees no job of another queue (answers for q1 and q2 now cached)');
 RESET ROLE;
 SELECT is(jobq.revoke('q1', 'priv_worker', 'work'), true, 'jobq.revoke of a held capability returns true');
 SELECT is(jobq.revoke('q1', 'priv_worker', 'work'), false, 'jobq.revoke of a capability not held returns false');
@@ -399,9 +402,11 @@ SELECT pg_temp.try('priv_worker', $$SELECT jobq.complete(job_id, lease_token) FR
 SELECT is((SELECT status FROM jobq.job WHERE job_id = (SELECT job_id FROM tok WHERE label = 'revoke.q1.complete')),
           'running', 'the denied complete left the job running');
 SET LOCAL ROLE priv_worker;
--- (the views call jobq.may_use_queue; which rows see the stale answer
--- depends on the queue it was asked about last)
+-- (the views call jobq.may_use_queue, which caches an answer per queue
+-- for the transaction: the revoke must empty that cache)
 SELECT is(jobq.may_use_queue('q1'), false, 'after the revoke: jobq.may_use_queue(q1) is false for worker (same transaction)');
+SELECT is((SELECT count(*) FROM jobq.jobs), 0::bigint,
+          'after the revoke: worker sees no job of any queue in jobq.jobs (same transaction)');
 SELECT is((SELECT count(*) FROM jobq.jobs WHERE queue = 'q1'), 0::bigint,
           'after the revoke: worker sees no q1 jobs in jobq.jobs (same transaction)');
 SELECT is((SELECT count(*) FROM jobq.queues WHERE queue = 'q1'), 0::bigint,
@@ -410,6 +415,22 @@ RESET ROLE;
 SELECT is(jobq.revoke('*', 'priv_star', 'work'), true, 'jobq.revoke on * returns true');
 SELECT pg_temp.try('priv_star', $$SELECT count(*) >= 0 FROM jobq.claim('q2')$$,
                    false, true, 'after the revoke on *: jobq.claim on q2 is denied (42501)');
+
+--
+-- more queues than jobq.may_use_queue remembers (256): one job in each of
+-- 300 queues, work on every third; a view reading them all, twice in one
+-- transaction, sees exactly those
+--
+CREATE ROLE priv_many;
+SELECT count(*) FROM generate_series(1, 300) i, LATERAL jobq.enqueue('many', '{}', 'many.' || i) \gset
+SELECT count(*) FROM generate_series(3, 300, 3) i, LATERAL jobq.grant('many.' || i, 'priv_many', 'work') \gset
+SET LOCAL ROLE priv_many;
+SELECT is((SELECT count(*) FROM jobq.jobs WHERE queue LIKE 'many.%'), 100::bigint,
+          'a role with work on 100 of 300 queues sees their 100 jobs');
+SELECT is((SELECT pg_catalog.array_agg(DISTINCT pg_catalog.substr(queue, 6)::int) FROM jobq.jobs WHERE queue LIKE 'many.%'),
+          (SELECT pg_catalog.array_agg(i ORDER BY i) FROM generate_series(3, 300, 3) i),
+          'and exactly those queues, asked again in the same transaction');
+RESET ROLE;
 
 --
 -- a role with no grant: 42501 on everything, views included

@@ -652,10 +652,18 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     sel = "document.querySelector('[data-q=reports][data-f=running]').textContent"
     before = b.js(sel)
     db.execute("SELECT jobq.enqueue('report.live', '{}', queue => 'reports')")
-    db.execute("SELECT jobq.claim('reports', worker_id => 'w-live', kinds => ARRAY['report.live'])")
+    live = db.execute("SELECT job_id, lease_token FROM jobq.claim('reports', worker_id => 'w-live',"
+                      " kinds => ARRAY['report.live'])").fetchone()
     want = str(int(before) + 1)
     got = wait_for(lambda: b.js(sel) == want, 40, 0.5)
     check("live: the overview's counts refresh without a reload", got, (before, b.js(sel)))
+    # completed in the last hour: the minutes counted again at each refresh
+    sel = "document.querySelector('[data-q=reports][data-f=completed_last_hour]').textContent"
+    before = b.js(sel)
+    db.execute("SELECT jobq.complete(%s, %s)", live)
+    want = str(int(before) + 1)
+    got = wait_for(lambda: b.js(sel) == want, 40, 0.5)
+    check("live: a job completed since the page loaded counts in completed 1h", got, (before, b.js(sel)))
 
     # read-only
     b.goto(ro.url + "/dead")
