@@ -44,6 +44,9 @@ int			jobq_max_database_schedules = 100000;
 /* jobq.max_batch: most jobs one claim or complete_many may handle */
 int			jobq_max_batch = 1000;
 
+/* jobq.async_claim: a transaction that only claimed commits asynchronously (queue_claim.c) */
+bool		jobq_async_claim = true;
+
 /* jobq.idempotency_retention: how long a key stays reserved after its job finished (s) */
 int			jobq_idempotency_retention = 7 * 24 * 3600;
 
@@ -132,6 +135,13 @@ jobq_guc_init(void)
 							1000, 1, 100000,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("jobq.async_claim",
+							 "Let a transaction that did nothing but claim jobs commit without waiting for its WAL flush.",
+							 "A claim lost in a crash is a lease that expired at once: the job is pending again and the lost lease's token is refused.",
+							 &jobq_async_claim,
+							 true,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.idempotency_retention",
 							"How long an idempotency key stays reserved after its job finished, even if the job is pruned earlier.",
 							"-1 keeps keys for ever.",

@@ -18,6 +18,7 @@ extern int	jobq_max_cron_length;
 extern int	jobq_max_schedules;
 extern int	jobq_max_database_schedules;
 extern int	jobq_max_batch;
+extern bool jobq_async_claim;
 extern int	jobq_idempotency_retention;
 extern int	jobq_misfire_grace_s;
 extern int	jobq_misfire_max_fires;

@@ -13,8 +13,10 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
 #include "utils/resowner.h"
 #include "pgstat.h"
 #include "catalog/namespace.h"
@@ -30,6 +32,7 @@
 #include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "acl.h"
@@ -468,6 +471,70 @@ ClaimAttempt(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	return n;
 }
 
+/* ----------------------------------------------------------------
+ * Claim-only transactions commit asynchronously (jobq.async_claim)
+ *
+ * A worker's claim usually is a transaction of its own, and its commit
+ * waits for a WAL flush that protects nothing jobq needs: a claim lost in a
+ * crash is a lease that expired at once.  The job is pending again with the
+ * attempt count it had, and the lost lease's token is refused by complete,
+ * fail, extend and checkpoint, as the token of a claim that rolled back
+ * is.  Any commit after it (a completion, an enqueue) flushes the WAL up to
+ * itself, the claim's included.
+ *
+ * So the commit of a transaction whose WAL is the claims' alone is made
+ * asynchronous (synchronous_commit = off for that commit).  "Alone" is
+ * judged by XactLastRecEnd, the end of the last WAL record this backend
+ * wrote in the transaction: it must be nothing (0) when the first claim of
+ * the transaction begins, must not have moved between one claim's end and
+ * the next one's start, and must still be where the last claim left it at
+ * commit.  Anything else written in the transaction, before, between or
+ * after the claims, keeps the commit synchronous.
+ * ---------------------------------------------------------------- */
+
+static LocalTransactionId claim_lxid = InvalidLocalTransactionId;
+static bool claim_only;			/* only claims wrote WAL in claim_lxid */
+static XLogRecPtr claim_end;	/* XactLastRecEnd at the last claim's end */
+static bool claim_callback_registered = false;
+
+static void
+ClaimOnlyXactCallback(XactEvent event, void *arg)
+{
+	if (event != XACT_EVENT_PRE_COMMIT || claim_lxid != MyProc->lxid)
+		return;
+	claim_lxid = InvalidLocalTransactionId;
+	if (jobq_async_claim && claim_only && claim_end != InvalidXLogRecPtr &&
+		XactLastRecEnd == claim_end)
+		(void) set_config_option("synchronous_commit", "off", PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/* A claim is about to write. */
+static void
+ClaimBegins(void)
+{
+	if (!claim_callback_registered)
+	{
+		RegisterXactCallback(ClaimOnlyXactCallback, NULL);
+		claim_callback_registered = true;
+	}
+	if (claim_lxid != MyProc->lxid)
+	{
+		claim_lxid = MyProc->lxid;
+		claim_only = XactLastRecEnd == InvalidXLogRecPtr;
+		claim_end = XactLastRecEnd;
+	}
+	else if (XactLastRecEnd != claim_end)
+		claim_only = false;
+}
+
+/* A claim wrote what it had to (or nothing). */
+static void
+ClaimEnds(void)
+{
+	claim_end = XactLastRecEnd;
+}
+
 /*
  * jobq.claim(queue, worker_id, batch, lease, kinds, wait) -> claimed jobs
  *
@@ -531,9 +598,11 @@ jobq_claim(PG_FUNCTION_ARGS)
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, args.queue, JOBQ_CAP_WORK);
 
+	ClaimBegins();
 	if (wait_us == 0)
 	{
 		ClaimOnce(&args, rsinfo, &promoted);
+		ClaimEnds();
 		jobq_owner_end(&saved);
 		return (Datum) 0;
 	}
@@ -587,6 +656,7 @@ jobq_claim(PG_FUNCTION_ARGS)
 	}
 	if (cv)
 		ConditionVariableCancelSleep();
+	ClaimEnds();
 	jobq_owner_end(&saved);
 	return (Datum) 0;
 }
