@@ -500,8 +500,15 @@ static bool claim_callback_registered = false;
 static void
 ClaimOnlyXactCallback(XactEvent event, void *arg)
 {
-	if (event != XACT_EVENT_PRE_COMMIT || claim_lxid != MyProc->lxid)
+	if (claim_lxid != MyProc->lxid)
 		return;
+	if (event != XACT_EVENT_PRE_COMMIT)
+	{
+		/* a transaction that ends otherwise forgets its claims too */
+		if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PRE_PREPARE)
+			claim_lxid = InvalidLocalTransactionId;
+		return;
+	}
 	claim_lxid = InvalidLocalTransactionId;
 	if (jobq_async_claim && claim_only && claim_end != InvalidXLogRecPtr &&
 		XactLastRecEnd == claim_end)
