@@ -514,6 +514,23 @@ jobq_worker_main(Datum main_arg)
 		LWLockRelease(JobqBgwLock);
 		proc_exit(0);
 	}
+
+	/*
+	 * A database the launcher did not know to have jobq (CREATE EXTENSION
+	 * just ran): say so now and wake the launcher, which keeps it in its
+	 * state file at once.  Told only at the end of the first round, a crash
+	 * in between found the file saying "without" and the database waited for
+	 * jobq.database_recheck_interval.
+	 */
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	if (!JobqBgw->slots[MySlot].has_jobq)
+	{
+		JobqBgw->slots[MySlot].has_jobq = true;
+		JobqBgw->slots[MySlot].no_extension_at = 0;
+		if (JobqBgw->launcher_latch)
+			SetLatch(JobqBgw->launcher_latch);
+	}
+	LWLockRelease(JobqBgwLock);
 	if (!one_pass)
 	{
 		WorkerBeginStep("jobq: starting");

@@ -113,8 +113,14 @@ sub check_after_crash
 		SELECT count(*) FROM jobq.job WHERE kind = '$round-uncommitted'}),
 		'0', "$round: the job enqueued in the open transaction is gone");
 
+	my $t0 = Time::HiRes::time();
 	my $new_worker = worker_pid();
 	isnt($new_worker, $old_worker, "$round: a new jobq worker runs");
+	# the launcher's state file knows the database has jobq: served at once
+	# (told by a file that said "without", it waited for
+	# jobq.database_recheck_interval, 60 s)
+	cmp_ok(Time::HiRes::time() - $t0, '<', 30,
+		"$round: the new worker came without waiting for the recheck interval");
 	is( $node->safe_psql(
 			'postgres', q{
 		SELECT backend_type, datname FROM pg_stat_activity
