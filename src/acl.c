@@ -130,6 +130,7 @@ jobq_may(Oid role, const char *queue, JobqCapability cap)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
+	bool		may = false;
 
 	if (AllPowerful(role))
 		return true;
@@ -139,19 +140,20 @@ jobq_may(Oid role, const char *queue, JobqCapability cap)
 									" WHERE queue = $1 OR queue = '*'",
 									1, types),
 				  values, NULL, SPI_OK_SELECT);
-	for (uint64 i = 0; i < SPI_processed; i++)
+	for (uint64 i = 0; i < SPI_processed && !may; i++)
 	{
 		bool		isnull;
 		Oid			holder = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
 															SPI_tuptable->tupdesc, 1, &isnull));
 		char	   *held = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 
-		if (!has_privs_of_role(role, holder))
-			continue;
-		if (strcmp(held, "administer") == 0 || strcmp(held, capability_names[cap]) == 0)
-			return true;
+		may = has_privs_of_role(role, holder) &&
+			(strcmp(held, "administer") == 0 || strcmp(held, capability_names[cap]) == 0);
+		pfree(held);
 	}
-	return false;
+	/* a caller that asks once per job (retry_failed) must not keep them all */
+	SPI_freetuptable(SPI_tuptable);
+	return may;
 }
 
 /* Error out unless role holds capability cap on queue (SPI connected). */
@@ -384,9 +386,12 @@ jobq_may_sql(PG_FUNCTION_ARGS)
 
 /*
  * The answers of jobq.may_use_queue, one entry per queue asked about.  They
- * hold for one transaction, one role and one acl_generation: a view reads
- * rows of many queues in any order, so one remembered queue would miss at
- * nearly every row, and each miss is a query of jobq.permission.
+ * hold for one statement (of one transaction), one role and one
+ * acl_generation: a view reads rows of many queues in any order, so one
+ * remembered queue would miss at nearly every row, and each miss is a query
+ * of jobq.permission.  Not for longer: a revoke that another session
+ * commits is seen by the next statement, as a READ COMMITTED snapshot sees
+ * it, and a transaction held open does not keep a revoked queue visible.
  */
 typedef struct MayUseEntry
 {
@@ -399,18 +404,21 @@ typedef struct MayUseEntry
 
 static HTAB *may_use_cache = NULL;
 static LocalTransactionId may_use_lxid = InvalidLocalTransactionId;
+static TimestampTz may_use_statement = 0;
 static uint64 may_use_generation = 0;
 static Oid	may_use_role = InvalidOid;
 
 /*
- * The cache of may_use_queue answers for role in this transaction at this
+ * The cache of may_use_queue answers for role in this statement at this
  * acl_generation, emptied first when any of them changed or it is full.
  */
 static HTAB *
 MayUseCache(Oid role)
 {
 	if (may_use_cache != NULL &&
-		(may_use_lxid != MyProc->lxid || may_use_generation != acl_generation ||
+		(may_use_lxid != MyProc->lxid ||
+		 may_use_statement != GetCurrentStatementStartTimestamp() ||
+		 may_use_generation != acl_generation ||
 		 may_use_role != role ||
 		 hash_get_num_entries(may_use_cache) >= JOBQ_MAY_USE_CACHE_MAX))
 	{
@@ -426,6 +434,7 @@ MayUseCache(Oid role)
 		may_use_cache = hash_create("jobq may_use_queue answers", 16, &ctl,
 									HASH_ELEM | HASH_STRINGS);
 		may_use_lxid = MyProc->lxid;
+		may_use_statement = GetCurrentStatementStartTimestamp();
 		may_use_generation = acl_generation;
 		may_use_role = role;
 	}

@@ -510,8 +510,16 @@ ClaimOnlyXactCallback(XactEvent event, void *arg)
 		return;
 	}
 	claim_lxid = InvalidLocalTransactionId;
+
+	/*
+	 * Not in a background worker: an executor runs its handler right after
+	 * its claim, and a handler that crashes the server would lose the claim
+	 * every time, its attempts never counted, never dead-lettered.  Not when
+	 * synchronous_commit asks for more or less than its default.
+	 */
 	if (jobq_async_claim && claim_only && claim_end != InvalidXLogRecPtr &&
-		XactLastRecEnd == claim_end)
+		XactLastRecEnd == claim_end && !IsBackgroundWorker &&
+		synchronous_commit == SYNCHRONOUS_COMMIT_ON)
 		(void) set_config_option("synchronous_commit", "off", PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 }

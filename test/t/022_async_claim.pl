@@ -11,7 +11,11 @@
 #   never lost: the completion's synchronous commit flushes the claim too;
 # * a claim in a transaction that wrote anything else (an enqueue before or
 #   after it, a row of the application's) stays synchronous and survives;
-# * jobq.async_claim = off keeps every claim synchronous.
+# * jobq.async_claim = off keeps every claim synchronous, and so does a
+#   synchronous_commit other than its default (here: local);
+# * a handler run inside the database that crashes the server is still
+#   dead-lettered after max_retries: the executors' claims stay synchronous
+#   (otherwise each crash would lose the claim, and its attempt with it).
 #
 # Stock settings otherwise: fsync on (PostgreSQL::Test::Cluster turns it
 # off), jit on, only shared_preload_libraries added.
@@ -20,6 +24,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes;
 
 my $node = PostgreSQL::Test::Cluster->new('async_claim');
 $node->init;
@@ -37,7 +42,7 @@ $node->safe_psql('postgres', q{
 
 # One pending job per case, kinds naming the case; leases of an hour so
 # that nothing but the crash can end them.
-my @cases = qw(alone alone_batch two_tx enqueue_first enqueue_after app_row off);
+my @cases = qw(alone alone_batch two_tx enqueue_first enqueue_after app_row off sync_local);
 $node->safe_psql('postgres',
 	join('', map { "SELECT jobq.enqueue('$_', queue => '$_');\n" } @cases));
 
@@ -78,6 +83,10 @@ keep('app_row', $node->safe_psql('postgres',
 keep('off', $node->safe_psql('postgres',
 	"SET jobq.async_claim = off; " . claim_sql('off')));
 
+# a claim-only transaction that asks for another synchronous_commit
+keep('sync_local', $node->safe_psql('postgres',
+	"BEGIN; SET LOCAL synchronous_commit = local; " . claim_sql('sync_local') . "; COMMIT;"));
+
 # Last, as any synchronous commit flushes the WAL written before it: claim-
 # only transactions (autocommit), one job and a batch.
 keep('alone', $node->safe_psql('postgres', claim_sql('alone')));
@@ -103,6 +112,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.job WHERE kind IN ('
 is($status{app_row}, 'running/1', 'app_row: a claim in a transaction that wrote a row of its own survived');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM app_log'), '1', 'app_row: with that row');
 is($status{off}, 'running/1', 'off: with jobq.async_claim = off the claim survived');
+is($status{sync_local}, 'running/1', 'sync_local: with synchronous_commit = local the claim survived');
 
 # The lost leases' tokens are refused, and nothing changes.
 for my $case (qw(alone alone_batch))
@@ -124,11 +134,47 @@ for my $case (qw(alone alone_batch))
 }
 
 # Running jobs that survived keep their leases and tokens.
-for my $case (qw(enqueue_first enqueue_after app_row off))
+for my $case (qw(enqueue_first enqueue_after app_row off sync_local))
 {
 	is($node->safe_psql('postgres', "SELECT jobq.complete($job{$case}, $token{$case})"), 't',
 		"$case: completes under the token of its surviving claim");
 }
+
+# A poison job: its handler, run by an executor inside the database, kills
+# the server.  Each crash must count as an attempt whose lease expired, so
+# that after max_retries = 2 the job is dead-lettered (3 crashes) instead of
+# crashing the server for ever.
+$node->append_conf('postgresql.conf', "restart_after_crash = on\njobq.naptime = 200ms\n");
+$node->restart;
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('poison', max_retries => 2, lease => '2 seconds');
+	CREATE FUNCTION public.crash(p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+	BEGIN
+		EXECUTE 'COPY (SELECT 1) TO PROGRAM ''kill -9 $PPID''';
+		RETURN '{}';
+	END $$;
+	SELECT jobq.register_handler('poison.kill', 'public.crash(jsonb)', 'poison', allow_superuser => true);
+	SELECT jobq.enqueue('poison.kill', '{}', 'poison');
+});
+my $dead = 0;
+for (1 .. 600)
+{
+	my $st = eval {
+		local $SIG{__DIE__};
+		$node->safe_psql('postgres', q{SELECT status FROM jobq.job WHERE kind = 'poison.kill'});
+	};
+	if (defined $st && $st eq 'failed') { $dead = 1; last; }
+	Time::HiRes::usleep(100_000);
+}
+ok($dead, 'poison: a handler that kills the server is dead-lettered after its retries');
+is($node->safe_psql('postgres', q{
+	SELECT attempts || '/' || retry_count FROM jobq.job WHERE kind = 'poison.kill'}),
+	'3/2', 'poison: three attempts, two retries, each crash counted');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM jobq.attempt a JOIN jobq.job j USING (job_id)
+	 WHERE j.kind = 'poison.kill' AND a.outcome = 'lease expired'}),
+	'3', 'poison: each crash is a lease that expired in the attempt history');
+$node->safe_psql('postgres', q{SELECT jobq.unregister_handler('poison.kill')});
 
 $node->stop;
 done_testing();
