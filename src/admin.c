@@ -88,13 +88,9 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
-	{
-		SPI_freetuptable(SPI_tuptable);
 		return false;
-	}
 	jobq_require(caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
 				 JOBQ_CAP_ADMINISTER);
-	SPI_freetuptable(SPI_tuptable);
 
 	jobq_spi_exec(jobq_plan(&plan_retry_lock,
 							"SELECT queue, kind, priority, concurrency_key FROM jobq.job"
@@ -103,17 +99,13 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
-	{
-		SPI_freetuptable(SPI_tuptable);
 		return false;
-	}
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	queue = SPI_getvalue(tup, desc, 1);
 	kind = SPI_getvalue(tup, desc, 2);
 	priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 	concurrency_key = SPI_getvalue(tup, desc, 4);
-	SPI_freetuptable(SPI_tuptable);
 
 	jobq_spi_exec(jobq_plan(&plan_retry_update,
 							"UPDATE jobq.job SET status = 'pending', retry_count = 0,"
