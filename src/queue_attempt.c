@@ -34,6 +34,7 @@
 #include "args.h"
 #include "backoff.h"
 #include "guc.h"
+#include "job_lease.h"
 #include "queue_attempt.h"
 #include "queue_enqueue.h"
 #include "queue_settings.h"
@@ -116,6 +117,40 @@ BreakerSuccess(const char *queue)
 }
 
 /*
+ * Jobs of the distinct queues completed: check the caller may work on each
+ * of them (else the error takes the completions back), then tell their
+ * breakers.
+ */
+static void
+CompletedQueues(Oid caller, List *queues)
+{
+	ListCell   *lc;
+
+	foreach(lc, queues)
+		jobq_require(caller, (char *) lfirst(lc), JOBQ_CAP_WORK);
+	foreach(lc, queues)
+		BreakerSuccess((char *) lfirst(lc));
+}
+
+/*
+ * Complete n jobs straight in the table (job_lease.c) as the caller; false
+ * when the statement must run instead.  *done: how many completed.
+ */
+static bool
+CompleteDirect(Oid caller, const Datum *ids, const bool *id_nulls, const Datum *tokens,
+			   const bool *token_nulls, const Datum *results, const bool *result_nulls,
+			   int n, TimestampTz now, uint64 *done)
+{
+	List	   *queues;
+
+	if (!jobq_complete_direct(ids, id_nulls, tokens, token_nulls, results, result_nulls,
+							  n, now, &queues, done))
+		return false;
+	CompletedQueues(caller, queues);
+	return true;
+}
+
+/*
  * The jobs a complete statement finished (SPI_tuptable, first column the
  * queue): check the caller may work on each of their queues, then tell
  * their breakers.  Returns how many jobs that is.
@@ -138,10 +173,7 @@ CompletedJobs(Oid caller)
 		if (!seen)
 			queues = lappend(queues, queue);
 	}
-	foreach(lc, queues)
-		jobq_require(caller, (char *) lfirst(lc), JOBQ_CAP_WORK);
-	foreach(lc, queues)
-		BreakerSuccess((char *) lfirst(lc));
+	CompletedQueues(caller, queues);
 	return n;
 }
 
@@ -184,6 +216,24 @@ TokenStatement(FunctionCallInfo fcinfo, const char *jsonname, SPIPlanPtr *cache,
 Datum
 jobq_complete(PG_FUNCTION_ARGS)
 {
+	Datum		values[4];
+	char		nulls[4];
+	bool		no_null = false;
+	bool		result_null = true;
+	uint64		done;
+	JobqSavedUser saved;
+	bool		direct;
+
+	TokenJsonArgs(fcinfo, "result", values, nulls);
+	if (nulls[2] == ' ')
+		result_null = false;
+	jobq_owner_begin(&saved);
+	direct = CompleteDirect(saved.caller, &values[0], &no_null, &values[1], &no_null,
+							&values[2], &result_null, 1,
+							DatumGetTimestampTz(values[3]), &done);
+	jobq_owner_end(&saved);
+	if (direct)
+		PG_RETURN_BOOL(done > 0);
 	PG_RETURN_BOOL(TokenStatement(fcinfo, "result", &plan_complete,
 								  "UPDATE jobq.job SET status = 'completed', result = $3,"
 								  " finished_at = $4, updated_at = $4, lease_expires_at = NULL"
@@ -201,9 +251,16 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	Datum	   *elems;
 	bool	   *elem_nulls;
+	Datum	   *ids;
+	bool	   *id_nulls;
+	Datum	   *tokens;
+	bool	   *token_nulls;
+	Datum	   *results = NULL;
+	bool	   *result_nulls = NULL;
 	int			n,
 				ntokens;
 	int32		done;
+	uint64		ndirect;
 	JobqSavedUser saved;
 
 	/* array_agg over an empty claim gives NULLs: nothing to complete */
@@ -211,8 +268,9 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 		PG_RETURN_INT32(0);
 	jobq_require_arg(fcinfo, 0, "job_ids");
 	jobq_require_arg(fcinfo, 1, "lease_tokens");
-	jobq_array_arg(PG_GETARG_ARRAYTYPE_P(0), INT8OID, "job_ids", &elems, &elem_nulls, &n);
-	jobq_array_arg(PG_GETARG_ARRAYTYPE_P(1), INT8OID, "lease_tokens", &elems, &elem_nulls, &ntokens);
+	jobq_array_arg(PG_GETARG_ARRAYTYPE_P(0), INT8OID, "job_ids", &ids, &id_nulls, &n);
+	jobq_array_arg(PG_GETARG_ARRAYTYPE_P(1), INT8OID, "lease_tokens", &tokens, &token_nulls,
+				   &ntokens);
 	jobq_check_same_length(n, "job_ids", ntokens, "lease_tokens");
 	if (n > jobq_max_batch)
 		ereport(ERROR,
@@ -230,6 +288,8 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 				jobq_check_json_size(DatumGetJsonbP(elems[i]),
 									 psprintf("results[%d]", i + 1), false);
 		values[2] = PG_GETARG_DATUM(2);
+		results = elems;
+		result_nulls = elem_nulls;
 	}
 	else
 		nulls[2] = 'n';
@@ -238,6 +298,12 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 
 	jobq_owner_begin(&saved);
+	if (CompleteDirect(saved.caller, ids, id_nulls, tokens, token_nulls, results,
+					   result_nulls, n, DatumGetTimestampTz(values[3]), &ndirect))
+	{
+		jobq_owner_end(&saved);
+		PG_RETURN_INT32((int32) ndirect);
+	}
 	jobq_spi_exec_indexed(jobq_plan_generic(&plan_complete_many,
 											"UPDATE jobq.job j SET status = 'completed', result = u.result,"
 											" finished_at = $4, updated_at = $4, lease_expires_at = NULL"

@@ -38,6 +38,7 @@
 #include "acl.h"
 #include "args.h"
 #include "guc.h"
+#include "job_lease.h"
 #include "queue_settings.h"
 #include "shm_bgw.h"
 #include "shm_queue.h"
@@ -267,7 +268,7 @@ RateSpend(const char *queue, int n, TimestampTz now)
 typedef struct JobqClaimed
 {
 	JobqClaimPos pos;
-	HeapTuple	tuple;
+	JobqClaimedRow *row;
 } JobqClaimed;
 
 /* qsort comparator: claim order. */
@@ -320,10 +321,10 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	char		nulls[12];
 	bool		limited;
 	bool		per_key;
-	SPITupleTable *claimed;
+	JobqClaimedRow *claimed = NULL;
 	JobqClaimed *rows;
-	uint64		nrows;
-	bool		isnull;
+	uint64		nrows = 0;
+	bool		direct = false;
 
 	*promoted = false;
 	claim_retry_at = 0;
@@ -373,56 +374,75 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	 */
 	per_key = q.max_per_key > 0;
 	if (!per_key)
-		jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim,
-												"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
-												" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
-												" AND ($3 IS NULL OR r.kind = ANY ($3))"
-												" ORDER BY r.neg_priority, r.run_at, r.job_id"
-												" LIMIT $2 FOR UPDATE SKIP LOCKED),"
-												JOBQ_CLAIM_TAIL,
-												12, types),
-							  values, nulls, SPI_OK_UPDATE_RETURNING);
-	else
-		jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim_per_key,
-												"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
-												" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
-												" AND j.status = 'running'"
-												" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
-												" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
-												" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
-												" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
-												" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
-												" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
-												" AND ($3 IS NULL OR r.kind = ANY ($3))"
-												" ORDER BY r.neg_priority, r.run_at, r.job_id LIMIT $11) c),"
-												" picked AS (SELECT c.ctid FROM cand c"
-												" LEFT JOIN running ru ON ru.k = c.concurrency_key"
-												" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $12"
-												" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2),"
-												JOBQ_CLAIM_TAIL,
-												12, types),
-							  values, nulls, SPI_OK_UPDATE_RETURNING);
+	{
+		JobqDirectClaim dc;
 
-	/* later SPI calls (RateSpend) replace SPI_tuptable: keep ours */
-	claimed = SPI_tuptable;
-	nrows = SPI_processed;
+		dc.queue = queue;
+		dc.batch = batch;
+		dc.kinds = kinds;
+		dc.start_neg_priority = start.neg_priority;
+		dc.start_run_at = start.run_at;
+		dc.start_job_id = start.job_id;
+		dc.now = now;
+		dc.lease = DatumGetIntervalP(values[3]);
+		dc.worker_id = worker_id ? values[4] : (Datum) 0;
+		dc.token_salt = DatumGetInt64(values[9]);
+		direct = jobq_claim_direct(&dc, &claimed, &nrows);
+	}
+	if (!direct)
+	{
+		if (!per_key)
+			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim,
+													"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
+													" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+													" AND ($3 IS NULL OR r.kind = ANY ($3))"
+													" ORDER BY r.neg_priority, r.run_at, r.job_id"
+													" LIMIT $2 FOR UPDATE SKIP LOCKED),"
+													JOBQ_CLAIM_TAIL,
+													12, types),
+								  values, nulls, SPI_OK_UPDATE_RETURNING);
+		else
+			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim_per_key,
+													"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
+													" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
+													" AND j.status = 'running'"
+													" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
+													" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
+													" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
+													" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
+													" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
+													" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+													" AND ($3 IS NULL OR r.kind = ANY ($3))"
+													" ORDER BY r.neg_priority, r.run_at, r.job_id LIMIT $11) c),"
+													" picked AS (SELECT c.ctid FROM cand c"
+													" LEFT JOIN running ru ON ru.k = c.concurrency_key"
+													" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $12"
+													" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2),"
+													JOBQ_CLAIM_TAIL,
+													12, types),
+								  values, nulls, SPI_OK_UPDATE_RETURNING);
+		nrows = SPI_processed;
+		claimed = palloc(sizeof(JobqClaimedRow) * Max(nrows, 1));
+		Assert(SPI_tuptable->tupdesc->natts == JOBQ_CLAIMED_NCOLS);
+		for (uint64 i = 0; i < nrows; i++)
+			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+							  claimed[i].values, claimed[i].nulls);
+	}
+
 	rows = palloc(sizeof(JobqClaimed) * Max(nrows, 1));
 	for (uint64 i = 0; i < nrows; i++)
 	{
-		HeapTuple	tup = claimed->vals[i];
-		TupleDesc	desc = claimed->tupdesc;
-
-		rows[i].tuple = tup;
-		rows[i].pos.neg_priority = DatumGetInt32(SPI_getbinval(tup, desc, 11, &isnull));
-		rows[i].pos.run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 12, &isnull));
-		rows[i].pos.job_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		rows[i].row = &claimed[i];
+		rows[i].pos.neg_priority = DatumGetInt32(claimed[i].values[10]);
+		rows[i].pos.run_at = DatumGetTimestampTz(claimed[i].values[11]);
+		rows[i].pos.job_id = DatumGetInt64(claimed[i].values[0]);
 		jobq_state_note_unready(queue, &rows[i].pos);
 	}
-	qsort(rows, nrows, sizeof(JobqClaimed), ClaimedCompare);
+	if (!direct)
+		qsort(rows, nrows, sizeof(JobqClaimed), ClaimedCompare);
 	/* the shared pool serves this database again when these leases end */
 	if (nrows > 0)
-		jobq_bgw_note_lease(DatumGetTimestampTz(SPI_getbinval(rows[0].tuple, claimed->tupdesc,
-															  10, &isnull)));
+		jobq_bgw_note_lease(DatumGetTimestampTz(rows[0].row->values[9]));
 
 	/*
 	 * Move the queue's position past what this claim consumed.  Not with a
@@ -436,13 +456,8 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		RateSpend(queue, (int) nrows, now);
 
 	for (uint64 i = 0; i < nrows; i++)
-	{
-		Datum		out[12];
-		bool		outnulls[12];
-
-		heap_deform_tuple(rows[i].tuple, claimed->tupdesc, out, outnulls);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
-	}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rows[i].row->values,
+							 rows[i].row->nulls);
 	return nrows;
 }
 
