@@ -151,12 +151,19 @@ typedef struct LeaseRels
 	RegProcedure pkey_eq;
 } LeaseRels;
 
-/* Can rel be written here at all (see the file header)? */
+/*
+ * Can rel be written here at all (see the file header)?  Not with a CHECK
+ * constraint or a generated column either: an update here copies the
+ * columns it does not change and checks nothing.
+ */
 static bool
 PlainTable(Relation rel)
 {
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+
 	return rel->rd_rel->relkind == RELKIND_RELATION && rel->trigdesc == NULL &&
-		!rel->rd_rel->relhasrules && !rel->rd_rel->relrowsecurity;
+		!rel->rd_rel->relhasrules && !rel->rd_rel->relrowsecurity &&
+		(constr == NULL || (constr->num_check == 0 && !constr->has_generated_stored));
 }
 
 /* Find each named column of rel; false if one is missing or of another type. */
@@ -284,7 +291,7 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 	}
 	if (!ok)
 	{
-		elog(DEBUG1, "jobq: %s runs its statement: jobq.job or jobq.ready has a trigger, a rule, row security or a layout jobq does not know",
+		elog(DEBUG1, "jobq: %s runs its statement: a table it writes has a trigger, a rule, row security, a CHECK constraint or a layout jobq does not know",
 			 claim ? "claim" : "complete");
 		if (lr->ready_idx)
 			index_close(lr->ready_idx, NoLock);
