@@ -150,6 +150,7 @@ typedef struct LeaseRels
 	int			r[R_NCOLS];
 	int			j[J_NCOLS];
 	RegProcedure ready_procs[4];	/* = on queue, >= on the position */
+	RegProcedure ready_order[4];	/* and the columns' btree comparisons */
 	RegProcedure pkey_eq;
 } LeaseRels;
 
@@ -165,6 +166,7 @@ PlainTable(Relation rel)
 
 	return rel->rd_rel->relkind == RELKIND_RELATION && rel->trigdesc == NULL &&
 		!rel->rd_rel->relhasrules && !rel->rd_rel->relrowsecurity &&
+		!rel->rd_rel->relhassubclass &&
 		(constr == NULL || (constr->num_check == 0 && !constr->has_generated_stored));
 }
 
@@ -197,13 +199,29 @@ FindColumns(Relation rel, int ncols, const char *const *names, const Oid *types,
 }
 
 /*
+ * The columns a claim or a completion may write as NULL must allow it: a
+ * NOT NULL added by hand is checked by the statements only.
+ */
+static bool
+NullableColumns(Relation job, const int *j)
+{
+	TupleDesc	desc = RelationGetDescr(job);
+
+	return !TupleDescAttr(desc, j[J_WORKER_ID])->attnotnull &&
+		!TupleDescAttr(desc, j[J_RESULT])->attnotnull &&
+		!TupleDescAttr(desc, j[J_LEASE_EXPIRES_AT])->attnotnull;
+}
+
+/*
  * Is idx a plain btree on exactly the columns cols[] of its table (1-based
- * attribute numbers: attidx + 1)?  procs[] gets the comparison function of
- * each column for strategy strategies[i].
+ * attribute numbers: attidx + 1)?  procs[] gets the function of each
+ * column's operator for strategy strategies[i] (what a scan key of a plain
+ * comparison takes), order[] its three-way comparison support function
+ * (what the members of a row comparison take, see skey.h).
  */
 static bool
 PlainBtree(Relation idx, int ncols, const int *attidx, const Oid *types,
-		   const int *strategies, RegProcedure *procs)
+		   const int *strategies, RegProcedure *procs, RegProcedure *order)
 {
 	Form_pg_index ind = idx->rd_index;
 
@@ -223,6 +241,9 @@ PlainBtree(Relation idx, int ncols, const int *attidx, const Oid *types,
 		if (!OidIsValid(op))
 			return false;
 		procs[i] = get_opcode(op);
+		order[i] = get_opfamily_proc(idx->rd_opfamily[i], types[i], types[i], BTORDER_PROC);
+		if (!RegProcedureIsValid(procs[i]) || !RegProcedureIsValid(order[i]))
+			return false;
 	}
 	return true;
 }
@@ -279,6 +300,9 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 	BTGreaterEqualStrategyNumber, BTGreaterEqualStrategyNumber};
 	int			pkey_strategy = BTEqualStrategyNumber;
 	Oid			int8type = INT8OID;
+	RegProcedure pkey_order;
+	Oid			jobid = get_relname_relid("job", nsp);
+	Oid			readyid = get_relname_relid("ready", nsp);
 	bool		ok;
 
 	for (int c = 0; c < R_NCOLS; c++)
@@ -292,14 +316,18 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 		jtypes[c] = job_cols[c].type;
 	}
 
+	/* a table that is missing: the statement says so */
+	if (!OidIsValid(jobid) || (claim && !OidIsValid(readyid)))
+		return false;
 	memset(lr, 0, sizeof(*lr));
-	lr->job = table_open(get_relname_relid("job", nsp), RowExclusiveLock);
+	lr->job = table_open(jobid, RowExclusiveLock);
 	pkeyid = RelationGetPrimaryKeyIndex(lr->job);
 	ok = PlainTable(lr->job) && OidIsValid(pkeyid) &&
-		FindColumns(lr->job, J_NCOLS, jnames, jtypes, lr->j);
+		FindColumns(lr->job, J_NCOLS, jnames, jtypes, lr->j) &&
+		NullableColumns(lr->job, lr->j);
 	if (ok && claim)
 	{
-		lr->ready = table_open(get_relname_relid("ready", nsp), RowExclusiveLock);
+		lr->ready = table_open(readyid, RowExclusiveLock);
 		idxid = get_relname_relid("ready_claim_idx", nsp);
 		ok = PlainTable(lr->ready) && OidIsValid(idxid) &&
 			FindColumns(lr->ready, R_NCOLS, rnames, rtypes, lr->r);
@@ -308,7 +336,7 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 	{
 		lr->job_pkey = index_open(pkeyid, RowExclusiveLock);
 		ok = PlainBtree(lr->job_pkey, 1, &lr->j[J_JOB_ID], &int8type, &pkey_strategy,
-						&lr->pkey_eq);
+						&lr->pkey_eq, &pkey_order);
 	}
 	if (ok && claim)
 	{
@@ -321,7 +349,7 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 		ok = lr->ready_idx->rd_index->indrelid == RelationGetRelid(lr->ready) &&
 			lr->ready_idx->rd_indcollation[0] == C_COLLATION_OID &&
 			PlainBtree(lr->ready_idx, 4, ready_key, ready_key_types, ready_strategies,
-					   lr->ready_procs);
+					   lr->ready_procs, lr->ready_order);
 	}
 	if (!ok)
 	{
@@ -412,7 +440,13 @@ UpdateJob(LeaseRels *lr, int64 job_id, JobChange change, void *arg)
 
 	for (;;)
 	{
+		ItemPointerData tid;
+
 		slot_getallattrs(old);
+		/* the newest version of the row is still the job's */
+		if (old->tts_isnull[lr->j[J_JOB_ID]] ||
+			DatumGetInt64(old->tts_values[lr->j[J_JOB_ID]]) != job_id)
+			return false;
 		ExecClearTuple(new);
 		memcpy(new->tts_values, old->tts_values, sizeof(Datum) * old->tts_nvalid);
 		memcpy(new->tts_isnull, old->tts_isnull, sizeof(bool) * old->tts_nvalid);
@@ -420,7 +454,8 @@ UpdateJob(LeaseRels *lr, int64 job_id, JobChange change, void *arg)
 			return false;
 		ExecStoreVirtualTuple(new);
 
-		res = table_tuple_update(lr->job, &old->tts_tid, new, lr->cid, lr->snap,
+		tid = old->tts_tid;
+		res = table_tuple_update(lr->job, &tid, new, lr->cid, lr->snap,
 								 InvalidSnapshot, true, &tmfd, &lockmode, &update_indexes);
 		if (res == TM_Ok)
 			break;
@@ -428,7 +463,7 @@ UpdateJob(LeaseRels *lr, int64 job_id, JobChange change, void *arg)
 			return false;		/* deleted, or changed by this transaction */
 
 		/* changed since the snapshot: lock its newest version, look again */
-		res = table_tuple_lock(lr->job, &old->tts_tid, lr->snap, old, lr->cid, lockmode,
+		res = table_tuple_lock(lr->job, &tid, lr->snap, old, lr->cid, lockmode,
 							   LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
 		if (res != TM_Ok)
 			return false;
@@ -590,20 +625,31 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	 * the index's attribute numbers (its columns are these four, in order)
 	 */
 	ScanKeyEntryInitialize(&row[0], SK_ROW_MEMBER, 2, BTGreaterEqualStrategyNumber,
-						   INT4OID, InvalidOid, lr.ready_procs[1],
+						   INT4OID, InvalidOid, lr.ready_order[1],
 						   Int32GetDatum(c->start_neg_priority));
 	ScanKeyEntryInitialize(&row[1], SK_ROW_MEMBER, 3, BTGreaterEqualStrategyNumber,
-						   TIMESTAMPTZOID, InvalidOid, lr.ready_procs[2],
+						   TIMESTAMPTZOID, InvalidOid, lr.ready_order[2],
 						   TimestampTzGetDatum(c->start_run_at));
 	ScanKeyEntryInitialize(&row[2], SK_ROW_MEMBER | SK_ROW_END, 4, BTGreaterEqualStrategyNumber,
-						   INT8OID, InvalidOid, lr.ready_procs[3],
+						   INT8OID, InvalidOid, lr.ready_order[3],
 						   Int64GetDatum(c->start_job_id));
 	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, TEXTOID, C_COLLATION_OID,
 						   lr.ready_procs[0], CStringGetTextDatum(c->queue));
-	ScanKeyEntryInitialize(&keys[1], SK_ROW_HEADER, 2, BTGreaterEqualStrategyNumber,
-						   INT4OID, InvalidOid, InvalidOid, PointerGetDatum(row));
 
-	out = MemoryContextAllocZero(outcxt, sizeof(JobqClaimedRow) * Max(c->batch, 1));
+	/*
+	 * a row header has no function of its own (as ExecIndexBuildScanKeys
+	 * makes it)
+	 */
+	memset(&keys[1], 0, sizeof(ScanKeyData));
+	keys[1].sk_flags = SK_ROW_HEADER;
+	keys[1].sk_attno = 2;
+	keys[1].sk_strategy = BTGreaterEqualStrategyNumber;
+	keys[1].sk_subtype = INT4OID;
+	keys[1].sk_collation = InvalidOid;
+	keys[1].sk_argument = PointerGetDatum(row);
+
+	/* in cxt: a waiting claim's empty attempts must leave nothing behind */
+	out = palloc0(sizeof(JobqClaimedRow) * Max(c->batch, 1));
 	rslot = table_slot_create(lr.ready, NULL);
 	scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
@@ -641,8 +687,9 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	ExecDropSingleTupleTableSlot(rslot);
 	CloseLeaseRels(&lr);
 	MemoryContextSwitchTo(outcxt);
+	*rows = palloc(sizeof(JobqClaimedRow) * Max(n, 1));
+	memcpy(*rows, out, sizeof(JobqClaimedRow) * n);
 	MemoryContextDelete(cxt);
-	*rows = out;
 	*nrows = n;
 	return true;
 }

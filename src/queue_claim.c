@@ -476,7 +476,28 @@ ClaimAttempt(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
-	n = ClaimOnce(args, rsinfo, promoted);
+	PG_TRY();
+	{
+		n = ClaimOnce(args, rsinfo, promoted);
+	}
+	PG_CATCH();
+	{
+		/*
+		 * An error (a cancel, statement_timeout) ends the attempt's
+		 * subtransaction before it leaves: else an exception block around the
+		 * claim would roll back only that, and keep its own writes.
+		 */
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
 	if (n > 0 || *promoted)
 		ReleaseCurrentSubTransaction();
 	else
