@@ -149,7 +149,7 @@ const scale = of('scale');
   const s = of('bloat_drain').sort((a, b) => byOrder(a.contender, b.contender));
   if (s.length) {
     tables.push({
-      id: 6.5, title: `6b. Bloat, workers only (claim + complete at batch 1, no producers, ${fmt(meta.crit_backlog)} backlog): before / during a held REPEATABLE READ snapshot / after${run2('bloat_drain')}`,
+      id: 6.5, title: `6b. Bloat, workers only (claim + complete at batch 1, no producers, ${fmt(s[0].backlog || meta.crit_backlog)} backlog): before / during a held REPEATABLE READ snapshot / after${run2('bloat_drain')}`,
       head: ['contender', 'hold s', 'jobs/s before', 'during', 'after', 'p99 ms before', 'during', 'after', 'dead tuples during'],
       body: s.map((r) => [NAMES[r.contender], fmt(r.hold), fmt(r.tps_before), fmt(r.tps_during) + rfmt(ratio(r.tps_during, r.tps_before)),
         fmt(r.tps_after), fmt(r.p99_before, 1), fmt(r.p99_during, 1) + rfmt(ratio(r.p99_during, r.p99_before)), fmt(r.p99_after, 1), fmt(r.dead_during)]),
