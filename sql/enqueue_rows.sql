@@ -206,3 +206,11 @@ ROLLBACK;
 BEGIN READ ONLY;
 SELECT * FROM jobq.enqueue('mail', '{}', queue => 'q1', idempotency_key => 'order-9');
 ROLLBACK;
+
+-- the indexes whose keys end in job_id never deduplicate: their keys never
+-- repeat, so the pass would find nothing before every leaf split
+SELECT c.relname, c.reloptions
+  FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.relnamespace = 'jobq'::regnamespace AND c.relam = (SELECT oid FROM pg_am WHERE amname = 'btree')
+   AND c.reloptions IS NOT NULL
+ ORDER BY 1;
