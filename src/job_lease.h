@@ -35,6 +35,10 @@ typedef struct JobqDirectClaim
 	int32		start_neg_priority; /* the queue's claim position */
 	TimestampTz start_run_at;
 	int64		start_job_id;
+	bool		has_end;		/* claim only rows up to (inclusive): */
+	int32		end_neg_priority;
+	TimestampTz end_run_at;
+	int64		end_job_id;
 	TimestampTz now;			/* claimed_at; the lease starts here */
 	Interval   *lease;
 	Datum		worker_id;		/* text, or (Datum) 0 for NULL */

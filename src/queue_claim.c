@@ -275,16 +275,8 @@ typedef struct JobqClaimed
 static int
 ClaimedCompare(const void *a, const void *b)
 {
-	const JobqClaimPos *pa = &((const JobqClaimed *) a)->pos;
-	const JobqClaimPos *pb = &((const JobqClaimed *) b)->pos;
-
-	if (pa->neg_priority != pb->neg_priority)
-		return pa->neg_priority < pb->neg_priority ? -1 : 1;
-	if (pa->run_at != pb->run_at)
-		return pa->run_at < pb->run_at ? -1 : 1;
-	if (pa->job_id != pb->job_id)
-		return pa->job_id < pb->job_id ? -1 : 1;
-	return 0;
+	return jobq_claim_pos_compare(&((const JobqClaimed *) a)->pos,
+								  &((const JobqClaimed *) b)->pos);
 }
 
 /* The validated arguments of a claim. */
@@ -296,6 +288,20 @@ typedef struct JobqClaimArgs
 	Interval   *lease;			/* NULL: the queue's */
 	ArrayType  *kinds;			/* NULL: any kind */
 } JobqClaimArgs;
+
+/* claimed[0..n) followed by more[0..nmore), in one array. */
+static JobqClaimedRow *
+AppendClaimed(JobqClaimedRow *claimed, uint64 n, JobqClaimedRow *more, uint64 nmore)
+{
+	JobqClaimedRow *all;
+
+	if (n == 0)
+		return more;
+	all = palloc(sizeof(JobqClaimedRow) * (n + nmore));
+	memcpy(all, claimed, sizeof(JobqClaimedRow) * n);
+	memcpy(all + n, more, sizeof(JobqClaimedRow) * nmore);
+	return all;
+}
 
 /*
  * One claim attempt (SPI connected): put the claimed jobs, in claim order,
@@ -314,6 +320,11 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	TimestampTz now;
 	Oid			relid;
 	JobqClaimPos start;
+	JobqClaimIsland island;
+	bool		two_pass;
+	const JobqClaimPos *island_last = NULL;
+	bool		island_done = false;
+	uint64		island_rows = 0;
 	uint64		epoch;
 	Oid			types[12] = {TEXTOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID,
 	INT4OID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID, INT4OID, INT4OID};
@@ -341,8 +352,19 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	/* after any wait for the queue lock: the lease starts now */
 	now = GetCurrentTimestamp();
 	relid = jobq_ready_relid();
-	epoch = jobq_state_begin_claim(relid, queue, &start);
+	epoch = jobq_state_begin_claim(relid, queue, &start, &island);
 	*promoted = PromoteDue(relid, queue, now, &start);
+
+	/*
+	 * With an island (claimable rows before the position, shm_queue.c) the
+	 * direct claim scans it first, then goes on from the position.  A claim
+	 * that also starts before the position (rows its own transaction made
+	 * ready) and the statements scan once, from the least of them.
+	 */
+	two_pass = island.valid && q.max_per_key == 0 &&
+		jobq_claim_pos_compare(&start, &island.pos) >= 0;
+	if (island.valid && !two_pass && jobq_claim_pos_compare(&island.lo, &start) < 0)
+		start = island.lo;
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = CStringGetTextDatum(queue);
@@ -387,10 +409,53 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		dc.lease = DatumGetIntervalP(values[3]);
 		dc.worker_id = worker_id ? values[4] : (Datum) 0;
 		dc.token_salt = DatumGetInt64(values[9]);
-		direct = jobq_claim_direct(&dc, &claimed, &nrows);
+		dc.has_end = false;
+		if (two_pass)
+		{
+			JobqDirectClaim di = dc;
+
+			di.start_neg_priority = island.lo.neg_priority;
+			di.start_run_at = island.lo.run_at;
+			di.start_job_id = island.lo.job_id;
+			di.has_end = true;
+			di.end_neg_priority = island.hi.neg_priority;
+			di.end_run_at = island.hi.run_at;
+			di.end_job_id = island.hi.job_id;
+			direct = jobq_claim_direct(&di, &claimed, &island_rows);
+			if (direct)
+			{
+				island_done = island_rows < (uint64) batch;
+				dc.batch = batch - (int32) island_rows;
+			}
+		}
+		if (!two_pass || (direct && dc.batch > 0))
+		{
+			JobqClaimedRow *more;
+			uint64		nmore;
+
+			if (jobq_claim_direct(&dc, &more, &nmore))
+			{
+				direct = true;
+				claimed = AppendClaimed(claimed, island_rows, more, nmore);
+				nrows = island_rows + nmore;
+			}
+			else if (two_pass && direct)
+				elog(ERROR, "jobq: a claim's second scan could not be direct");
+		}
+		else
+			nrows = island_rows;
 	}
 	if (!direct)
 	{
+		if (two_pass)
+		{
+			/* the statements scan once, from the island's lo */
+			two_pass = false;
+			start = island.lo;
+			values[5] = Int32GetDatum(start.neg_priority);
+			values[6] = TimestampTzGetDatum(start.run_at);
+			values[7] = Int64GetDatum(start.job_id);
+		}
 		if (!per_key)
 			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim,
 													"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
@@ -450,8 +515,20 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	 * and not under a transaction snapshot, which may predate rows that were
 	 * committed before this claim began.
 	 */
-	if (nrows > 0 && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
-		jobq_state_end_claim(relid, queue, epoch, &rows[nrows - 1].pos);
+	if (two_pass && island_rows > 0)
+		island_last = &rows[island_rows - 1].pos;
+	else if (!two_pass && island.valid && nrows > 0)
+	{
+		/* one scan from the island's lo (or before) on */
+		island_last = &rows[nrows - 1].pos;
+		island_done = nrows < (uint64) batch ||
+			jobq_claim_pos_compare(island_last, &island.hi) >= 0;
+	}
+	else if (!two_pass && island.valid)
+		island_done = true;
+	if ((nrows > 0 || island.valid) && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
+		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done,
+							 nrows > island_rows ? &rows[nrows - 1].pos : NULL);
 	if (limited && q.rate_limit > 0 && nrows > 0)
 		RateSpend(queue, (int) nrows, now);
 

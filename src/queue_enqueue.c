@@ -125,16 +125,18 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
 
 /*
  * Tell the claim positions (shm_queue.c) about new pending jobs like job,
- * first_id the lowest of their ids.
+ * their ids from first_id to last_id.
  */
 static void
-NoteEnqueued(const JobqNewJob *job, TimestampTz now, int64 first_id)
+NoteEnqueued(const JobqNewJob *job, TimestampTz now, int64 first_id, int64 last_id)
 {
 	if (job->run_at <= now)
 	{
-		JobqClaimPos pos = {-job->priority, job->run_at, first_id};
+		JobqClaimPos first = {-job->priority, job->run_at, first_id};
+		JobqClaimPos last = {-job->priority, job->run_at, last_id};
 
-		jobq_state_note_ready(job->queue, &pos);
+		jobq_state_note_ready(job->queue, &first);
+		jobq_state_note_ready(job->queue, &last);
 	}
 	else
 		jobq_state_note_scheduled(job->queue, job->run_at);
@@ -227,7 +229,7 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	/* the rows straight into the tables (job_insert.c) when they allow it */
 	if (jobq_insert_pending(job, max_retries, &payload, 1, now, job_id, has_id))
 	{
-		NoteEnqueued(job, now, *job_id);
+		NoteEnqueued(job, now, *job_id, *job_id);
 		return;
 	}
 
@@ -257,7 +259,7 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 		elog(ERROR, "jobq: enqueue wrote %llu jobs", (unsigned long long) SPI_processed);
 	*job_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										  SPI_tuptable->tupdesc, 1, &isnull));
-	NoteEnqueued(job, now, *job_id);
+	NoteEnqueued(job, now, *job_id, *job_id);
 }
 
 /* qsort comparator for job ids. */
@@ -293,7 +295,15 @@ EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int6
 	max_retries = job->has_max_retries ? job->max_retries : q.max_retries;
 	if (jobq_insert_pending(job, max_retries, payloads, n, now, ids, false))
 	{
-		NoteEnqueued(job, now, ids[0]);
+		int64		lo = ids[0];
+		int64		hi = ids[0];
+
+		for (int i = 1; i < n; i++)
+		{
+			lo = Min(lo, ids[i]);
+			hi = Max(hi, ids[i]);
+		}
+		NoteEnqueued(job, now, lo, hi);
 		return;
 	}
 	values[0] = CStringGetTextDatum(job->queue);
@@ -336,7 +346,7 @@ EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int6
 	for (int i = 0; i < n; i++)
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	qsort(ids, n, sizeof(int64), Int64Compare);
-	NoteEnqueued(job, now, ids[0]);
+	NoteEnqueued(job, now, ids[0], ids[n - 1]);
 }
 
 /* Emit one (job_id, created) row. */

@@ -27,6 +27,23 @@
  * the position to the last row it claimed, but never past a key lowered
  * since it started (the last JOBQ_LOWERED_KEPT lowerings are remembered
  * with their epochs; after more than that, it does not move the position).
+ *
+ * Islands.  A transaction whose rows all sort before the position (a job of
+ * a higher priority than the backlog being drained, say) does not lower the
+ * position: between its rows and the position lie the dead entries of every
+ * row claimed since the last vacuum, hundreds of thousands under a busy
+ * queue, and the next claim would walk all of them to fill its batch after
+ * taking the new row.  Its key range [lo, hi] becomes the queue's island
+ * instead (or widens it): every claimable row before the position lies in
+ * the island.  A claim scans the island first, up to its hi, and then from
+ * the position.  A claim that scanned the whole island (under the island's
+ * generation it started with) drops it; one that filled its batch inside
+ * moves the island's lo up to its last row.  An island-making lowering does
+ * not bound a concurrent claim's move of the position (its rows are in the
+ * island); a lowering whose range reaches the position lowers it, and when
+ * the new position is not above the island's hi the island is merged into
+ * it (the position goes down to the island's lo; that lowering bounds
+ * concurrent claims at the island's lo).
  * The callbacks run after the transaction's commit or abort is visible to
  * other backends (after ProcArrayEndTransaction), so a claim either took
  * its snapshot after a row became visible (and so saw it), or that row's
@@ -106,6 +123,13 @@ typedef struct JobqQueueState
 	JobqClaimPos pos;			/* no claimable row sorts before this */
 	JobqClaimPos lowered[JOBQ_LOWERED_KEPT];	/* key of lowering number n
 												 * (epoch n) at n % KEPT */
+	bool		lowered_bounds[JOBQ_LOWERED_KEPT];	/* false: it made or
+													 * widened the island */
+	bool		has_island;		/* claimable rows before pos, all in: */
+	JobqClaimPos island_lo;		/* ... [island_lo, island_hi]; island_hi < pos */
+	JobqClaimPos island_hi;
+	uint64		island_gen;		/* bumped when the island is made, widened or
+								 * dropped */
 	Oid			due_relid;		/* jobq.ready's OID when next_due was set */
 	uint64		due_epoch;		/* bumped when next_due may move earlier */
 	bool		due_valid;		/* false: probe jobq.scheduled */
@@ -118,10 +142,12 @@ typedef struct JobqQueueState
 typedef struct JobqQueueNote
 {
 	char		queue[JOBQ_MAX_NAME_LEN + 1];
-	bool		has_inserted;	/* rows entered jobq.ready */
+	bool		has_inserted;	/* rows entered jobq.ready, keys in: */
 	JobqClaimPos min_inserted;
-	bool		has_deleted;	/* rows left jobq.ready */
+	JobqClaimPos max_inserted;
+	bool		has_deleted;	/* rows left jobq.ready, keys in: */
 	JobqClaimPos min_deleted;
+	JobqClaimPos max_deleted;
 	bool		has_scheduled;	/* rows entered jobq.scheduled */
 	TimestampTz min_scheduled;
 } JobqQueueNote;
@@ -153,8 +179,8 @@ static void jobq_state_subxact_callback(SubXactEvent event,
 										void *arg);
 
 /* Three-way comparison of two claim positions, in claim order. */
-static int
-ClaimPosCompare(const JobqClaimPos *a, const JobqClaimPos *b)
+int
+jobq_claim_pos_compare(const JobqClaimPos *a, const JobqClaimPos *b)
 {
 	if (a->neg_priority != b->neg_priority)
 		return a->neg_priority < b->neg_priority ? -1 : 1;
@@ -257,6 +283,8 @@ StateLookup(const char *queue, bool create)
 		entry->relid = InvalidOid;
 		entry->epoch = 0;
 		entry->pos_valid = false;
+		entry->has_island = false;
+		entry->island_gen = 0;
 		entry->due_relid = InvalidOid;
 		entry->due_epoch = 0;
 		entry->due_valid = false;
@@ -273,12 +301,14 @@ StateLookup(const char *queue, bool create)
  * the epoch to hand back to jobq_state_end_claim.
  */
 uint64
-jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start)
+jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start,
+					   JobqClaimIsland *island)
 {
 	JobqQueueState *entry = StateLookup(queue, true);
 	uint64		epoch = 0;
 	bool		valid = false;
 
+	island->valid = false;
 	if (entry != NULL)
 	{
 		SpinLockAcquire(&entry->mutex);
@@ -287,6 +317,14 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start)
 		{
 			*start = entry->pos;
 			valid = true;
+			if (entry->has_island)
+			{
+				island->valid = true;
+				island->lo = entry->island_lo;
+				island->hi = entry->island_hi;
+				island->pos = entry->pos;
+				island->gen = entry->island_gen;
+			}
 		}
 		SpinLockRelease(&entry->mutex);
 	}
@@ -309,7 +347,7 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start)
 			JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
 
 			if (strcmp(note->queue, queue) == 0 && note->has_inserted &&
-				ClaimPosCompare(&note->min_inserted, start) < 0)
+				jobq_claim_pos_compare(&note->min_inserted, start) < 0)
 				*start = note->min_inserted;
 		}
 	}
@@ -317,14 +355,19 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start)
 }
 
 /*
- * A claim that started under epoch has claimed every claimable row up to
- * *last (or skipped rows other transactions hold): move the position there,
- * but not past any row made claimable since the claim began (which it may
- * not have seen): those lowerings are remembered with their epochs.
+ * A claim that started under epoch (and found *island) is done.  It scanned
+ * the island up to *island_last (NULL: no row), or all of it (island_done),
+ * and claimed every claimable row from the position up to *last (NULL: it
+ * did not get past the island), skipping rows other transactions hold.
+ * Shrink or drop the island if it is still the one the claim found, and
+ * move the position to *last, but not past any row made claimable since the
+ * claim began (which it may not have seen) outside the island: those
+ * lowerings are remembered with their epochs.
  */
 void
 jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
-					 const JobqClaimPos *last)
+					 const JobqClaimIsland *island, const JobqClaimPos *island_last,
+					 bool island_done, const JobqClaimPos *last)
 {
 	JobqQueueState *entry = StateLookup(queue, false);
 	JobqClaimPos target;
@@ -332,6 +375,22 @@ jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 	if (entry == NULL)
 		return;
 	SpinLockAcquire(&entry->mutex);
+	if (island->valid && entry->has_island && entry->island_gen == island->gen &&
+		entry->relid == relid)
+	{
+		if (island_done)
+		{
+			entry->has_island = false;
+			entry->island_gen++;
+		}
+		else if (island_last != NULL && jobq_claim_pos_compare(island_last, &entry->island_lo) > 0)
+			entry->island_lo = *island_last;
+	}
+	if (last == NULL)
+	{
+		SpinLockRelease(&entry->mutex);
+		return;
+	}
 	target = *last;
 	if (entry->epoch - epoch > JOBQ_LOWERED_KEPT)
 	{
@@ -343,16 +402,20 @@ jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 	{
 		const JobqClaimPos *low = &entry->lowered[e % JOBQ_LOWERED_KEPT];
 
-		if (ClaimPosCompare(low, &target) < 0)
+		if (entry->lowered_bounds[e % JOBQ_LOWERED_KEPT] && jobq_claim_pos_compare(low, &target) < 0)
 			target = *low;
 	}
-	if (!entry->pos_valid || entry->relid != relid ||
-		ClaimPosCompare(&entry->pos, &target) < 0)
+	if (!entry->pos_valid || entry->relid != relid)
 	{
+		/* a new start (or a new jobq.ready): no island is known */
 		entry->pos = target;
 		entry->relid = relid;
 		entry->pos_valid = true;
+		entry->has_island = false;
+		entry->island_gen++;
 	}
+	else if (jobq_claim_pos_compare(&entry->pos, &target) < 0)
+		entry->pos = target;
 	SpinLockRelease(&entry->mutex);
 }
 
@@ -433,12 +496,14 @@ NoteFor(const char *queue)
 	return note;
 }
 
-/* Lower *acc to *pos (or set it when unset). */
+/* Widen [*lo, *hi] to take in *pos (or set it when unset). */
 static void
-NoteMin(bool *has, JobqClaimPos *acc, const JobqClaimPos *pos)
+NoteRange(bool *has, JobqClaimPos *lo, JobqClaimPos *hi, const JobqClaimPos *pos)
 {
-	if (!*has || ClaimPosCompare(pos, acc) < 0)
-		*acc = *pos;
+	if (!*has || jobq_claim_pos_compare(pos, lo) < 0)
+		*lo = *pos;
+	if (!*has || jobq_claim_pos_compare(pos, hi) > 0)
+		*hi = *pos;
 	*has = true;
 }
 
@@ -448,7 +513,7 @@ jobq_state_note_ready(const char *queue, const JobqClaimPos *pos)
 {
 	JobqQueueNote *note = NoteFor(queue);
 
-	NoteMin(&note->has_inserted, &note->min_inserted, pos);
+	NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted, pos);
 }
 
 /* This transaction deleted (claimed, cancelled) the row of jobq.ready at *pos. */
@@ -457,7 +522,7 @@ jobq_state_note_unready(const char *queue, const JobqClaimPos *pos)
 {
 	JobqQueueNote *note = NoteFor(queue);
 
-	NoteMin(&note->has_deleted, &note->min_deleted, pos);
+	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, pos);
 }
 
 /* This transaction inserted a row into jobq.scheduled due at run_at. */
@@ -471,19 +536,46 @@ jobq_state_note_scheduled(const char *queue, TimestampTz run_at)
 	note->has_scheduled = true;
 }
 
-/* Move a queue's position back to *pos and bump its epoch. */
+/*
+ * Rows with keys in [*lo, *hi] became claimable: make or widen the queue's
+ * island when they all sort before its position, else move the position
+ * back to *lo (merging the island into it when they meet); bump the epoch.
+ */
 static void
-StateLower(const char *queue, const JobqClaimPos *pos)
+StateLower(const char *queue, const JobqClaimPos *lo, const JobqClaimPos *hi)
 {
 	JobqQueueState *entry = StateLookup(queue, false);
+	int			slot;
 
 	if (entry == NULL)
 		return;
 	SpinLockAcquire(&entry->mutex);
-	if (entry->pos_valid && ClaimPosCompare(pos, &entry->pos) < 0)
-		entry->pos = *pos;
 	entry->epoch++;
-	entry->lowered[entry->epoch % JOBQ_LOWERED_KEPT] = *pos;
+	slot = entry->epoch % JOBQ_LOWERED_KEPT;
+	entry->lowered[slot] = *lo;
+	entry->lowered_bounds[slot] = true;
+	if (entry->pos_valid && jobq_claim_pos_compare(hi, &entry->pos) < 0)
+	{
+		if (!entry->has_island || jobq_claim_pos_compare(lo, &entry->island_lo) < 0)
+			entry->island_lo = *lo;
+		if (!entry->has_island || jobq_claim_pos_compare(hi, &entry->island_hi) > 0)
+			entry->island_hi = *hi;
+		entry->has_island = true;
+		entry->island_gen++;
+		entry->lowered_bounds[slot] = false;
+	}
+	else if (entry->pos_valid && jobq_claim_pos_compare(lo, &entry->pos) < 0)
+	{
+		entry->pos = *lo;
+		if (entry->has_island && jobq_claim_pos_compare(&entry->island_hi, &entry->pos) >= 0)
+		{
+			if (jobq_claim_pos_compare(&entry->island_lo, &entry->pos) < 0)
+				entry->pos = entry->island_lo;
+			entry->lowered[slot] = entry->pos;
+			entry->has_island = false;
+			entry->island_gen++;
+		}
+	}
 	SpinLockRelease(&entry->mutex);
 	/* rows became claimable: wake waiting claims, and executors */
 	ConditionVariableBroadcast(&entry->cv);
@@ -607,7 +699,7 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 				JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
 
 				if (note->has_inserted)
-					StateLower(note->queue, &note->min_inserted);
+					StateLower(note->queue, &note->min_inserted, &note->max_inserted);
 				if (note->has_scheduled)
 					StateLowerDue(note->queue, note->min_scheduled);
 			}
@@ -623,7 +715,7 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 				 * them, so make the next claim probe.
 				 */
 				if (note->has_deleted)
-					StateLower(note->queue, &note->min_deleted);
+					StateLower(note->queue, &note->min_deleted, &note->max_deleted);
 				StateLowerDue(note->queue, DT_NOBEGIN);
 			}
 			break;
@@ -651,7 +743,12 @@ jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
 
 		if (note->has_deleted)
-			NoteMin(&note->has_inserted, &note->min_inserted, &note->min_deleted);
+		{
+			NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted,
+					  &note->min_deleted);
+			NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted,
+					  &note->max_deleted);
+		}
 		/* deleted scheduled rows may be back: probe after commit */
 		if (!note->has_scheduled || note->min_scheduled > DT_NOBEGIN)
 			note->min_scheduled = DT_NOBEGIN;

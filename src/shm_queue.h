@@ -21,11 +21,28 @@ typedef struct JobqClaimPos
 	int64		job_id;
 } JobqClaimPos;
 
+extern int	jobq_claim_pos_compare(const JobqClaimPos *a, const JobqClaimPos *b);
 extern void jobq_state_shmem_request(void);
 extern void jobq_state_register_callbacks(void);
+
+/*
+ * A queue's island (shm_queue.c): claimable rows that sort before its claim
+ * position, all within [lo, hi], as a claim found it when it began.
+ */
+typedef struct JobqClaimIsland
+{
+	bool		valid;			/* false: the queue had no island */
+	JobqClaimPos lo;
+	JobqClaimPos hi;
+	JobqClaimPos pos;			/* the queue's claim position then */
+	uint64		gen;			/* the island's generation then */
+} JobqClaimIsland;
+
 extern uint64 jobq_state_begin_claim(Oid relid, const char *queue,
-									 JobqClaimPos *start);
+									 JobqClaimPos *start, JobqClaimIsland *island);
 extern void jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
+								 const JobqClaimIsland *island,
+								 const JobqClaimPos *island_last, bool island_done,
 								 const JobqClaimPos *last);
 extern void jobq_state_note_ready(const char *queue, const JobqClaimPos *pos);
 extern void jobq_state_note_unready(const char *queue, const JobqClaimPos *pos);

@@ -14,6 +14,12 @@
 # reads, for the claims that write straight in the tables and for those
 # that run the SQL statement (a trigger on jobq.ready forces it).  A claim
 # that began at the head would read 10,000 entries.
+#
+# Then jobs of a higher priority arrive: they sort before the position, with
+# the 10,000 dead entries between them and it.  They make the queue's
+# island (shm_queue.c): claims take them first and go on from the position
+# without walking the dead entries (the direct claims; the statement scans
+# once, from the island on, and is only checked for what it returns).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -67,8 +73,61 @@ for my $way ('direct', 'statement')
 	cmp_ok($read, '<=', 10,
 		"$way: the 21st claim read $read index entries, not the 10,000 dead ones before its position");
 
+	# A job of a higher priority sorts before the position, with the 10,000
+	# dead entries between it and the position: it becomes the queue's
+	# island, and a claim takes it and goes on from the position.
+	$node->safe_psql('postgres',
+		"SELECT jobq.enqueue('k', '{\"crit\": 1}', queue => '$queue', priority => 10)");
+	$before = entries_read();
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(coalesce(payload->>'crit', '-'), ',' ORDER BY ord)"
+			  . " FROM jobq.claim('$queue', batch => 3) WITH ORDINALITY c(j, t, k, payload, p, r, m, cp, ca, l, ord)"),
+		'1,-,-',
+		"$way: a claim of 3 takes the new higher-priority job first, then two of the backlog");
+	$read = entries_read() - $before;
+	cmp_ok($read, '<=', 10, "$way: that claim read $read index entries (the island, then the position)")
+	  if $way eq 'direct';
+
+	# three more, claimed two at a time: the island shrinks, then is done
+	$node->safe_psql('postgres',
+		"SELECT jobq.enqueue_many('k', ARRAY['{\"crit\": 2}', '{\"crit\": 3}', '{\"crit\": 4}']::jsonb[],"
+		  . " queue => '$queue', priority => 10)");
+	$before = entries_read();
+	my $got = '';
+	for (1 .. 3)
+	{
+		$got .= $node->safe_psql('postgres',
+			"SELECT string_agg(coalesce(payload->>'crit', '-'), ',' ORDER BY ord)"
+			  . " FROM jobq.claim('$queue', batch => 2) WITH ORDINALITY c(j, t, k, payload, p, r, m, cp, ca, l, ord)")
+		  . ';';
+	}
+	is($got, '2,3;4,-;-,-;', "$way: the island's jobs come first, in order, two at a time");
+	$read = entries_read() - $before;
+	cmp_ok($read, '<=', 20, "$way: those three claims read $read index entries")
+	  if $way eq 'direct';
+
+	# a transaction whose rows reach past the position lowers it instead
+	$node->safe_psql('postgres', qq{
+		BEGIN;
+		SELECT jobq.enqueue('k', '{"crit": 5}', queue => '$queue', priority => 10);
+		SELECT jobq.enqueue('k', '{"last": 1}', queue => '$queue');
+		COMMIT;
+	});
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(coalesce(payload->>'crit', '-'), ',' ORDER BY ord)"
+			  . " FROM jobq.claim('$queue', batch => 2) WITH ORDINALITY c(j, t, k, payload, p, r, m, cp, ca, l, ord)"),
+		'5,-', "$way: a job enqueued with one behind the position is claimed first");
+
 	$holder->query_safe('COMMIT');
 	$holder->quit;
+
+	# nothing was lost: every job of the queue was claimed exactly once
+	$node->safe_psql('postgres', "SELECT count(*) FROM jobq.claim('$queue', batch => 1000)")
+	  for (1 .. 11);
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FILTER (WHERE status = 'running') || '/' || count(*)"
+			  . " FROM jobq.job WHERE queue = '$queue'"),
+		'10106/10106', "$way: all 10,106 jobs of the queue are running, none left pending");
 	$node->safe_psql('postgres', 'DROP TRIGGER force_sql ON jobq.ready')
 	  if $way eq 'statement';
 }
