@@ -100,6 +100,16 @@ const drain = of('drain');
         r.enqueue_median_ms == null ? 'n/a' : fmt(r.enqueue_median_ms, 1)]),
     });
   }
+  const t = of('critical_thin').sort((a, b) => byOrder(a.contender, b.contender));
+  if (t.length) {
+    tables.push({
+      id: 4.5, title: `4b. The same with a thin driver: pgbench as the ${meta.clients} workers (claim, then complete in the next transaction, batch 10) and as the producer; times from the server's clock (enqueue call → the worker has the job)`,
+      head: ['contender', 'backlog', 'tries', 'median ms', 'max ms', 'each try (ms)', 'the enqueue call alone, median ms'],
+      body: t.map((r) => [NAMES[r.contender], fmt(r.backlog), (r.all_ms || []).length, fmt(r.median_ms, 1),
+        r.max_ms == null ? 'timeout' : fmt(r.max_ms, 1), (r.all_ms || []).map((x) => (x == null ? 'timeout' : (+x).toFixed(1))).join(', '),
+        fmt(r.enqueue_median_ms, 1)]),
+    });
+  }
 }
 // 5 scaling
 const scale = of('scale');
@@ -367,7 +377,9 @@ const targets = [];
     targets.push({ what: `bloat, workers only (no producers, ${bd.hold} s hold${run2('bloat_drain')}): p99 during ≤ 2× before`, value: `${r.toFixed(2)}×`, met: r <= 2 });
   }
   const c = of('critical').find((x) => x.contender === 'jobq');
-  if (c && c.max_ms != null) targets.push({ what: `critical job behind ${fmt(meta.crit_backlog)} claimed in ≤ 5 ms (enqueue call → a busy worker sees it)`, value: `median ${c.median_ms.toFixed(1)} ms, max ${c.max_ms.toFixed(1)} ms`, met: c.max_ms <= 5 });
+  if (c && c.max_ms != null) targets.push({ what: `critical job behind ${fmt(meta.crit_backlog)} claimed in ≤ 5 ms (enqueue call → a busy worker sees it; Node driver)`, value: `median ${c.median_ms.toFixed(1)} ms, max ${c.max_ms.toFixed(1)} ms`, met: c.max_ms <= 5 });
+  const ct = of('critical_thin').find((x) => x.contender === 'jobq');
+  if (ct) targets.push({ what: `critical job behind ${fmt(ct.backlog)} claimed in ≤ 5 ms (the same, thin driver: pgbench, server clock)`, value: `median ${ct.median_ms.toFixed(1)} ms, max ${ct.max_ms == null ? 'timeout' : ct.max_ms.toFixed(1) + ' ms'} of ${(ct.all_ms || []).length}`, met: ct.max_ms != null && ct.max_ms <= 5 });
   if (crit.length) {
     const mx = Math.max(...crit.map((x) => x.claim_ms));
     targets.push({ what: `critical job behind ${fmt(crit[0].backlog)}: the claim statement alone, idle queue${run2('profile_crit')}`, value: `max ${mx.toFixed(2)} ms of ${crit.length}`, met: mx <= 5 });
