@@ -582,10 +582,21 @@ ClaimedColumns(const LeaseRels *lr, const ClaimChangeArg *a, MemoryContext outcx
  * current memory context) and *nrows.  False, having done nothing, when the
  * claim must run its statement.
  */
-/* Does the key (neg_priority, run_at, job_id) sort after c's end key? */
+/*
+ * Does the index entry the scan is on, (queue, neg_priority, run_at,
+ * job_id), sort after c's end key?
+ */
 static bool
-PastEnd(const JobqDirectClaim *c, int32 neg_priority, TimestampTz run_at, int64 job_id)
+EntryPastEnd(const JobqDirectClaim *c, IndexScanDesc scan)
 {
+	bool		isnull;
+	int32		neg_priority = DatumGetInt32(index_getattr(scan->xs_itup, 2, scan->xs_itupdesc,
+														   &isnull));
+	TimestampTz run_at = DatumGetTimestampTz(index_getattr(scan->xs_itup, 3, scan->xs_itupdesc,
+														   &isnull));
+	int64		job_id = DatumGetInt64(index_getattr(scan->xs_itup, 4, scan->xs_itupdesc,
+													 &isnull));
+
 	if (neg_priority != c->end_neg_priority)
 		return neg_priority > c->end_neg_priority;
 	if (run_at != c->end_run_at)
@@ -599,10 +610,8 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	MemoryContext outcxt = CurrentMemoryContext;
 	MemoryContext cxt;
 	LeaseRels	lr;
-	ScanKeyData keys[3];
+	ScanKeyData keys[2];
 	ScanKeyData row[3];
-	ScanKeyData end_row[3];
-	int			nkeys = 2;
 	IndexScanDesc scan;
 	TupleTableSlot *rslot;
 	Datum	   *kinds = NULL;
@@ -662,34 +671,20 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	keys[1].sk_collation = InvalidOid;
 	keys[1].sk_argument = PointerGetDatum(row);
 
-	/*
-	 * and (neg_priority, run_at, job_id) <= the end key: the scan stops at
-	 * the first entry past it that differs in neg_priority; the loop below
-	 * stops at the first visible row past it
-	 */
-	if (c->has_end)
-	{
-		ScanKeyEntryInitialize(&end_row[0], SK_ROW_MEMBER, 2, BTLessEqualStrategyNumber,
-							   INT4OID, InvalidOid, lr.ready_order[1],
-							   Int32GetDatum(c->end_neg_priority));
-		ScanKeyEntryInitialize(&end_row[1], SK_ROW_MEMBER, 3, BTLessEqualStrategyNumber,
-							   TIMESTAMPTZOID, InvalidOid, lr.ready_order[2],
-							   TimestampTzGetDatum(c->end_run_at));
-		ScanKeyEntryInitialize(&end_row[2], SK_ROW_MEMBER | SK_ROW_END, 4,
-							   BTLessEqualStrategyNumber, INT8OID, InvalidOid,
-							   lr.ready_order[3], Int64GetDatum(c->end_job_id));
-		keys[2] = keys[1];
-		keys[2].sk_strategy = BTLessEqualStrategyNumber;
-		keys[2].sk_argument = PointerGetDatum(end_row);
-		nkeys = 3;
-	}
-
 	/* in cxt: a waiting claim's empty attempts must leave nothing behind */
 	out = palloc0(sizeof(JobqClaimedRow) * Max(c->batch, 1));
 	rslot = table_slot_create(lr.ready, NULL);
-	scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, nkeys, 0);
-	index_rescan(scan, keys, nkeys, NULL, 0);
-	while (n < (uint64) c->batch && index_getnext_slot(scan, ForwardScanDirection, rslot))
+	scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
+
+	/*
+	 * With an end key, every entry's key is looked at before its row is
+	 * fetched, so the scan stops at the first entry past the end, dead or not
+	 * (an index key past it would stop nbtree only where neg_priority
+	 * differs: it checks the first member of a row comparison alone)
+	 */
+	scan->xs_want_itup = c->has_end;
+	index_rescan(scan, keys, 2, NULL, 0);
+	while (n < (uint64) c->batch)
 	{
 		TM_FailureData tmfd;
 		bool		isnull;
@@ -697,12 +692,19 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 		Datum		run_at;
 
 		CHECK_FOR_INTERRUPTS();
+		/* index_getnext_slot(), with a look at each entry's key */
+		if (!scan->xs_heap_continue)
+		{
+			if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
+				break;
+			if (c->has_end && EntryPastEnd(c, scan))
+				break;
+		}
+		if (!index_fetch_heap(scan, rslot))
+			continue;
 		arg.job_id = DatumGetInt64(slot_getattr(rslot, lr.r[R_JOB_ID] + 1, &isnull));
 		neg_priority = slot_getattr(rslot, lr.r[R_NEG_PRIORITY] + 1, &isnull);
 		run_at = slot_getattr(rslot, lr.r[R_RUN_AT] + 1, &isnull);
-		if (c->has_end && PastEnd(c, DatumGetInt32(neg_priority), DatumGetTimestampTz(run_at),
-								  arg.job_id))
-			break;
 		if (kinds && !KindWanted(slot_getattr(rslot, lr.r[R_KIND] + 1, &isnull),
 								 kinds, knulls, nkinds))
 			continue;

@@ -395,6 +395,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	 * another claim) and takes, in claim order, those whose key has room.
 	 */
 	per_key = q.max_per_key > 0;
+	jobq_state_claim_begin(queue, two_pass ? &island.lo : &start);
 	if (!per_key)
 	{
 		JobqDirectClaim dc;
@@ -503,6 +504,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		rows[i].pos.job_id = DatumGetInt64(claimed[i].values[0]);
 		jobq_state_note_unready(queue, &rows[i].pos);
 	}
+	jobq_state_claim_end(queue);
 	if (!direct)
 		qsort(rows, nrows, sizeof(JobqClaimed), ClaimedCompare);
 	/* the shared pool serves this database again when these leases end */
@@ -519,13 +521,16 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		island_last = &rows[island_rows - 1].pos;
 	else if (!two_pass && island.valid && nrows > 0)
 	{
-		/* one scan from the island's lo (or before) on */
+		/*
+		 * one scan from the island's lo (or before) on; the statements' fewer
+		 * rows than the batch may be stale ready rows deleted unreturned
+		 */
 		island_last = &rows[nrows - 1].pos;
-		island_done = nrows < (uint64) batch ||
+		island_done = (direct && nrows < (uint64) batch) ||
 			jobq_claim_pos_compare(island_last, &island.hi) >= 0;
 	}
 	else if (!two_pass && island.valid)
-		island_done = true;
+		island_done = direct;
 	if ((nrows > 0 || island.valid) && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
 		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done,
 							 nrows > island_rows ? &rows[nrows - 1].pos : NULL);

@@ -43,7 +43,13 @@
  * island); a lowering whose range reaches the position lowers it, and when
  * the new position is not above the island's hi the island is merged into
  * it (the position goes down to the island's lo; that lowering bounds
- * concurrent claims at the island's lo).
+ * concurrent claims at the island's lo).  Islands are made only for rows
+ * of the jobq.ready the position belongs to (notes carry its OID).
+ *
+ * A claim announces the key it deletes from before it deletes anything
+ * (jobq_state_claim_begin): an abort before it noted every row it deleted
+ * gives back every key from there on.  A subtransaction abort lowers at
+ * once, since the rows it deleted are back for everyone then.
  * The callbacks run after the transaction's commit or abort is visible to
  * other backends (after ProcArrayEndTransaction), so a claim either took
  * its snapshot after a row became visible (and so saw it), or that row's
@@ -81,6 +87,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/namespace.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -91,6 +98,7 @@
 #include "storage/spin.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -142,12 +150,15 @@ typedef struct JobqQueueState
 typedef struct JobqQueueNote
 {
 	char		queue[JOBQ_MAX_NAME_LEN + 1];
+	Oid			relid;			/* jobq.ready's OID when the note began */
 	bool		has_inserted;	/* rows entered jobq.ready, keys in: */
 	JobqClaimPos min_inserted;
 	JobqClaimPos max_inserted;
 	bool		has_deleted;	/* rows left jobq.ready, keys in: */
 	JobqClaimPos min_deleted;
 	JobqClaimPos max_deleted;
+	bool		has_claim;		/* a claim is deleting rows from claim_lo on */
+	JobqClaimPos claim_lo;
 	bool		has_scheduled;	/* rows entered jobq.scheduled */
 	TimestampTz min_scheduled;
 } JobqQueueNote;
@@ -402,7 +413,10 @@ jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 	{
 		const JobqClaimPos *low = &entry->lowered[e % JOBQ_LOWERED_KEPT];
 
-		if (entry->lowered_bounds[e % JOBQ_LOWERED_KEPT] && jobq_claim_pos_compare(low, &target) < 0)
+		/* on a new start, islands made meanwhile bound it as well */
+		if ((entry->lowered_bounds[e % JOBQ_LOWERED_KEPT] || !entry->pos_valid ||
+			 entry->relid != relid) &&
+			jobq_claim_pos_compare(low, &target) < 0)
 			target = *low;
 	}
 	if (!entry->pos_valid || entry->relid != relid)
@@ -475,6 +489,15 @@ jobq_state_set_next_due(Oid relid, const char *queue, uint64 epoch,
 }
 
 /* This transaction's note for a queue, created on first use. */
+/* jobq.ready's OID (InvalidOid if there is none). */
+static Oid
+ReadyRelid(void)
+{
+	Oid			nsp = get_namespace_oid("jobq", true);
+
+	return OidIsValid(nsp) ? get_relname_relid("ready", nsp) : InvalidOid;
+}
+
 static JobqQueueNote *
 NoteFor(const char *queue)
 {
@@ -491,6 +514,7 @@ NoteFor(const char *queue)
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	note = palloc0(sizeof(JobqQueueNote));
 	strlcpy(note->queue, queue, sizeof(note->queue));
+	note->relid = ReadyRelid();
 	jobq_notes = lappend(jobq_notes, note);
 	MemoryContextSwitchTo(old);
 	return note;
@@ -525,6 +549,42 @@ jobq_state_note_unready(const char *queue, const JobqClaimPos *pos)
 	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, pos);
 }
 
+/*
+ * A claim of this transaction starts deleting rows of jobq.ready at keys
+ * from *lo on.  Until jobq_state_claim_end, an abort treats every key from
+ * *lo on as deleted: an error can strike after a row is deleted and before
+ * the claim notes it (jobq_state_note_unready), while other claims pass
+ * over the rows it holds and move the position past them.
+ */
+void
+jobq_state_claim_begin(const char *queue, const JobqClaimPos *lo)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	note->has_claim = true;
+	note->claim_lo = *lo;
+}
+
+/* The claim jobq_state_claim_begin announced has noted every row it deleted. */
+void
+jobq_state_claim_end(const char *queue)
+{
+	NoteFor(queue)->has_claim = false;
+}
+
+/* An aborted claim deleted rows anywhere from its claim_lo on. */
+static void
+NoteClaimAborted(JobqQueueNote *note)
+{
+	static const JobqClaimPos last = {PG_INT32_MAX, DT_NOEND, PG_INT64_MAX};
+
+	if (!note->has_claim)
+		return;
+	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, &note->claim_lo);
+	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, &last);
+	note->has_claim = false;
+}
+
 /* This transaction inserted a row into jobq.scheduled due at run_at. */
 void
 jobq_state_note_scheduled(const char *queue, TimestampTz run_at)
@@ -537,12 +597,13 @@ jobq_state_note_scheduled(const char *queue, TimestampTz run_at)
 }
 
 /*
- * Rows with keys in [*lo, *hi] became claimable: make or widen the queue's
- * island when they all sort before its position, else move the position
- * back to *lo (merging the island into it when they meet); bump the epoch.
+ * Rows of jobq.ready (OID relid) with keys in [*lo, *hi] became claimable:
+ * make or widen the queue's island when they all sort before its position
+ * in that same table, else move the position back to *lo (merging the
+ * island into it when they meet); bump the epoch.
  */
 static void
-StateLower(const char *queue, const JobqClaimPos *lo, const JobqClaimPos *hi)
+StateLower(const char *queue, Oid relid, const JobqClaimPos *lo, const JobqClaimPos *hi)
 {
 	JobqQueueState *entry = StateLookup(queue, false);
 	int			slot;
@@ -554,7 +615,8 @@ StateLower(const char *queue, const JobqClaimPos *lo, const JobqClaimPos *hi)
 	slot = entry->epoch % JOBQ_LOWERED_KEPT;
 	entry->lowered[slot] = *lo;
 	entry->lowered_bounds[slot] = true;
-	if (entry->pos_valid && jobq_claim_pos_compare(hi, &entry->pos) < 0)
+	if (entry->pos_valid && OidIsValid(relid) && entry->relid == relid &&
+		jobq_claim_pos_compare(hi, &entry->pos) < 0)
 	{
 		if (!entry->has_island || jobq_claim_pos_compare(lo, &entry->island_lo) < 0)
 			entry->island_lo = *lo;
@@ -699,7 +761,8 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 				JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
 
 				if (note->has_inserted)
-					StateLower(note->queue, &note->min_inserted, &note->max_inserted);
+					StateLower(note->queue, note->relid, &note->min_inserted,
+							   &note->max_inserted);
 				if (note->has_scheduled)
 					StateLowerDue(note->queue, note->min_scheduled);
 			}
@@ -714,8 +777,10 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 				 * Deleted scheduled rows come back too; we keep no bound for
 				 * them, so make the next claim probe.
 				 */
+				NoteClaimAborted(note);
 				if (note->has_deleted)
-					StateLower(note->queue, &note->min_deleted, &note->max_deleted);
+					StateLower(note->queue, note->relid, &note->min_deleted,
+							   &note->max_deleted);
 				StateLowerDue(note->queue, DT_NOBEGIN);
 			}
 			break;
@@ -727,8 +792,11 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 }
 
 /*
- * A subtransaction aborted: rows it deleted are back and will stay back if
- * the top-level transaction commits, so treat them as inserted as well.
+ * A subtransaction aborted: rows it deleted are back, for every other
+ * transaction at once, and will stay back if the top-level transaction
+ * commits.  Lower the position for them now (with the range of every row
+ * the transaction deleted so far, a superset), and treat them as inserted
+ * as well, for its commit.
  */
 static void
 jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -742,8 +810,10 @@ jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	{
 		JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
 
+		NoteClaimAborted(note);
 		if (note->has_deleted)
 		{
+			StateLower(note->queue, note->relid, &note->min_deleted, &note->max_deleted);
 			NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted,
 					  &note->min_deleted);
 			NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted,

@@ -46,6 +46,8 @@ extern void jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 								 const JobqClaimPos *last);
 extern void jobq_state_note_ready(const char *queue, const JobqClaimPos *pos);
 extern void jobq_state_note_unready(const char *queue, const JobqClaimPos *pos);
+extern void jobq_state_claim_begin(const char *queue, const JobqClaimPos *lo);
+extern void jobq_state_claim_end(const char *queue);
 extern bool jobq_state_due_probe_needed(Oid relid, const char *queue,
 										TimestampTz now, uint64 *epoch);
 extern void jobq_state_set_next_due(Oid relid, const char *queue,
