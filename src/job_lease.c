@@ -576,26 +576,15 @@ ClaimedColumns(const LeaseRels *lr, const ClaimChangeArg *a, MemoryContext outcx
 	MemoryContextSwitchTo(oldcxt);
 }
 
-/*
- * Claim up to c->batch jobs of c->queue from its claim position on (up to
- * the end key, if it has one), in claim order, into *rows (allocated in the
- * current memory context) and *nrows.  False, having done nothing, when the
- * claim must run its statement.
- */
-/*
- * Does the index entry the scan is on, (queue, neg_priority, run_at,
- * job_id), sort after c's end key?
- */
+/* Does the scan's index entry (queue, neg_priority, run_at, job_id) sort after c's end? */
 static bool
 EntryPastEnd(const JobqDirectClaim *c, IndexScanDesc scan)
 {
 	bool		isnull;
-	int32		neg_priority = DatumGetInt32(index_getattr(scan->xs_itup, 2, scan->xs_itupdesc,
-														   &isnull));
-	TimestampTz run_at = DatumGetTimestampTz(index_getattr(scan->xs_itup, 3, scan->xs_itupdesc,
-														   &isnull));
-	int64		job_id = DatumGetInt64(index_getattr(scan->xs_itup, 4, scan->xs_itupdesc,
-													 &isnull));
+	IndexTuple	it = scan->xs_itup;
+	int32		neg_priority = DatumGetInt32(index_getattr(it, 2, scan->xs_itupdesc, &isnull));
+	TimestampTz run_at = DatumGetTimestampTz(index_getattr(it, 3, scan->xs_itupdesc, &isnull));
+	int64		job_id = DatumGetInt64(index_getattr(it, 4, scan->xs_itupdesc, &isnull));
 
 	if (neg_priority != c->end_neg_priority)
 		return neg_priority > c->end_neg_priority;
@@ -604,6 +593,84 @@ EntryPastEnd(const JobqDirectClaim *c, IndexScanDesc scan)
 	return job_id > c->end_job_id;
 }
 
+/* A claim's kinds filter, deconstructed (kinds NULL: any kind). */
+typedef struct KindFilter
+{
+	Datum	   *kinds;
+	bool	   *nulls;
+	int			n;
+} KindFilter;
+
+/* A ready row a claim found: where it is, and its key. */
+typedef struct ReadyFound
+{
+	ItemPointerData tid;
+	int64		job_id;
+	Datum		neg_priority;
+	Datum		run_at;
+} ReadyFound;
+
+/*
+ * The scan's next ready row visible to the claim and of a wanted kind, into
+ * *f; false at the end (index_getnext_slot(), with a look at each key).
+ */
+static bool
+NextReady(const JobqDirectClaim *c, const LeaseRels *lr, IndexScanDesc scan,
+		  TupleTableSlot *rslot, const KindFilter *kf, ReadyFound *f)
+{
+	bool		isnull;
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!scan->xs_heap_continue)
+		{
+			if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
+				return false;
+			if (c->has_end && EntryPastEnd(c, scan))
+				return false;
+		}
+		if (!index_fetch_heap(scan, rslot))
+			continue;
+		if (kf->kinds && !KindWanted(slot_getattr(rslot, lr->r[R_KIND] + 1, &isnull),
+									 kf->kinds, kf->nulls, kf->n))
+			continue;
+		f->tid = rslot->tts_tid;
+		f->job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
+		f->neg_priority = slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1, &isnull);
+		f->run_at = slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull);
+		return true;
+	}
+}
+
+/* Delete the ready row found and claim its job into *out; false: passed over. */
+static bool
+TakeReady(LeaseRels *lr, const ReadyFound *f, ClaimChangeArg *arg, MemoryContext outcxt,
+		  JobqClaimedRow *out)
+{
+	TM_FailureData tmfd;
+	ItemPointerData tid = f->tid;
+
+	/* SKIP LOCKED: a row another transaction deletes or holds is passed over */
+	if (table_tuple_delete(lr->ready, &tid, lr->cid, lr->snap, InvalidSnapshot,
+						   false, &tmfd, false) != TM_Ok)
+		return false;
+	/* a job that is not pending loses its stale ready row all the same */
+	arg->job_id = f->job_id;
+	if (!UpdateJob(lr, arg->job_id, ClaimChange, arg))
+		return false;
+	ClaimedColumns(lr, arg, outcxt, out);
+	out->values[10] = f->neg_priority;
+	out->values[11] = f->run_at;
+	return true;
+}
+
+/*
+ * Claim up to c->batch jobs of c->queue from its claim position on (up to
+ * the end key, if it has one), in claim order, into *rows (allocated in the
+ * current memory context) and *nrows.  False, having done nothing, when the
+ * claim must run its statement.
+ */
 bool
 jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows)
 {
@@ -614,11 +681,10 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	ScanKeyData row[3];
 	IndexScanDesc scan;
 	TupleTableSlot *rslot;
-	Datum	   *kinds = NULL;
-	bool	   *knulls = NULL;
-	int			nkinds = 0;
 	ClaimChangeArg arg;
 	JobqClaimedRow *out;
+	KindFilter	kf;
+	ReadyFound	f;
 	uint64		n = 0;
 
 	if (IsolationUsesXactSnapshot())
@@ -634,9 +700,10 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 		MemoryContextDelete(cxt);
 		return false;
 	}
+	memset(&kf, 0, sizeof(kf));
 	if (c->kinds)
-		deconstruct_array(c->kinds, TEXTOID, -1, false, TYPALIGN_INT, &kinds, &knulls,
-						  &nkinds);
+		deconstruct_array(c->kinds, TEXTOID, -1, false, TYPALIGN_INT, &kf.kinds, &kf.nulls,
+						  &kf.n);
 	arg.c = c;
 	arg.status_running = CStringGetTextDatum("running");
 	arg.lease_expires_at = DirectFunctionCall2(timestamptz_pl_interval,
@@ -674,57 +741,55 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	/* in cxt: a waiting claim's empty attempts must leave nothing behind */
 	out = palloc0(sizeof(JobqClaimedRow) * Max(c->batch, 1));
 	rslot = table_slot_create(lr.ready, NULL);
-	scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
-
-	/*
-	 * With an end key, every entry's key is looked at before its row is
-	 * fetched, so the scan stops at the first entry past the end, dead or not
-	 * (an index key past it would stop nbtree only where neg_priority
-	 * differs: it checks the first member of a row comparison alone)
-	 */
-	scan->xs_want_itup = c->has_end;
-	index_rescan(scan, keys, 2, NULL, 0);
-	while (n < (uint64) c->batch)
+	if (!c->has_end)
 	{
-		TM_FailureData tmfd;
-		bool		isnull;
-		Datum		neg_priority;
-		Datum		run_at;
-
-		CHECK_FOR_INTERRUPTS();
-		/* index_getnext_slot(), with a look at each entry's key */
-		if (!scan->xs_heap_continue)
-		{
-			if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
-				break;
-			if (c->has_end && EntryPastEnd(c, scan))
-				break;
-		}
-		if (!index_fetch_heap(scan, rslot))
-			continue;
-		arg.job_id = DatumGetInt64(slot_getattr(rslot, lr.r[R_JOB_ID] + 1, &isnull));
-		neg_priority = slot_getattr(rslot, lr.r[R_NEG_PRIORITY] + 1, &isnull);
-		run_at = slot_getattr(rslot, lr.r[R_RUN_AT] + 1, &isnull);
-		if (kinds && !KindWanted(slot_getattr(rslot, lr.r[R_KIND] + 1, &isnull),
-								 kinds, knulls, nkinds))
-			continue;
-
-		/*
-		 * SKIP LOCKED: a row another transaction deletes or holds is passed
-		 * over
-		 */
-		if (table_tuple_delete(lr.ready, &rslot->tts_tid, lr.cid, lr.snap, InvalidSnapshot,
-							   false, &tmfd, false) != TM_Ok)
-			continue;
-		/* a job that is not pending loses its stale ready row all the same */
-		if (!UpdateJob(&lr, arg.job_id, ClaimChange, &arg))
-			continue;
-		ClaimedColumns(&lr, &arg, outcxt, &out[n]);
-		out[n].values[10] = neg_priority;
-		out[n].values[11] = run_at;
-		n++;
+		scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
+		index_rescan(scan, keys, 2, NULL, 0);
+		while (n < (uint64) c->batch && NextReady(c, &lr, scan, rslot, &kf, &f))
+			if (TakeReady(&lr, &f, &arg, outcxt, &out[n]))
+				n++;
+		index_endscan(scan);
 	}
-	index_endscan(scan);
+	else
+	{
+		/*
+		 * The island: entries' keys are read from the index, to stop at the
+		 * first past its end, dead or not (a row comparison key stops nbtree
+		 * only on its first member).  That pins the leaf page, which must not
+		 * hold off VACUUM while a job row's lock is awaited: find the rows,
+		 * end the scan, take them; begin again after the last one found.
+		 */
+		ReadyFound *found = palloc(sizeof(ReadyFound) * Max(c->batch, 1));
+		bool		more = true;
+		bool		resumed = false;
+		int64		last_id = 0;
+
+		while (more && n < (uint64) c->batch)
+		{
+			uint64		nf = 0;
+
+			scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
+			scan->xs_want_itup = true;
+			index_rescan(scan, keys, 2, NULL, 0);
+			while (nf < (uint64) c->batch - n && NextReady(c, &lr, scan, rslot, &kf, &found[nf]))
+				if (!resumed || found[nf].job_id != last_id)
+					nf++;
+			index_endscan(scan);
+			more = nf > 0 && nf == (uint64) c->batch - n;
+			for (uint64 i = 0; i < nf; i++)
+				if (TakeReady(&lr, &found[i], &arg, outcxt, &out[n]))
+					n++;
+			if (more)
+			{
+				/* on from the last row found (which is skipped) */
+				row[0].sk_argument = found[nf - 1].neg_priority;
+				row[1].sk_argument = found[nf - 1].run_at;
+				row[2].sk_argument = Int64GetDatum(found[nf - 1].job_id);
+				last_id = found[nf - 1].job_id;
+				resumed = true;
+			}
+		}
+	}
 	ExecDropSingleTupleTableSlot(rslot);
 	CloseLeaseRels(&lr);
 	MemoryContextSwitchTo(outcxt);

@@ -157,7 +157,9 @@ typedef struct JobqQueueNote
 	bool		has_deleted;	/* rows left jobq.ready, keys in: */
 	JobqClaimPos min_deleted;
 	JobqClaimPos max_deleted;
-	bool		has_claim;		/* a claim is deleting rows from claim_lo on */
+	SubTransactionId deleted_subid; /* the latest subtransaction that deleted
+									 * rows (its own or a child's) */
+	int			claim_depth;	/* claims deleting rows from claim_lo on */
 	JobqClaimPos claim_lo;
 	bool		has_scheduled;	/* rows entered jobq.scheduled */
 	TimestampTz min_scheduled;
@@ -547,6 +549,7 @@ jobq_state_note_unready(const char *queue, const JobqClaimPos *pos)
 	JobqQueueNote *note = NoteFor(queue);
 
 	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, pos);
+	note->deleted_subid = Max(note->deleted_subid, GetCurrentSubTransactionId());
 }
 
 /*
@@ -561,15 +564,19 @@ jobq_state_claim_begin(const char *queue, const JobqClaimPos *lo)
 {
 	JobqQueueNote *note = NoteFor(queue);
 
-	note->has_claim = true;
-	note->claim_lo = *lo;
+	if (note->claim_depth == 0 || jobq_claim_pos_compare(lo, &note->claim_lo) < 0)
+		note->claim_lo = *lo;
+	note->claim_depth++;
 }
 
 /* The claim jobq_state_claim_begin announced has noted every row it deleted. */
 void
 jobq_state_claim_end(const char *queue)
 {
-	NoteFor(queue)->has_claim = false;
+	JobqQueueNote *note = NoteFor(queue);
+
+	if (note->claim_depth > 0)
+		note->claim_depth--;
 }
 
 /* An aborted claim deleted rows anywhere from its claim_lo on. */
@@ -578,11 +585,11 @@ NoteClaimAborted(JobqQueueNote *note)
 {
 	static const JobqClaimPos last = {PG_INT32_MAX, DT_NOEND, PG_INT64_MAX};
 
-	if (!note->has_claim)
+	if (note->claim_depth == 0)
 		return;
 	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, &note->claim_lo);
 	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, &last);
-	note->has_claim = false;
+	note->claim_depth = 0;
 }
 
 /* This transaction inserted a row into jobq.scheduled due at run_at. */
@@ -794,9 +801,11 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 /*
  * A subtransaction aborted: rows it deleted are back, for every other
  * transaction at once, and will stay back if the top-level transaction
- * commits.  Lower the position for them now (with the range of every row
- * the transaction deleted so far, a superset), and treat them as inserted
- * as well, for its commit.
+ * commits.  If it deleted any (or a claim was deleting in it), lower the
+ * position for them now (with the range of every row the transaction
+ * deleted so far, a superset), and treat them as inserted as well, for its
+ * commit.  One that deleted nothing lowers nothing: a waiting claim rolls
+ * back each empty attempt, and a lowering would wake it again at once.
  */
 static void
 jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
@@ -810,9 +819,14 @@ jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	{
 		JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
 
-		NoteClaimAborted(note);
-		if (note->has_deleted)
+		if (note->claim_depth > 0)
 		{
+			NoteClaimAborted(note);
+			note->deleted_subid = mySubid;
+		}
+		if (note->has_deleted && note->deleted_subid >= mySubid)
+		{
+			note->deleted_subid = parentSubid;
 			StateLower(note->queue, note->relid, &note->min_deleted, &note->max_deleted);
 			NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted,
 					  &note->min_deleted);
