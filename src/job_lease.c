@@ -576,21 +576,17 @@ ClaimedColumns(const LeaseRels *lr, const ClaimChangeArg *a, MemoryContext outcx
 	MemoryContextSwitchTo(oldcxt);
 }
 
-/* Does the scan's index entry (queue, neg_priority, run_at, job_id) sort after c's end? */
+/* Does the scan's index entry (queue, neg_priority, run_at, job_id) sort after c's island? */
 static bool
-EntryPastEnd(const JobqDirectClaim *c, IndexScanDesc scan)
+EntryPastIsland(const JobqDirectClaim *c, IndexScanDesc scan)
 {
 	bool		isnull;
-	IndexTuple	it = scan->xs_itup;
-	int32		neg_priority = DatumGetInt32(index_getattr(it, 2, scan->xs_itupdesc, &isnull));
-	TimestampTz run_at = DatumGetTimestampTz(index_getattr(it, 3, scan->xs_itupdesc, &isnull));
-	int64		job_id = DatumGetInt64(index_getattr(it, 4, scan->xs_itupdesc, &isnull));
+	JobqClaimPos key;
 
-	if (neg_priority != c->end_neg_priority)
-		return neg_priority > c->end_neg_priority;
-	if (run_at != c->end_run_at)
-		return run_at > c->end_run_at;
-	return job_id > c->end_job_id;
+	key.neg_priority = DatumGetInt32(index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull));
+	key.run_at = DatumGetTimestampTz(index_getattr(scan->xs_itup, 3, scan->xs_itupdesc, &isnull));
+	key.job_id = DatumGetInt64(index_getattr(scan->xs_itup, 4, scan->xs_itupdesc, &isnull));
+	return jobq_claim_pos_compare(&key, &c->island_hi) > 0;
 }
 
 /* A claim's kinds filter, deconstructed (kinds NULL: any kind). */
@@ -605,17 +601,15 @@ typedef struct KindFilter
 typedef struct ReadyFound
 {
 	ItemPointerData tid;
-	int64		job_id;
-	Datum		neg_priority;
-	Datum		run_at;
+	JobqClaimPos key;
 } ReadyFound;
 
 /*
- * The scan's next ready row visible to the claim and of a wanted kind, into
- * *f; false at the end (index_getnext_slot(), with a look at each key).
+ * index_getnext_slot() for a claim, a look at each key: the next visible row
+ * of a wanted kind into *f; false at the end, or past c's island in_island.
  */
 static bool
-NextReady(const JobqDirectClaim *c, const LeaseRels *lr, IndexScanDesc scan,
+NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexScanDesc scan,
 		  TupleTableSlot *rslot, const KindFilter *kf, ReadyFound *f)
 {
 	bool		isnull;
@@ -627,7 +621,7 @@ NextReady(const JobqDirectClaim *c, const LeaseRels *lr, IndexScanDesc scan,
 		{
 			if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
 				return false;
-			if (c->has_end && EntryPastEnd(c, scan))
+			if (in_island && EntryPastIsland(c, scan))
 				return false;
 		}
 		if (!index_fetch_heap(scan, rslot))
@@ -636,43 +630,53 @@ NextReady(const JobqDirectClaim *c, const LeaseRels *lr, IndexScanDesc scan,
 									 kf->kinds, kf->nulls, kf->n))
 			continue;
 		f->tid = rslot->tts_tid;
-		f->job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
-		f->neg_priority = slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1, &isnull);
-		f->run_at = slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull);
+		f->key.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
+		f->key.neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1,
+														 &isnull));
+		f->key.run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
 		return true;
 	}
 }
 
 /* Delete the ready row found and claim its job into *out; false: passed over. */
 static bool
-TakeReady(LeaseRels *lr, const ReadyFound *f, ClaimChangeArg *arg, MemoryContext outcxt,
+TakeReady(LeaseRels *lr, ReadyFound *f, ClaimChangeArg *arg, MemoryContext outcxt,
 		  JobqClaimedRow *out)
 {
 	TM_FailureData tmfd;
-	ItemPointerData tid = f->tid;
 
 	/* SKIP LOCKED: a row another transaction deletes or holds is passed over */
-	if (table_tuple_delete(lr->ready, &tid, lr->cid, lr->snap, InvalidSnapshot,
+	if (table_tuple_delete(lr->ready, &f->tid, lr->cid, lr->snap, InvalidSnapshot,
 						   false, &tmfd, false) != TM_Ok)
 		return false;
 	/* a job that is not pending loses its stale ready row all the same */
-	arg->job_id = f->job_id;
+	arg->job_id = f->key.job_id;
 	if (!UpdateJob(lr, arg->job_id, ClaimChange, arg))
 		return false;
 	ClaimedColumns(lr, arg, outcxt, out);
-	out->values[10] = f->neg_priority;
-	out->values[11] = f->run_at;
+	out->values[10] = Int32GetDatum(f->key.neg_priority);
+	out->values[11] = TimestampTzGetDatum(f->key.run_at);
 	return true;
 }
 
+/* Make the claim's row comparison start at *key. */
+static void
+SetStart(ScanKeyData *row, const JobqClaimPos *key)
+{
+	row[0].sk_argument = Int32GetDatum(key->neg_priority);
+	row[1].sk_argument = TimestampTzGetDatum(key->run_at);
+	row[2].sk_argument = Int64GetDatum(key->job_id);
+}
+
 /*
- * Claim up to c->batch jobs of c->queue from its claim position on (up to
- * the end key, if it has one), in claim order, into *rows (allocated in the
- * current memory context) and *nrows.  False, having done nothing, when the
- * claim must run its statement.
+ * Claim up to c->batch jobs of c->queue, in claim order, into *rows
+ * (allocated in the current memory context) and *nrows: first from its
+ * island, if it has one (*nisland of them), then from its claim position
+ * on.  False, having done nothing, when the claim must run its statement.
  */
 bool
-jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows)
+jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows,
+				  uint64 *nisland)
 {
 	MemoryContext outcxt = CurrentMemoryContext;
 	MemoryContext cxt;
@@ -683,10 +687,11 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	TupleTableSlot *rslot;
 	ClaimChangeArg arg;
 	JobqClaimedRow *out;
-	KindFilter	kf;
+	KindFilter	kf = {0};
 	ReadyFound	f;
 	uint64		n = 0;
 
+	*nisland = 0;
 	if (IsolationUsesXactSnapshot())
 		return false;
 	PreventCommandIfReadOnly("DELETE");
@@ -700,7 +705,6 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 		MemoryContextDelete(cxt);
 		return false;
 	}
-	memset(&kf, 0, sizeof(kf));
 	if (c->kinds)
 		deconstruct_array(c->kinds, TEXTOID, -1, false, TYPALIGN_INT, &kf.kinds, &kf.nulls,
 						  &kf.n);
@@ -711,18 +715,16 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 											   IntervalPGetDatum(c->lease));
 
 	/*
-	 * queue = $1 AND (neg_priority, run_at, job_id) >= the claim position, in
-	 * the index's attribute numbers (its columns are these four, in order)
+	 * queue = $1 AND (neg_priority, run_at, job_id) >= a start key
+	 * (SetStart), in the index's attribute numbers (its columns are these
+	 * four, in order)
 	 */
 	ScanKeyEntryInitialize(&row[0], SK_ROW_MEMBER, 2, BTGreaterEqualStrategyNumber,
-						   INT4OID, InvalidOid, lr.ready_order[1],
-						   Int32GetDatum(c->start_neg_priority));
+						   INT4OID, InvalidOid, lr.ready_order[1], (Datum) 0);
 	ScanKeyEntryInitialize(&row[1], SK_ROW_MEMBER, 3, BTGreaterEqualStrategyNumber,
-						   TIMESTAMPTZOID, InvalidOid, lr.ready_order[2],
-						   TimestampTzGetDatum(c->start_run_at));
+						   TIMESTAMPTZOID, InvalidOid, lr.ready_order[2], (Datum) 0);
 	ScanKeyEntryInitialize(&row[2], SK_ROW_MEMBER | SK_ROW_END, 4, BTGreaterEqualStrategyNumber,
-						   INT8OID, InvalidOid, lr.ready_order[3],
-						   Int64GetDatum(c->start_job_id));
+						   INT8OID, InvalidOid, lr.ready_order[3], (Datum) 0);
 	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, TEXTOID, C_COLLATION_OID,
 						   lr.ready_procs[0], CStringGetTextDatum(c->queue));
 
@@ -741,29 +743,19 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	/* in cxt: a waiting claim's empty attempts must leave nothing behind */
 	out = palloc0(sizeof(JobqClaimedRow) * Max(c->batch, 1));
 	rslot = table_slot_create(lr.ready, NULL);
-	if (!c->has_end)
-	{
-		scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
-		index_rescan(scan, keys, 2, NULL, 0);
-		while (n < (uint64) c->batch && NextReady(c, &lr, scan, rslot, &kf, &f))
-			if (TakeReady(&lr, &f, &arg, outcxt, &out[n]))
-				n++;
-		index_endscan(scan);
-	}
-	else
+	if (c->has_island)
 	{
 		/*
-		 * The island: entries' keys are read from the index, to stop at the
-		 * first past its end, dead or not (a row comparison key stops nbtree
-		 * only on its first member).  That pins the leaf page, which must not
-		 * hold off VACUUM while a job row's lock is awaited: find the rows,
-		 * end the scan, take them; begin again after the last one found.
+		 * The island: index keys stop the scan past its end, dead or not (a
+		 * row comparison stops nbtree on its first member only); their leaf
+		 * pin must not stall VACUUM in lock waits: find, end the scan, take.
 		 */
 		ReadyFound *found = palloc(sizeof(ReadyFound) * Max(c->batch, 1));
 		bool		more = true;
 		bool		resumed = false;
 		int64		last_id = 0;
 
+		SetStart(row, &c->island_lo);
 		while (more && n < (uint64) c->batch)
 		{
 			uint64		nf = 0;
@@ -771,8 +763,9 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 			scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
 			scan->xs_want_itup = true;
 			index_rescan(scan, keys, 2, NULL, 0);
-			while (nf < (uint64) c->batch - n && NextReady(c, &lr, scan, rslot, &kf, &found[nf]))
-				if (!resumed || found[nf].job_id != last_id)
+			while (nf < (uint64) c->batch - n &&
+				   NextReady(c, true, &lr, scan, rslot, &kf, &found[nf]))
+				if (!resumed || found[nf].key.job_id != last_id)
 					nf++;
 			index_endscan(scan);
 			more = nf > 0 && nf == (uint64) c->batch - n;
@@ -781,14 +774,22 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 					n++;
 			if (more)
 			{
-				/* on from the last row found (which is skipped) */
-				row[0].sk_argument = found[nf - 1].neg_priority;
-				row[1].sk_argument = found[nf - 1].run_at;
-				row[2].sk_argument = Int64GetDatum(found[nf - 1].job_id);
-				last_id = found[nf - 1].job_id;
+				SetStart(row, &found[nf - 1].key);
+				last_id = found[nf - 1].key.job_id;
 				resumed = true;
 			}
 		}
+		*nisland = n;
+	}
+	if (n < (uint64) c->batch)
+	{
+		SetStart(row, &c->start);
+		scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
+		index_rescan(scan, keys, 2, NULL, 0);
+		while (n < (uint64) c->batch && NextReady(c, false, &lr, scan, rslot, &kf, &f))
+			if (TakeReady(&lr, &f, &arg, outcxt, &out[n]))
+				n++;
+		index_endscan(scan);
 	}
 	ExecDropSingleTupleTableSlot(rslot);
 	CloseLeaseRels(&lr);

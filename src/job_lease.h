@@ -16,6 +16,8 @@
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
+#include "shm_queue.h"
+
 /* The columns of a claimed job, as jobq.claim's statement returns them. */
 #define JOBQ_CLAIMED_NCOLS 12
 
@@ -32,13 +34,10 @@ typedef struct JobqDirectClaim
 	const char *queue;
 	int32		batch;
 	ArrayType  *kinds;			/* NULL: any kind */
-	int32		start_neg_priority; /* the queue's claim position */
-	TimestampTz start_run_at;
-	int64		start_job_id;
-	bool		has_end;		/* claim only rows up to (inclusive): */
-	int32		end_neg_priority;
-	TimestampTz end_run_at;
-	int64		end_job_id;
+	JobqClaimPos start;			/* the queue's claim position */
+	bool		has_island;		/* first the rows in [island_lo, island_hi] */
+	JobqClaimPos island_lo;
+	JobqClaimPos island_hi;
 	TimestampTz now;			/* claimed_at; the lease starts here */
 	Interval   *lease;
 	Datum		worker_id;		/* text, or (Datum) 0 for NULL */
@@ -46,7 +45,7 @@ typedef struct JobqDirectClaim
 } JobqDirectClaim;
 
 extern bool jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows,
-							  uint64 *nrows);
+							  uint64 *nrows, uint64 *nisland);
 extern bool jobq_complete_direct(const Datum *ids, const bool *id_nulls,
 								 const Datum *tokens, const bool *token_nulls,
 								 const Datum *results, const bool *result_nulls,

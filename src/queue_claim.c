@@ -289,20 +289,6 @@ typedef struct JobqClaimArgs
 	ArrayType  *kinds;			/* NULL: any kind */
 } JobqClaimArgs;
 
-/* claimed[0..n) followed by more[0..nmore), in one array. */
-static JobqClaimedRow *
-AppendClaimed(JobqClaimedRow *claimed, uint64 n, JobqClaimedRow *more, uint64 nmore)
-{
-	JobqClaimedRow *all;
-
-	if (n == 0)
-		return more;
-	all = palloc(sizeof(JobqClaimedRow) * (n + nmore));
-	memcpy(all, claimed, sizeof(JobqClaimedRow) * n);
-	memcpy(all + n, more, sizeof(JobqClaimedRow) * nmore);
-	return all;
-}
-
 /*
  * One claim attempt (SPI connected): put the claimed jobs, in claim order,
  * into rsinfo's tuplestore and return how many.  *promoted tells whether it
@@ -403,48 +389,16 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		dc.queue = queue;
 		dc.batch = batch;
 		dc.kinds = kinds;
-		dc.start_neg_priority = start.neg_priority;
-		dc.start_run_at = start.run_at;
-		dc.start_job_id = start.job_id;
+		dc.start = start;
 		dc.now = now;
 		dc.lease = DatumGetIntervalP(values[3]);
 		dc.worker_id = worker_id ? values[4] : (Datum) 0;
 		dc.token_salt = DatumGetInt64(values[9]);
-		dc.has_end = false;
-		if (two_pass)
-		{
-			JobqDirectClaim di = dc;
-
-			di.start_neg_priority = island.lo.neg_priority;
-			di.start_run_at = island.lo.run_at;
-			di.start_job_id = island.lo.job_id;
-			di.has_end = true;
-			di.end_neg_priority = island.hi.neg_priority;
-			di.end_run_at = island.hi.run_at;
-			di.end_job_id = island.hi.job_id;
-			direct = jobq_claim_direct(&di, &claimed, &island_rows);
-			if (direct)
-			{
-				island_done = island_rows < (uint64) batch;
-				dc.batch = batch - (int32) island_rows;
-			}
-		}
-		if (!two_pass || (direct && dc.batch > 0))
-		{
-			JobqClaimedRow *more;
-			uint64		nmore;
-
-			if (jobq_claim_direct(&dc, &more, &nmore))
-			{
-				direct = true;
-				claimed = AppendClaimed(claimed, island_rows, more, nmore);
-				nrows = island_rows + nmore;
-			}
-			else if (two_pass && direct)
-				elog(ERROR, "jobq: a claim's second scan could not be direct");
-		}
-		else
-			nrows = island_rows;
+		dc.has_island = two_pass;
+		dc.island_lo = island.lo;
+		dc.island_hi = island.hi;
+		direct = jobq_claim_direct(&dc, &claimed, &nrows, &island_rows);
+		island_done = two_pass && island_rows < (uint64) batch;
 	}
 	if (!direct)
 	{

@@ -50,6 +50,7 @@
  * (jobq_state_claim_begin): an abort before it noted every row it deleted
  * gives back every key from there on.  A subtransaction abort lowers at
  * once, since the rows it deleted are back for everyone then.
+ *
  * The callbacks run after the transaction's commit or abort is visible to
  * other backends (after ProcArrayEndTransaction), so a claim either took
  * its snapshot after a row became visible (and so saw it), or that row's
@@ -321,7 +322,7 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start,
 	uint64		epoch = 0;
 	bool		valid = false;
 
-	island->valid = false;
+	memset(island, 0, sizeof(*island));
 	if (entry != NULL)
 	{
 		SpinLockAcquire(&entry->mutex);
@@ -490,7 +491,6 @@ jobq_state_set_next_due(Oid relid, const char *queue, uint64 epoch,
 	SpinLockRelease(&entry->mutex);
 }
 
-/* This transaction's note for a queue, created on first use. */
 /* jobq.ready's OID (InvalidOid if there is none). */
 static Oid
 ReadyRelid(void)
@@ -500,6 +500,7 @@ ReadyRelid(void)
 	return OidIsValid(nsp) ? get_relname_relid("ready", nsp) : InvalidOid;
 }
 
+/* This transaction's note for a queue, created on first use. */
 static JobqQueueNote *
 NoteFor(const char *queue)
 {
