@@ -480,10 +480,15 @@ BEGIN
         hint := NULL;
     END IF;
     /* what the worker did about it (src/vacuum_hold.c) */
-    SELECT pg_catalog.string_agg(h.relation::text, ', ' ORDER BY h.relation::text),
+    SELECT pg_catalog.string_agg(h.name, ', ' ORDER BY h.name),
            pg_catalog.min(h.held_at)
       INTO list, oldest
-      FROM jobq.autovacuum_hold h;
+      FROM (SELECT COALESCE((SELECT pg_catalog.format('jobq.%s (TOAST)', c.relname)
+                               FROM pg_catalog.pg_class c
+                              WHERE c.reltoastrelid OPERATOR(pg_catalog.=) a.relation),
+                            a.relation::text) AS name,
+                   a.held_at
+              FROM jobq.autovacuum_hold a) h;
     IF list IS NOT NULL THEN
         detail := pg_catalog.format('%s; autovacuum of %s is paused until the horizon moves (since %s ago)',
                                     detail, list,

@@ -24,11 +24,11 @@
  *   still; one where something commits while nothing old is open always
  *   moves.)
  *
- * - A table is *held* once an autovacuum pass of it ended after that first
- *   round.  That pass removed what the standing horizon allows, so the
+ * - A table (a jobq table, or the TOAST table of one, each on its own) is
+ *   *held* once an autovacuum pass of it ended after that first round.  That pass removed what the standing horizon allows, so the
  *   passes after it would remove nothing: ALTER TABLE ... SET
- *   (autovacuum_enabled = false), and a row in jobq.autovacuum_hold with the
- *   horizon.  A table whose autovacuum_enabled someone else set is never
+ *   (autovacuum_enabled = false), or toast.autovacuum_enabled, and a row in
+ *   jobq.autovacuum_hold with the horizon.  A table whose autovacuum_enabled someone else set is never
  *   touched.
  *
  * - A hold ends (ALTER TABLE ... RESET, the row deleted) as soon as a round
@@ -80,8 +80,9 @@ static SPIPlanPtr plan_release;
 /* One table's hold or release, as a unit. */
 typedef struct JobqHoldUnit
 {
-	Oid			relid;
-	const char *relname;		/* in schema jobq */
+	Oid			relid;			/* the table, or its TOAST table */
+	const char *relname;		/* the table, in schema jobq */
+	bool		toast;			/* relid is relname's TOAST table */
 	TransactionId horizon;		/* hold: the standing horizon */
 	TimestampTz now;
 	bool		done;			/* out: the lock was free and it was done */
@@ -117,8 +118,9 @@ HoldOrRelease(void *arg)
 	u->done = false;
 	if (!ConditionalLockRelationOid(u->relid, ShareUpdateExclusiveLock))
 		return;
-	sql = psprintf("ALTER TABLE jobq.%s %s", quote_identifier(u->relname),
-				   hold ? "SET (autovacuum_enabled = false)" : "RESET (autovacuum_enabled)");
+	sql = psprintf("ALTER TABLE jobq.%s %s (%sautovacuum_enabled%s)",
+				   quote_identifier(u->relname), hold ? "SET" : "RESET",
+				   u->toast ? "toast." : "", hold ? " = false" : "");
 	jobq_spi_exec_sql(sql, false, SPI_OK_UTILITY);
 	if (hold)
 	{
@@ -152,9 +154,9 @@ HoldOrRelease(void *arg)
 static bool
 RunHoldUnit(JobqHoldUnit *u)
 {
-	char	   *unit = psprintf("%s autovacuum of jobq.%s",
+	char	   *unit = psprintf("%s autovacuum of jobq.%s%s",
 								TransactionIdIsValid(u->horizon) ? "holding" : "resuming",
-								u->relname);
+								u->relname, u->toast ? " (TOAST)" : "");
 	bool		done = jobq_run_unit(unit, HoldOrRelease, u) && u->done;
 
 	pfree(unit);
@@ -191,19 +193,22 @@ jobq_autovacuum_hold(JobqHorizonWatch *w)
 		return;
 
 	jobq_spi_exec(jobq_plan_generic(&plan_tables,
-									"SELECT c.oid, c.relname::text, h.horizon,"
-									"       pg_catalog.pg_stat_get_last_autovacuum_time(c.oid),"
-									"       EXISTS (SELECT FROM pg_catalog.unnest(c.reloptions) o"
-									"                WHERE o LIKE 'autovacuum\\_enabled=%')"
+									"SELECT r.oid, c.relname::text, h.horizon,"
+									"       pg_catalog.pg_stat_get_last_autovacuum_time(r.oid),"
+									"       EXISTS (SELECT FROM pg_catalog.unnest(r.reloptions) o"
+									"                WHERE o LIKE 'autovacuum\\_enabled=%'),"
+									"       r.oid <> c.oid"
 									"  FROM pg_catalog.pg_depend d"
 									"  JOIN pg_catalog.pg_class c ON c.oid = d.objid"
-									"  LEFT JOIN jobq.autovacuum_hold h ON h.relation = c.oid"
+									"  JOIN pg_catalog.pg_class r"
+									"    ON r.oid IN (c.oid, c.reltoastrelid)"
+									"  LEFT JOIN jobq.autovacuum_hold h ON h.relation = r.oid"
 									" WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass"
 									"   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass"
 									"   AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e"
 									"                      WHERE e.extname = 'jobq')"
 									"   AND d.deptype = 'e' AND c.relkind = 'r'"
-									" ORDER BY c.relname",
+									" ORDER BY c.relname, r.oid <> c.oid",
 									0, NULL),
 				  NULL, NULL, SPI_OK_SELECT);
 	{
@@ -228,6 +233,7 @@ jobq_autovacuum_hold(JobqHorizonWatch *w)
 			held_horizon = SPI_getbinval(tup, desc, 3, &held_null);
 			last_av = SPI_getbinval(tup, desc, 4, &av_null);
 			user_set = DatumGetBool(SPI_getbinval(tup, desc, 5, &isnull));
+			u.toast = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 
 			if (!held_null)
 			{
@@ -239,8 +245,8 @@ jobq_autovacuum_hold(JobqHorizonWatch *w)
 					held++;
 				else
 					ereport(LOG,
-							(errmsg("jobq: autovacuum of jobq.%s resumes: the xmin horizon moved",
-									u.relname)));
+							(errmsg("jobq: autovacuum of jobq.%s%s resumes: the xmin horizon moved",
+									u.relname, u.toast ? " (its TOAST table)" : "")));
 			}
 			else if (stands && !user_set && !av_null &&
 					 DatumGetTimestampTz(last_av) > w->since)
@@ -250,8 +256,8 @@ jobq_autovacuum_hold(JobqHorizonWatch *w)
 				{
 					held++;
 					ereport(LOG,
-							(errmsg("jobq: autovacuum of jobq.%s paused while the xmin horizon stays at %u",
-									u.relname, horizon),
+							(errmsg("jobq: autovacuum of jobq.%s%s paused while the xmin horizon stays at %u",
+									u.relname, u.toast ? " (its TOAST table)" : "", horizon),
 							 errdetail("An autovacuum pass ended after the horizon stopped moving, and later passes could remove nothing more."),
 							 errhint("jobq.health() (check xmin_horizon) names what holds the horizon; autovacuum resumes as soon as it moves.")));
 				}

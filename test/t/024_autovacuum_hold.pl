@@ -1,14 +1,14 @@
 # Autovacuum held while the xmin horizon stands still (src/vacuum_hold.c).
 #
 # With a snapshot held open and jobs flowing, the worker switches autovacuum
-# off for jobq.job once a pass of it ended after the horizon stopped, and
-# autovacuum then stops re-reading the table (its pass count stays put
-# while jobs keep flowing, at autovacuum_naptime = 1s).  A table whose
-# autovacuum_enabled the administrator set is left alone.  The hold
-# survives a restart of the worker while the snapshot lasts, ends when the
-# snapshot ends (and autovacuum cleans the table again), ends at once when
-# jobq.autovacuum_hold is switched off, and ends after a server restart.
-# pg_dump carries no hold.
+# off for jobq.job (and for its TOAST table, where pruned payloads die) once
+# a pass of it ended after the horizon stopped, and autovacuum then stops
+# re-reading the table (its pass count stays put while jobs keep flowing,
+# at autovacuum_naptime = 1s).  A table whose autovacuum_enabled the
+# administrator set is left alone.  The hold survives a restart of the
+# worker while the snapshot lasts, ends when the snapshot ends (and
+# autovacuum cleans the table again), ends at once when jobq.autovacuum_hold
+# is switched off, and ends after a server restart.  pg_dump carries no hold.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -20,11 +20,14 @@ $node->init;
 $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'jobq'
 jobq.naptime = 100ms
+jobq.prune_interval = 1s
 autovacuum_naptime = 1s
 log_autovacuum_min_duration = 0
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION jobq');
+# big payloads (stored in jobq.job's TOAST table) pruned as soon as they finish
+$node->safe_psql('postgres', q{SELECT jobq.configure('big', retention_completed => '0 s')});
 
 # jobs flow: 300 enqueued, then claimed and completed, in two transactions
 sub churn
@@ -34,6 +37,14 @@ sub churn
 	$node->safe_psql('postgres', q{
 		SELECT jobq.complete_many(array_agg(job_id), array_agg(lease_token))
 		  FROM jobq.claim(kinds => ARRAY['churn'], batch => 300)});
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM jobq.enqueue_many('big',
+		    (SELECT array_agg(jsonb_build_object('p', (SELECT string_agg(md5(random()::text || i || j), '')
+		                                               FROM generate_series(1, 100) j)))
+		       FROM generate_series(1, 20) i), queue => 'big')});
+	$node->safe_psql('postgres', q{
+		SELECT jobq.complete_many(array_agg(job_id), array_agg(lease_token))
+		  FROM jobq.claim('big', batch => 20)});
 }
 
 # churn until $cond (a query) returns t; false after $secs seconds
@@ -86,6 +97,13 @@ my $xmin = $holder->query_safe(
 chomp $xmin;
 
 ok(churn_until($held_job, 120), 'jobq.job held while a snapshot holds the horizon');
+ok(churn_until(q{EXISTS (SELECT FROM jobq.autovacuum_hold h JOIN pg_class c ON c.reltoastrelid = h.relation
+                          WHERE c.oid = 'jobq.job'::regclass)}, 120),
+	"and its TOAST table, where pruned payloads die");
+is($node->safe_psql('postgres',
+		"SELECT array_to_string(t.reloptions, ',') FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid"
+		  . " WHERE c.oid = 'jobq.job'::regclass"),
+	'autovacuum_enabled=false', 'toast.autovacuum_enabled = false on jobq.job');
 is(reloptions('jobq.job'), 'fillfactor=80,autovacuum_enabled=false',
 	'autovacuum_enabled = false on jobq.job');
 is($node->safe_psql('postgres',
@@ -103,7 +121,7 @@ is($node->safe_psql('postgres',
 like(reloptions('jobq.ready'), qr/(^|,)autovacuum_enabled=true$/, "the administrator's setting stays");
 like(
 	$node->safe_psql('postgres', q{SELECT detail FROM jobq.health() WHERE check_name = 'xmin_horizon'}),
-	qr/autovacuum of jobq\.job is paused/, 'jobq.health() says autovacuum is paused');
+	qr/autovacuum of .*jobq\.job \(TOAST\).* is paused/, 'jobq.health() says autovacuum is paused, naming the TOAST table');
 
 # a new worker finds the hold still right while the snapshot lasts
 my $old_pid = $node->safe_psql('postgres',
@@ -121,6 +139,10 @@ is($node->safe_psql('postgres', "SELECT ($held_job)"), 't', 'the hold stays whil
 $holder->query_safe('COMMIT');
 ok(churn_until($none_held, 60), 'the hold ends when the snapshot ends');
 is(reloptions('jobq.job'), 'fillfactor=80', 'autovacuum_enabled reset on jobq.job');
+is($node->safe_psql('postgres',
+		"SELECT t.reloptions IS NULL FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid"
+		  . " WHERE c.oid = 'jobq.job'::regclass"),
+	't', 'and on its TOAST table');
 $before = av_count('jobq.job');
 ok(churn_until("(SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'jobq.job'::regclass) > $before", 60),
 	'autovacuum runs on jobq.job again');
