@@ -479,21 +479,6 @@ BEGIN
                                     xmin_threshold);
         hint := NULL;
     END IF;
-    /* what the worker did about it (src/vacuum_hold.c) */
-    SELECT pg_catalog.string_agg(h.name, ', ' ORDER BY h.name),
-           pg_catalog.min(h.held_at)
-      INTO list, oldest
-      FROM (SELECT COALESCE((SELECT pg_catalog.format('jobq.%s (TOAST)', c.relname)
-                               FROM pg_catalog.pg_class c
-                              WHERE c.reltoastrelid OPERATOR(pg_catalog.=) a.relation),
-                            a.relation::text) AS name,
-                   a.held_at
-              FROM jobq.autovacuum_hold a) h;
-    IF list IS NOT NULL THEN
-        detail := pg_catalog.format('%s; autovacuum of %s is paused until the horizon moves (since %s ago)',
-                                    detail, list,
-                                    pg_catalog.date_trunc('second', t OPERATOR(pg_catalog.-) oldest));
-    END IF;
     RETURN NEXT;
 
     /* service */
@@ -667,26 +652,3 @@ SELECT q.name AS queue,
  WHERE jobq.may_use_queue(q.name);
 COMMENT ON VIEW jobq.queue_stats IS
     'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits';
-
-/* ---------------------------------------------------------------------
- * Issue 17: autovacuum held while the xmin horizon stands still.
- *
- * While a snapshot holds the xmin horizon of the database, VACUUM can
- * remove nothing that died after it, yet it counts what it could not
- * remove as dead rows, so autovacuum starts again at every naptime and
- * reads every page written since the snapshot began.  The background
- * worker (src/vacuum_hold.c) switches autovacuum off for a jobq table once
- * one autovacuum pass of it ended after the horizon stopped moving, and
- * back on when the horizon moves; this table says which tables it holds,
- * so that what it did is undone after a crash or restart, and a table the
- * administrator set autovacuum_enabled on is left alone.  Not dumped: a
- * hold is about the running server.  Anti-wraparound vacuums run as
- * always (PostgreSQL ignores autovacuum_enabled for them).
- * ------------------------------------------------------------------- */
-CREATE TABLE jobq.autovacuum_hold (
-    relation regclass PRIMARY KEY,
-    horizon  xid NOT NULL,
-    held_at  timestamptz NOT NULL
-);
-COMMENT ON TABLE jobq.autovacuum_hold IS
-    'jobq tables whose autovacuum the worker switched off while the xmin horizon stays at horizon';

@@ -70,7 +70,6 @@
 #include "shm_bgw.h"
 #include "shm_queue.h"
 #include "spi_plan.h"
-#include "vacuum_hold.h"
 
 PGDLLEXPORT void jobq_worker_main(Datum main_arg);
 
@@ -303,7 +302,6 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	TimestampTz now;
 	bool		usable;
 	bool		has_handlers = false;
-	JobqHorizonWatch watch;
 
 	if (RecoveryInProgress() || !WorkerExtensionPresent(&usable))
 		return false;
@@ -353,25 +351,6 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		WorkerEndStep();
 		CHECK_FOR_INTERRUPTS();
 	} while (more);
-
-	/* autovacuum of jobq's tables held while the xmin horizon stands */
-	WorkerBeginStep("jobq: watching the xmin horizon");
-	if (!WorkerLockExtension())
-	{
-		WorkerEndStep();
-		return false;
-	}
-	LWLockAcquire(JobqBgwLock, LW_SHARED);
-	watch = JobqBgw->slots[MySlot].horizon;
-	LWLockRelease(JobqBgwLock);
-	SPI_connect();
-	jobq_autovacuum_hold(&watch);
-	SPI_finish();
-	WorkerEndStep();
-	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
-	JobqBgw->slots[MySlot].horizon = watch;
-	LWLockRelease(JobqBgwLock);
-	CHECK_FOR_INTERRUPTS();
 
 	now = GetCurrentTimestamp();
 	if (TimestampDifferenceExceeds(*last_prune, now, jobq_prune_interval_s * 1000))

@@ -64,9 +64,6 @@ int			jobq_prune_batch = 500;
 int			jobq_database_recheck_s = 60;
 int			jobq_max_workers = 4;
 
-/* jobq.autovacuum_hold: autovacuum held while the xmin horizon stands still (vacuum_hold.c) */
-bool		jobq_autovacuum_hold_on = true;
-
 /* Shared memory sizes (shm_bgw.c, shm_queue.c); postmaster start only */
 int			jobq_max_databases = 1024;
 int			jobq_max_tracked_queues = 1024;
@@ -195,11 +192,6 @@ jobq_guc_init(void)
 							"Most rows a jobq worker prunes in one transaction.",
 							NULL, &jobq_prune_batch, 500, 1, 100000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomBoolVariable("jobq.autovacuum_hold",
-							 "Let the jobq worker switch autovacuum off for a jobq table while the xmin horizon stands still.",
-							 "Autovacuum can remove nothing more until the horizon moves, but would read the table again at every naptime; it is switched back on as soon as the horizon moves.",
-							 &jobq_autovacuum_hold_on, true,
-							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.database_recheck_interval",
 							"How often the jobq launcher looks again at a database where jobq was not installed.",
 							"CREATE EXTENSION jobq wakes the launcher at once; this covers other ways in.",

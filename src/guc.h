@@ -30,7 +30,6 @@ extern int	jobq_prune_interval_s;
 extern int	jobq_prune_batch;
 extern int	jobq_database_recheck_s;
 extern int	jobq_max_workers;
-extern bool jobq_autovacuum_hold_on;
 extern int	jobq_max_databases;
 extern int	jobq_max_tracked_queues;
 

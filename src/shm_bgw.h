@@ -20,21 +20,6 @@
 #include "jobq.h"
 
 /* One database the launcher knows about. */
-/*
- * The xmin horizon of a database as its worker saw it (vacuum_hold.c): the
- * horizon, the next transaction id and the time when a round first saw it;
- * whether the tables held are known since the server started, and whether
- * any is.  Written only by the worker that serves the database.
- */
-typedef struct JobqHorizonWatch
-{
-	TransactionId horizon;		/* InvalidTransactionId: none seen yet */
-	TransactionId next_xid;
-	TimestampTz since;
-	bool		holds_known;
-	bool		holding;
-} JobqHorizonWatch;
-
 typedef struct JobqDbSlot
 {
 	Oid			dbid;			/* InvalidOid: slot is free */
@@ -69,7 +54,6 @@ typedef struct JobqDbSlot
 	TimestampTz poke_at;
 	TimestampTz late_since;		/* due and not served since (0: on time) */
 	pg_atomic_uint64 lease_due;
-	JobqHorizonWatch horizon;	/* vacuum_hold.c */
 
 	/*
 	 * The executors, by place: each one's pid (0: none runs there) and latch;
