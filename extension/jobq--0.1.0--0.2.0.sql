@@ -612,7 +612,11 @@ SELECT q.name AS queue,
        COALESCE(f.completed, 0) AS completed,
        d.failed,
        COALESCE(f.cancelled, 0) AS cancelled,
-       pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(r.oldest, s.oldest_due) AS oldest_pending_age,
+       -- a job made ready after this transaction's now() (another session's,
+       -- under READ COMMITTED) has waited 0, not a negative time
+       CASE WHEN r.oldest IS NOT NULL OR s.oldest_due IS NOT NULL
+            THEN pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(r.oldest, s.oldest_due, pg_catalog.now())
+       END AS oldest_pending_age,
        q.paused,
        r.ready OPERATOR(pg_catalog.+) s.due AS ready,
        s.later AS delayed,
