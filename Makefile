@@ -17,10 +17,11 @@ MODULE_big = jobq
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 
 # Debian's PGXS has no automatic header dependencies (autodepend is off): a
-# changed header rebuilds every object, or objects built against an older
-# struct layout share memory with newer ones (seen: a field added to a
-# shared-memory struct of shm_bgw.h left the launcher reading garbage).
-$(OBJS): $(wildcard src/*.h)
+# changed header rebuilds every object and every JIT bitcode file (.bc, for
+# inlining), or code built against an older struct layout shares memory
+# with newer code (seen: a field added to a shared-memory struct of
+# shm_bgw.h left the launcher reading garbage).
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
 
 # Extension scripts live in extension/: the install script of the first
 # release (jobq--0.1.0.sql, frozen) and one upgrade script per release after
