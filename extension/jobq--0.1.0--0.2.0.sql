@@ -656,3 +656,265 @@ SELECT q.name AS queue,
  WHERE jobq.may_use_queue(q.name);
 COMMENT ON VIEW jobq.queue_stats IS
     'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits';
+
+/* ---------------------------------------------------------------------
+ * The workflows issue: jobs that wait for other jobs (src/queue_depend.c).
+ *
+ * A job enqueued with depends_on is 'blocked' (no row in jobq.ready or
+ * jobq.scheduled, so never claimed) until every parent has finished.
+ * jobq.dependency holds one row per (parent, child) edge, with the parent's
+ * outcome once it finished; jobq.dependent one row per child with how many
+ * parents are still unfinished.  Finishing a parent settles its edges:
+ * O(its children), each child's counter decremented under the child's row
+ * lock, so a child unblocks exactly once however its parents finish.
+ * ------------------------------------------------------------------- */
+
+CREATE TABLE jobq.dependency (
+    parent_id     bigint NOT NULL,
+    child_id      bigint NOT NULL,
+    parent_status text,
+    PRIMARY KEY (parent_id, child_id)
+);
+COMMENT ON TABLE jobq.dependency IS
+    'one row per (parent, child) dependency; parent_status is the parent''s outcome once it finished (NULL before)';
+CREATE INDEX dependency_child_idx ON jobq.dependency (child_id);
+COMMENT ON INDEX jobq.dependency_child_idx IS 'the parents of a job, for jobq.parent_results';
+
+CREATE TABLE jobq.dependent (
+    job_id            bigint PRIMARY KEY,
+    parents_left      integer NOT NULL,
+    on_parent_failure text NOT NULL,
+    failed_parent     bigint,
+    CONSTRAINT dependent_on_parent_failure_check
+        CHECK (on_parent_failure OPERATOR(pg_catalog.=) ANY (ARRAY['cancel', 'run']::text[]))
+);
+COMMENT ON TABLE jobq.dependent IS
+    'one row per job enqueued with depends_on: its unfinished parents, what a failed parent does to it, and the first parent that ended failed or cancelled';
+SELECT pg_catalog.pg_extension_config_dump('jobq.dependency', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.dependent', '');
+
+-- enqueue and enqueue_many gain depends_on and on_parent_failure after all
+-- their arguments.  A function's arguments cannot be altered, so both are
+-- re-created; the roles that could execute the old ones keep that right.
+DO $$
+DECLARE
+    grantees text;
+BEGIN
+    SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(r.rolname), ',')
+      INTO grantees
+      FROM pg_catalog.pg_proc p
+     CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+     WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+             'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::pg_catalog.regprocedure,
+             'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text)'::pg_catalog.regprocedure]::pg_catalog.oid[])
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+       AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
+    PERFORM pg_catalog.set_config('jobq_upgrade.enqueue_grantees', COALESCE(grantees, ''), true);
+END
+$$;
+
+DROP FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
+DROP FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text);
+
+CREATE FUNCTION jobq.enqueue(kind text,
+                             payload jsonb DEFAULT '{}',
+                             queue text DEFAULT 'default',
+                             priority integer DEFAULT 0,
+                             run_at timestamptz DEFAULT pg_catalog.now(),
+                             max_retries integer DEFAULT NULL,
+                             idempotency_key text DEFAULT NULL,
+                             concurrency_key text DEFAULT NULL,
+                             depends_on bigint[] DEFAULT NULL,
+                             on_parent_failure text DEFAULT 'cancel')
+RETURNS TABLE (job_id bigint, created boolean)
+AS 'MODULE_PATHNAME', 'jobq_enqueue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text) IS
+    'enqueue one job; with an idempotency key, a duplicate returns the existing job with created = false; with depends_on, the job is blocked until every parent has finished';
+
+CREATE FUNCTION jobq.enqueue_many(kind text,
+                                  payloads jsonb[],
+                                  queue text DEFAULT 'default',
+                                  priority integer DEFAULT 0,
+                                  run_at timestamptz DEFAULT pg_catalog.now(),
+                                  max_retries integer DEFAULT NULL,
+                                  idempotency_keys text[] DEFAULT NULL,
+                                  concurrency_key text DEFAULT NULL,
+                                  depends_on bigint[] DEFAULT NULL,
+                                  on_parent_failure text DEFAULT 'cancel')
+RETURNS TABLE (job_id bigint, created boolean)
+AS 'MODULE_PATHNAME', 'jobq_enqueue_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text) IS
+    'enqueue one job per payload (each depending on every job of depends_on); one result row per input, in input order';
+
+REVOKE ALL ON FUNCTION
+    jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text),
+    jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)
+    FROM PUBLIC;
+
+DO $$
+DECLARE
+    grantees text := pg_catalog.current_setting('jobq_upgrade.enqueue_grantees', true);
+BEGIN
+    IF grantees IS NOT NULL AND grantees OPERATOR(pg_catalog.<>) '' THEN
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+            ' jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text),'
+            ' jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)'
+            ' TO %s', grantees);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION jobq.parent_results(job_id bigint)
+RETURNS TABLE (job_id bigint, kind text, status text, result jsonb)
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+SELECT d.parent_id,
+       p.kind,
+       COALESCE(p.status, d.parent_status),
+       CASE WHEN p.job_id IS NOT NULL
+                 AND (jobq.may(p.queue, 'work') OR jobq.may(p.queue, 'administer'))
+            THEN p.result END
+  FROM jobq.job c
+  JOIN jobq.dependency d ON d.child_id = c.job_id
+  LEFT JOIN jobq.job p ON p.job_id = d.parent_id
+ WHERE c.job_id = $1
+   AND jobq.may_use_queue(c.queue)
+ ORDER BY d.parent_id
+$$;
+COMMENT ON FUNCTION jobq.parent_results(bigint) IS
+    'the parents of a job: kind, status and result (the result only where the caller may work on the parent''s queue); a pruned parent keeps its outcome as status, with kind and result NULL';
+
+CREATE FUNCTION jobq.workflow_jobs(root bigint)
+RETURNS TABLE (job_id bigint, queue text, kind text, payload jsonb, priority integer,
+               status text, retry_count integer, max_retries integer,
+               idempotency_key text, run_at timestamptz, claimed_at timestamptz,
+               worker_id text, lease_expires_at timestamptz, last_error text,
+               result jsonb, checkpoint jsonb, created_at timestamptz,
+               updated_at timestamptz, finished_at timestamptz, attempts integer,
+               concurrency_key text)
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+WITH RECURSIVE w(job_id) AS (
+    SELECT r.job_id FROM jobq.job r
+     WHERE r.job_id = $1 AND jobq.may_use_queue(r.queue)
+  UNION
+    SELECT d.child_id FROM w JOIN jobq.dependency d ON d.parent_id = w.job_id
+)
+SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
+       j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
+       j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
+       j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
+       j.attempts, j.concurrency_key
+  FROM w JOIN jobq.job j ON j.job_id = w.job_id
+ WHERE jobq.may_use_queue(j.queue)
+ ORDER BY j.job_id
+$$;
+COMMENT ON FUNCTION jobq.workflow_jobs(bigint) IS
+    'every job of the workflow under root (root and every job reachable from it through depends_on), as in jobq.jobs';
+
+-- can_finish: the workflow can still end without a failure nobody handles.
+-- It is false once a job of it ended failed or cancelled and no dependent
+-- of that job runs anyway (on_parent_failure = 'run', a fan-in callback);
+-- jobq.retry of the job can make it true again.
+CREATE FUNCTION jobq.workflow_status(root bigint)
+RETURNS TABLE (total bigint, blocked bigint, pending bigint, running bigint,
+               completed bigint, failed bigint, cancelled bigint, can_finish boolean)
+LANGUAGE sql STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+SELECT count(*),
+       count(*) FILTER (WHERE w.status = 'blocked'),
+       count(*) FILTER (WHERE w.status = 'pending'),
+       count(*) FILTER (WHERE w.status = 'running'),
+       count(*) FILTER (WHERE w.status = 'completed'),
+       count(*) FILTER (WHERE w.status = 'failed'),
+       count(*) FILTER (WHERE w.status = 'cancelled'),
+       CASE WHEN count(*) = 0 THEN NULL
+            ELSE NOT bool_or(w.status IN ('failed', 'cancelled')
+                             AND NOT EXISTS (SELECT 1 FROM jobq.dependency d
+                                               JOIN jobq.dependent t ON t.job_id = d.child_id
+                                              WHERE d.parent_id = w.job_id
+                                                AND t.on_parent_failure = 'run'))
+       END
+  FROM jobq.workflow_jobs($1) w
+$$;
+COMMENT ON FUNCTION jobq.workflow_status(bigint) IS
+    'a workflow''s jobs by status, and whether it can still end without an unhandled failure (NULL: no such job)';
+
+CREATE VIEW jobq.workflows WITH (security_barrier) AS
+SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
+       s.total, s.blocked, s.pending, s.running, s.completed, s.failed, s.cancelled,
+       s.can_finish
+  FROM (SELECT DISTINCT d.parent_id FROM jobq.dependency d) p
+  JOIN jobq.job r ON r.job_id OPERATOR(pg_catalog.=) p.parent_id
+ CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s
+ WHERE NOT EXISTS (SELECT 1 FROM jobq.dependency d
+                    WHERE d.child_id OPERATOR(pg_catalog.=) r.job_id)
+   AND jobq.may_use_queue(r.queue);
+COMMENT ON VIEW jobq.workflows IS
+    'one row per workflow root still kept (a job with dependents and no parents): its jobs by status and can_finish';
+
+REVOKE ALL ON FUNCTION jobq.parent_results(bigint), jobq.workflow_jobs(bigint),
+    jobq.workflow_status(bigint) FROM PUBLIC;
+
+-- queue_stats gains blocked: jobs waiting for their parents (counted with
+-- completed and cancelled, in the one scan of kept jobs by status)
+CREATE OR REPLACE VIEW jobq.queue_stats WITH (security_barrier) AS
+SELECT q.name AS queue,
+       r.ready OPERATOR(pg_catalog.+) s.due OPERATOR(pg_catalog.+) s.later AS pending,
+       x.running,
+       COALESCE(f.completed, 0) AS completed,
+       d.failed,
+       COALESCE(f.cancelled, 0) AS cancelled,
+       CASE WHEN r.oldest IS NOT NULL OR s.oldest_due IS NOT NULL
+            THEN pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(r.oldest, s.oldest_due, pg_catalog.now())
+       END AS oldest_pending_age,
+       q.paused,
+       r.ready OPERATOR(pg_catalog.+) s.due AS ready,
+       s.later AS delayed,
+       COALESCE(h.completed, 0) AS completed_last_hour,
+       COALESCE(h.failed, 0) AS failed_last_hour,
+       q.breaker_state,
+       q.max_concurrency, q.max_per_key, q.rate_limit, q.rate_period,
+       q.breaker_threshold,
+       COALESCE(f.blocked, 0) AS blocked
+  FROM jobq.queue q
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS ready, pg_catalog.min(r.run_at) AS oldest
+                       FROM jobq.ready r
+                      WHERE r.queue OPERATOR(pg_catalog.=) q.name) r
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
+                            pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS later,
+                            pg_catalog.min(s.run_at) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
+                       FROM jobq.scheduled s
+                      WHERE s.queue OPERATOR(pg_catalog.=) q.name) s
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS running
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name AND j.lease_expires_at IS NOT NULL) x
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS failed
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.status OPERATOR(pg_catalog.=) 'failed') d
+  LEFT JOIN (SELECT j.queue,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'blocked') AS blocked
+               FROM jobq.job j
+              WHERE j.status OPERATOR(pg_catalog.=) ANY ('{completed,cancelled,blocked}'::text[])
+              GROUP BY j.queue) f ON f.queue OPERATOR(pg_catalog.=) q.name
+  LEFT JOIN (SELECT j.queue,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed
+               FROM jobq.job j
+              WHERE j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
+              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) q.name
+ WHERE jobq.may_use_queue(q.name);
+COMMENT ON VIEW jobq.queue_stats IS
+    'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits; blocked jobs waiting for their parents';

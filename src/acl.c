@@ -203,6 +203,23 @@ static const char *const LaterFunctions[] = {
 	"jobq.service_status()",	/* 0.2.0, every role */
 };
 
+/*
+ * Functions of enqueue and work that exist in one release or another (0.2.0
+ * re-created enqueue and enqueue_many with depends_on): granted where they
+ * exist.
+ */
+static const char *const EnqueueFunctions[] = {
+	"jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)",
+	"jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text)",
+	"jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text)",
+	"jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)",
+};
+static const char *const WorkflowFunctions[] = {
+	"jobq.parent_results(bigint)",
+	"jobq.workflow_status(bigint)",
+	"jobq.workflow_jobs(bigint)",
+};
+
 /* ", name" onto buf when the function (or, with relation, the relation) exists. */
 static void
 AppendIfExists(StringInfo buf, const char *name, bool relation)
@@ -223,9 +240,7 @@ GrantObjects(Oid role, JobqCapability cap)
 {
 	const char *rolename = quote_identifier(GetUserNameFromId(role, false));
 	const char *enqueue_fns =
-	"jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text),"
-	" jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text),"
-	" jobq.priority(text), jobq.priority_label(integer), jobq.cron_next(text, timestamptz, text),"
+	"jobq.priority(text), jobq.priority_label(integer), jobq.cron_next(text, timestamptz, text),"
 	" jobq.job(bigint), jobq.job_by_key(text, text)";
 	const char *work_fns =
 	"jobq.claim(text, text, integer, interval, text[], interval),"
@@ -245,11 +260,20 @@ GrantObjects(Oid role, JobqCapability cap)
 	AppendIfExists(&sql, LaterFunctions[1], false);
 	appendStringInfo(&sql, " TO %s;", rolename);
 	if (cap == JOBQ_CAP_ENQUEUE || cap == JOBQ_CAP_ADMINISTER)
-		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s TO %s;", enqueue_fns, rolename);
+	{
+		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s", enqueue_fns);
+		for (int i = 0; i < lengthof(EnqueueFunctions); i++)
+			AppendIfExists(&sql, EnqueueFunctions[i], false);
+		for (int i = 0; i < lengthof(WorkflowFunctions); i++)
+			AppendIfExists(&sql, WorkflowFunctions[i], false);
+		appendStringInfo(&sql, " TO %s;", rolename);
+	}
 	if (cap == JOBQ_CAP_WORK || cap == JOBQ_CAP_ADMINISTER)
 	{
 		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s", work_fns);
 		AppendIfExists(&sql, LaterFunctions[0], false);
+		for (int i = 0; i < lengthof(WorkflowFunctions); i++)
+			AppendIfExists(&sql, WorkflowFunctions[i], false);
 		appendStringInfo(&sql, " TO %s;", rolename);
 	}
 	if (cap == JOBQ_CAP_ADMINISTER)
@@ -258,6 +282,7 @@ GrantObjects(Oid role, JobqCapability cap)
 						   "GRANT SELECT ON jobq.jobs, jobq.dead_letter, jobq.queue_stats, jobq.queues,"
 						   " jobq.schedules, jobq.workers, jobq.kind_stats, jobq.handlers");
 	AppendIfExists(&sql, "jobq.service", true);
+	AppendIfExists(&sql, "jobq.workflows", true);
 	appendStringInfo(&sql, " TO %s;", rolename);
 	jobq_spi_exec_sql(sql.data, false, SPI_OK_UTILITY);
 }

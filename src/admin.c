@@ -26,6 +26,7 @@
 #include "args.h"
 #include "guc.h"
 #include "queue_attempt.h"
+#include "queue_depend.h"
 #include "queue_enqueue.h"
 #include "queue_settings.h"
 #include "shm_bgw.h"
@@ -55,8 +56,10 @@ static SPIPlanPtr plan_unready;
 static SPIPlanPtr plan_unschedule;
 static SPIPlanPtr plan_cancel_pending;
 static SPIPlanPtr plan_cancel_running;
+static SPIPlanPtr plan_cancel_blocked;
 static SPIPlanPtr plan_pause;
 static SPIPlanPtr plan_purge;
+static SPIPlanPtr plan_purge_depend;
 
 /*
  * Put a failed or cancelled job back to pending with a fresh retry budget;
@@ -115,6 +118,7 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 							2, types),
 				  values, NULL, SPI_OK_UPDATE);
 	jobq_requeue(job_id, queue, kind, priority, concurrency_key, now, now);
+	jobq_parent_retried(job_id, now);
 	return true;
 }
 
@@ -275,6 +279,24 @@ CancelRunning(int64 job_id, TimestampTz now)
 	return SPI_processed > 0;
 }
 
+/* Cancel a job blocked on its parents; false if it is no longer blocked. */
+static bool
+CancelBlocked(int64 job_id, TimestampTz now)
+{
+	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = TimestampTzGetDatum(now);
+	jobq_spi_exec(jobq_plan(&plan_cancel_blocked,
+							"UPDATE jobq.job SET status = 'cancelled', finished_at = $2,"
+							" updated_at = $2"
+							" WHERE job_id = $1 AND status = 'blocked'",
+							2, types),
+				  values, NULL, SPI_OK_UPDATE);
+	return SPI_processed > 0;
+}
+
 /* Running jobs this transaction cancelled: interrupt their executors at commit. */
 static List *interrupt_at_commit = NIL;
 static bool callback_registered = false;
@@ -403,9 +425,19 @@ jobq_cancel(PG_FUNCTION_ARGS)
 				break;
 			}
 		}
+		else if (strcmp(st.status, "blocked") == 0)
+		{
+			if (CancelBlocked(job_id, now))
+			{
+				done = true;
+				break;
+			}
+		}
 		else
 			break;				/* finished: nothing to cancel */
 	}
+	if (done)
+		jobq_parents_finished(&job_id, 1, now);
 	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }
@@ -522,7 +554,8 @@ jobq_update_job(PG_FUNCTION_ARGS)
 		if (!ReadJobState(job_id, saved.caller, &st))
 			break;
 		pending = strcmp(st.status, "pending") == 0;
-		if (!pending && strcmp(st.status, "failed") != 0 && strcmp(st.status, "cancelled") != 0)
+		if (!pending && strcmp(st.status, "failed") != 0 && strcmp(st.status, "cancelled") != 0 &&
+			strcmp(st.status, "blocked") != 0)
 			break;				/* running or completed: not changed */
 		if (pending && !TakePending(job_id, st.queue, st.priority, st.run_at))
 			continue;			/* a claim took it meanwhile: look again */
@@ -533,7 +566,7 @@ jobq_update_job(PG_FUNCTION_ARGS)
 								" run_at = COALESCE($3, run_at), priority = COALESCE($4, priority),"
 								" max_retries = COALESCE($5, max_retries), updated_at = $6"
 								" WHERE job_id = $1 AND CASE WHEN $7 THEN status = 'pending'"
-								" ELSE status IN ('failed', 'cancelled') END"
+								" ELSE status IN ('failed', 'cancelled', 'blocked') END"
 								" RETURNING priority, run_at",
 								7, types),
 					  values, nulls, SPI_OK_UPDATE_RETURNING);
@@ -649,17 +682,31 @@ jobq_purge(PG_FUNCTION_ARGS)
 
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, TextDatumGetCString(values[0]), JOBQ_CAP_ADMINISTER);
-	jobq_spi_exec(jobq_plan(&plan_purge,
-							"WITH dj AS (DELETE FROM jobq.job j WHERE j.queue = $1"
-							" AND j.status = $2 AND j.finished_at <= $3"
-							" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at),"
-							" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id),"
-							" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $4"
-							" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key"
-							" AND k.job_id = dj.job_id)"
-							" SELECT count(*) FROM dj",
-							4, types),
-				  values, nulls, SPI_OK_SELECT);
+#define JOBQ_PURGE_HEAD \
+	"WITH dj AS (DELETE FROM jobq.job j WHERE j.queue = $1" \
+	" AND j.status = $2 AND j.finished_at <= $3" \
+	" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at)," \
+	" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id)," \
+	" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $4" \
+	" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key" \
+	" AND k.job_id = dj.job_id)"
+
+	/*
+	 * a purged job's own parents are forgotten; its dependents keep its
+	 * outcome
+	 */
+	if (jobq_depend_installed())
+		jobq_spi_exec(jobq_plan(&plan_purge_depend,
+								JOBQ_PURGE_HEAD ","
+								" dd AS (DELETE FROM jobq.dependency d USING dj WHERE d.child_id = dj.job_id),"
+								" dt AS (DELETE FROM jobq.dependent t USING dj WHERE t.job_id = dj.job_id)"
+								" SELECT count(*) FROM dj",
+								4, types),
+					  values, nulls, SPI_OK_SELECT);
+	else
+		jobq_spi_exec(jobq_plan(&plan_purge, JOBQ_PURGE_HEAD " SELECT count(*) FROM dj",
+								4, types),
+					  values, nulls, SPI_OK_SELECT);
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	jobq_owner_end(&saved);
 	PG_RETURN_INT64(n);

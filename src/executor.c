@@ -87,6 +87,7 @@
 #include "args.h"
 #include "executor.h"
 #include "guc.h"
+#include "queue_depend.h"
 #include "shm_bgw.h"
 #include "shm_queue.h"
 #include "spi_plan.h"
@@ -385,20 +386,21 @@ ExecClaim(const char *queue, Oid role, List *handlers, JobqExecJob *job, MemoryC
 
 /* The job description a two-argument handler receives (SPI connected). */
 static Datum
-JobContext(const JobqExecJob *job)
+JobContext(const JobqExecJob *job, Oid run_as)
 {
-	Oid			types[1] = {INT8OID};
-	Datum		values[1];
+	Oid			types[2] = {INT8OID, JSONBOID};
+	Datum		values[2];
 	bool		isnull;
 
 	values[0] = Int64GetDatum(job->job_id);
+	values[1] = JsonbPGetDatum(jobq_parents_json(job->job_id, run_as));
 	jobq_spi_exec(jobq_plan(&plan_context,
 							"SELECT jsonb_build_object('job_id', job_id, 'lease_token', lease_token,"
 							" 'kind', kind, 'queue', queue, 'retry_count', retry_count,"
 							" 'max_retries', max_retries, 'checkpoint', checkpoint,"
-							" 'enqueued_at', created_at, 'lease_expires_at', lease_expires_at)"
+							" 'enqueued_at', created_at, 'lease_expires_at', lease_expires_at) || $2"
 							" FROM jobq.job WHERE job_id = $1",
-							1, types),
+							2, types),
 				  values, NULL, SPI_OK_SELECT);
 	return SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
 							 false, -1);
@@ -439,7 +441,7 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 	ErrorData  *edata = NULL;
 	Datum		result = (Datum) 0;
 	bool		result_null = true;
-	Datum		context = (h->nargs == 2) ? JobContext(job) : (Datum) 0;
+	Datum		context = (h->nargs == 2) ? JobContext(job, h->run_as) : (Datum) 0;
 	long		secs;
 	int			usecs;
 	bool		completed = true;

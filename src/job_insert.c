@@ -336,7 +336,8 @@ CloseTarget(JobqTarget *t, int n)
 
 /*
  * Write n pending jobs that differ only by payload: a row each in jobq.job
- * and in jobq.ready (run_at due) or jobq.scheduled.  With ids_given, ids[]
+ * and in jobq.ready (run_at due) or jobq.scheduled (a blocked job: in
+ * jobq.job alone).  With ids_given, ids[]
  * holds their ids (a job with an idempotency key is written under the id its
  * key reserved; n is 1 then); otherwise ids[] gets ids taken from
  * jobq.job_id_seq in payload order.  Returns false, having written nothing,
@@ -373,10 +374,11 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 		MemoryContextDelete(cxt);
 		return false;
 	}
-	if (ready ? !OpenTarget(&set, get_relname_relid("ready", nsp), ready_columns,
-							lengthof(ready_columns), nslots, false)
-		: !OpenTarget(&set, get_relname_relid("scheduled", nsp), scheduled_columns,
-					  lengthof(scheduled_columns), nslots, false))
+	if (!job->blocked &&
+		(ready ? !OpenTarget(&set, get_relname_relid("ready", nsp), ready_columns,
+							 lengthof(ready_columns), nslots, false)
+		 : !OpenTarget(&set, get_relname_relid("scheduled", nsp), scheduled_columns,
+					   lengthof(scheduled_columns), nslots, false)))
 	{
 		CloseTarget(&jobs, nslots);
 		MemoryContextSwitchTo(old);
@@ -391,7 +393,7 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 	v.kind = CStringGetTextDatum(job->kind);
 	v.priority = Int32GetDatum(job->priority);
 	v.neg_priority = Int32GetDatum(-job->priority);
-	v.status = CStringGetTextDatum("pending");
+	v.status = CStringGetTextDatum(job->blocked ? "blocked" : "pending");
 	v.max_retries = Int32GetDatum(max_retries);
 	Assert(job->key == NULL || n == 1);
 	v.idempotency_key = job->key ? CStringGetTextDatum(job->key) : (Datum) 0;
@@ -411,13 +413,16 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 			v.job_id = Int64GetDatum(ids[first + i]);
 			v.payload = payloads[first + i];
 			FillSlot(&jobs, jobs.slots[i], &v);
-			FillSlot(&set, set.slots[i], &v);
+			if (!job->blocked)
+				FillSlot(&set, set.slots[i], &v);
 		}
 		WriteTarget(&jobs, estate, chunk);
-		WriteTarget(&set, estate, chunk);
+		if (!job->blocked)
+			WriteTarget(&set, estate, chunk);
 	}
 	FreeExecutorState(estate);
-	CloseTarget(&set, nslots);
+	if (!job->blocked)
+		CloseTarget(&set, nslots);
 	CloseTarget(&jobs, nslots);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);

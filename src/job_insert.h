@@ -26,6 +26,8 @@ typedef struct JobqNewJob
 	int32		max_retries;
 	const char *key;			/* NULL: no idempotency key */
 	const char *concurrency_key;	/* NULL: none */
+	bool		blocked;		/* waits for parents: status 'blocked', no row
+								 * in jobq.ready or jobq.scheduled */
 } JobqNewJob;
 
 typedef enum JobqKeyResult

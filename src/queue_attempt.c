@@ -36,6 +36,7 @@
 #include "guc.h"
 #include "job_lease.h"
 #include "queue_attempt.h"
+#include "queue_depend.h"
 #include "queue_enqueue.h"
 #include "queue_settings.h"
 #include "shm_queue.h"
@@ -133,6 +134,23 @@ CompletedQueues(Oid caller, List *queues)
 }
 
 /*
+ * The jobs ids[] (not null) may have just completed: settle the dependents
+ * of those that did (queue_depend.c passes over the others).
+ */
+static void
+SettleCompleted(const Datum *ids, const bool *id_nulls, int n, TimestampTz now)
+{
+	int64	   *parents = palloc(sizeof(int64) * Max(n, 1));
+	int			k = 0;
+
+	for (int i = 0; i < n; i++)
+		if (!id_nulls[i])
+			parents[k++] = DatumGetInt64(ids[i]);
+	jobq_parents_finished(parents, k, now);
+	pfree(parents);
+}
+
+/*
  * Complete n jobs straight in the table (job_lease.c) as the caller; false
  * when the statement must run instead.  *done: how many completed.
  */
@@ -147,6 +165,8 @@ CompleteDirect(Oid caller, const Datum *ids, const bool *id_nulls, const Datum *
 							  n, now, &queues, done))
 		return false;
 	CompletedQueues(caller, queues);
+	if (*done > 0)
+		SettleCompleted(ids, id_nulls, n, now);
 	return true;
 }
 
@@ -200,7 +220,15 @@ TokenStatement(FunctionCallInfo fcinfo, const char *jsonname, SPIPlanPtr *cache,
 	jobq_spi_exec_indexed(jobq_plan_generic(cache, sql, 4, types),
 						  values, nulls, SPI_OK_UPDATE_RETURNING);
 	if (completes)
+	{
 		done = CompletedJobs(saved.caller) > 0;
+		if (done)
+		{
+			int64		job_id = DatumGetInt64(values[0]);
+
+			jobq_parents_finished(&job_id, 1, DatumGetTimestampTz(values[3]));
+		}
+	}
 	else
 	{
 		done = SPI_processed > 0;
@@ -314,6 +342,8 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 											4, types),
 						  values, nulls, SPI_OK_UPDATE_RETURNING);
 	done = (int32) CompletedJobs(saved.caller);
+	if (done > 0)
+		SettleCompleted(ids, id_nulls, n, DatumGetTimestampTz(values[3]));
 	jobq_owner_end(&saved);
 	PG_RETURN_INT32(done);
 }
@@ -459,6 +489,8 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	if (retry)
 		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, a->concurrency_key,
 					 run_at, now);
+	else
+		jobq_parents_finished(&a->job_id, 1, now);
 	if (!snooze)
 		BreakerFailure(a->queue, error, now);
 	return status;

@@ -41,14 +41,13 @@
 #include "shm_queue.h"
 #include "spi_plan.h"
 
-PG_FUNCTION_INFO_V1(jobq_enqueue);
-PG_FUNCTION_INFO_V1(jobq_enqueue_many);
-
 /* Saved plans, one per statement. */
 static SPIPlanPtr plan_key_reserve;
 static SPIPlanPtr plan_key_lookup;
 static SPIPlanPtr plan_insert_ready;
 static SPIPlanPtr plan_insert_scheduled;
+static SPIPlanPtr plan_insert_blocked;
+static SPIPlanPtr plan_bulk_blocked;
 static SPIPlanPtr plan_bulk_ready;
 static SPIPlanPtr plan_bulk_scheduled;
 static SPIPlanPtr plan_requeue_ready;
@@ -111,11 +110,13 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
  * concurrency_key): CTE j writes the job row and the tail puts it into
  * jobq.ready or jobq.scheduled.
  */
-#define JOBQ_JOB_INSERT \
+#define JOBQ_JOB_INSERT_AS(status) \
 	"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority, status," \
 	" max_retries, idempotency_key, concurrency_key, run_at, created_at, updated_at)" \
 	" VALUES (COALESCE($1, nextval('jobq.job_id_seq')), $2, $3, $4, $5," \
-	" 'pending', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
+	" '" status "', $6, $7, $10, $8, $9, $9) RETURNING job_id)"
+#define JOBQ_JOB_INSERT JOBQ_JOB_INSERT_AS("pending")
+#define JOBQ_BLOCKED_TAIL " SELECT job_id FROM j"
 #define JOBQ_READY_TAIL \
 	" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind, concurrency_key)" \
 	" SELECT $2, -$5, $8, j.job_id, $3, $10 FROM j RETURNING job_id"
@@ -130,6 +131,8 @@ jobq_requeue(int64 job_id, const char *queue, const char *kind, int32 priority,
 static void
 NoteEnqueued(const JobqNewJob *job, TimestampTz now, int64 first_id, int64 last_id)
 {
+	if (job->blocked)
+		return;					/* in no pending set until its parents finish */
 	if (job->run_at <= now)
 	{
 		JobqClaimPos first = {-job->priority, job->run_at, first_id};
@@ -247,7 +250,11 @@ jobq_enqueue_job(const JobqNewJob *job, TimestampTz now, int64 *job_id, bool *cr
 	values[8] = TimestampTzGetDatum(now);
 	values[9] = job->concurrency_key ? CStringGetTextDatum(job->concurrency_key) : (Datum) 0;
 	nulls[9] = job->concurrency_key ? ' ' : 'n';
-	if (job->run_at <= now)
+	if (job->blocked)
+		jobq_spi_exec(jobq_plan_generic(&plan_insert_blocked,
+										JOBQ_JOB_INSERT_AS("blocked") JOBQ_BLOCKED_TAIL, 10, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
+	else if (job->run_at <= now)
 		jobq_spi_exec(jobq_plan_generic(&plan_insert_ready,
 										JOBQ_JOB_INSERT JOBQ_READY_TAIL, 10, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
@@ -278,8 +285,8 @@ Int64Compare(const void *a, const void *b)
  * connected).  ids[] gets their ids in payload order: nextval runs in array
  * order, after the ORDER BY.
  */
-static void
-EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int64 *ids)
+void
+jobq_enqueue_bulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int64 *ids)
 {
 	Oid			types[8] = {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID, JSONBARRAYOID};
@@ -316,7 +323,16 @@ EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int6
 	values[6] = TimestampTzGetDatum(now);
 	values[7] = PointerGetDatum(construct_array(payloads, n, JSONBOID, -1, false, TYPALIGN_INT));
 
-	if (ready)
+	if (job->blocked)
+		jobq_spi_exec(jobq_plan_generic(&plan_bulk_blocked,
+										"INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
+										" status, max_retries, concurrency_key, run_at, created_at, updated_at)"
+										" SELECT nextval('jobq.job_id_seq'), $1, $2, u.p, $3, 'blocked', $4, $5,"
+										" $6, $7, $7 FROM unnest($8) WITH ORDINALITY AS u(p, o) ORDER BY u.o"
+										" RETURNING job_id",
+										8, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
+	else if (ready)
 		jobq_spi_exec(jobq_plan_generic(&plan_bulk_ready,
 										"WITH j AS (INSERT INTO jobq.job (job_id, queue, kind, payload, priority,"
 										" status, max_retries, concurrency_key, run_at, created_at, updated_at)"
@@ -347,165 +363,4 @@ EnqueueBulk(const JobqNewJob *job, Datum *payloads, int n, TimestampTz now, int6
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	qsort(ids, n, sizeof(int64), Int64Compare);
 	NoteEnqueued(job, now, ids[0], ids[n - 1]);
-}
-
-/* Emit one (job_id, created) row. */
-static void
-PutJobRow(ReturnSetInfo *rsinfo, int64 job_id, bool created)
-{
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
-
-	values[0] = Int64GetDatum(job_id);
-	values[1] = BoolGetDatum(created);
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-}
-
-/* Validate the arguments enqueue and enqueue_many share (all but 1 and 6). */
-static void
-NewJobCommonArgs(FunctionCallInfo fcinfo, JobqNewJob *job)
-{
-	job->kind = jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false);
-	job->queue = jobq_name_arg(fcinfo, 2, "queue", jobq_max_name_length, false);
-	job->priority = jobq_priority_arg(fcinfo, 3);
-	jobq_require_arg(fcinfo, 4, "run_at");
-	job->run_at = jobq_check_timestamp_arg(PG_GETARG_TIMESTAMPTZ(4), "run_at");
-	jobq_max_retries_arg(fcinfo, 5, &job->has_max_retries, &job->max_retries);
-	job->concurrency_key = jobq_name_arg(fcinfo, 7, "concurrency_key", jobq_max_key_length, true);
-}
-
-/*
- * jobq.enqueue(kind, payload, queue, priority, run_at, max_retries,
- *				idempotency_key) -> (job_id, created)
- */
-Datum
-jobq_enqueue(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	JobqNewJob	job;
-	int64		job_id;
-	bool		created;
-	JobqSavedUser saved;
-
-	NewJobCommonArgs(fcinfo, &job);
-	jobq_require_arg(fcinfo, 1, "payload");
-	job.payload = jobq_payload_arg(PG_GETARG_DATUM(1), "payload");
-	job.key = jobq_name_arg(fcinfo, 6, "idempotency_key", jobq_max_key_length, true);
-	jobq_client_key_check(job.key, "idempotency_key");
-
-	InitMaterializedSRF(fcinfo, 0);
-	jobq_owner_begin(&saved);
-	jobq_require(saved.caller, job.queue, JOBQ_CAP_ENQUEUE);
-	jobq_enqueue_job(&job, GetCurrentTimestamp(), &job_id, &created);
-	PutJobRow(rsinfo, job_id, created);
-	jobq_owner_end(&saved);
-	return (Datum) 0;
-}
-
-/*
- * jobq.enqueue_many(kind, payloads[], queue, priority, run_at, max_retries,
- *					 idempotency_keys[]) -> one (job_id, created) per payload
- */
-Datum
-jobq_enqueue_many(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	JobqNewJob	job;
-	Datum	   *payloads;
-	bool	   *payload_nulls;
-	int			n;
-	Datum	   *keys = NULL;
-	bool	   *key_nulls = NULL;
-	int			nkeys;
-	Jsonb	  **docs;
-	TimestampTz now;
-	JobqSavedUser saved;
-	Datum	   *keyless;
-	int			nkeyless = 0;
-	int64	   *ids;
-	bool	   *created;
-
-	NewJobCommonArgs(fcinfo, &job);
-	jobq_require_arg(fcinfo, 1, "payloads");
-	jobq_array_arg(PG_GETARG_ARRAYTYPE_P(1), JSONBOID, "payloads", &payloads, &payload_nulls, &n);
-	if (!PG_ARGISNULL(6))
-	{
-		jobq_array_arg(PG_GETARG_ARRAYTYPE_P(6), TEXTOID, "idempotency_keys", &keys, &key_nulls, &nkeys);
-		jobq_check_same_length(n, "payloads", nkeys, "idempotency_keys");
-	}
-
-	/* validate every element before writing anything */
-	docs = palloc(sizeof(Jsonb *) * Max(n, 1));
-	keyless = palloc(sizeof(Datum) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		char		argname[64];
-
-		snprintf(argname, sizeof(argname), "payloads[%d]", i + 1);
-		if (payload_nulls[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("%s must not be null", argname)));
-		docs[i] = jobq_payload_arg(payloads[i], argname);
-		if (keys != NULL && !key_nulls[i])
-		{
-			int			len = VARSIZE_ANY_EXHDR(DatumGetTextPP(keys[i]));
-
-			snprintf(argname, sizeof(argname), "idempotency_keys[%d]", i + 1);
-			if (len == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("%s must not be empty", argname),
-						 errhint("Use NULL for a job without an idempotency key.")));
-			if (len > jobq_max_key_length)
-				ereport(ERROR,
-						(errcode(ERRCODE_NAME_TOO_LONG),
-						 errmsg("%s is too long", argname),
-						 errdetail("It is %d bytes long; the limit is %d bytes.",
-								   len, jobq_max_key_length),
-						 errhint("The limit is set by jobq.max_key_length.")));
-			jobq_client_key_check(TextDatumGetCString(keys[i]), argname);
-		}
-	}
-
-	InitMaterializedSRF(fcinfo, 0);
-	jobq_owner_begin(&saved);
-	jobq_require(saved.caller, job.queue, JOBQ_CAP_ENQUEUE);
-	now = GetCurrentTimestamp();
-
-	/*
-	 * In input order, so job ids (FIFO within a priority) follow it: each run
-	 * of jobs without a key in one statement, jobs with a key one by one,
-	 * through the unique index.
-	 */
-	ids = palloc(sizeof(int64) * Max(n, 1));
-	created = palloc(sizeof(bool) * Max(n, 1));
-	for (int i = 0; i < n;)
-	{
-		if (keys == NULL || key_nulls[i])
-		{
-			int			start = i;
-
-			nkeyless = 0;
-			while (i < n && (keys == NULL || key_nulls[i]))
-			{
-				keyless[nkeyless++] = PointerGetDatum(docs[i]);
-				created[i++] = true;
-			}
-			job.payload = NULL;
-			job.key = NULL;
-			EnqueueBulk(&job, keyless, nkeyless, now, &ids[start]);
-		}
-		else
-		{
-			job.payload = docs[i];
-			job.key = TextDatumGetCString(keys[i]);
-			jobq_enqueue_job(&job, now, &ids[i], &created[i]);
-			i++;
-		}
-	}
-	for (int i = 0; i < n; i++)
-		PutJobRow(rsinfo, ids[i], created[i]);
-	jobq_owner_end(&saved);
-	return (Datum) 0;
 }

@@ -32,6 +32,7 @@
 #include "acl.h"
 #include "contain.h"
 #include "guc.h"
+#include "queue_depend.h"
 #include "retention.h"
 #include "spi_plan.h"
 
@@ -39,6 +40,7 @@ PG_FUNCTION_INFO_V1(jobq_prune);
 
 static SPIPlanPtr plan_prune_queues;
 static SPIPlanPtr plan_prune_jobs;
+static SPIPlanPtr plan_prune_jobs_depend;
 static SPIPlanPtr plan_prune_keys;
 
 /*
@@ -56,6 +58,40 @@ typedef struct JobqPruneUnit
 	TimestampTz now;
 	int64		deleted;		/* out: rows deleted */
 } JobqPruneUnit;
+
+/*
+ * The prune statement; extra holds more CTEs over dj (the deleted jobs).
+ * c holds each queue's two cutoffs (a retention that is NULL keeps for
+ * ever), all computed before any job is read, so a queue whose cutoff
+ * cannot be computed fails the statement whatever its jobs.  The scan walks
+ * job_finished_idx up to the latest cutoff; the status picks the cutoff
+ * that applies to each job.
+ */
+#define JOBQ_PRUNE_SQL(extra) \
+	"WITH c AS MATERIALIZED (SELECT name, $1 - retention_completed AS done_before," \
+	" $1 - retention_failed AS failed_before" \
+	" FROM jobq.queue WHERE name = ANY ($4))," \
+	" victims AS (SELECT j.job_id FROM jobq.job j JOIN c ON c.name = j.queue" \
+	" WHERE j.finished_at < (SELECT max(greatest(done_before, failed_before)) FROM c)" \
+	" AND ((j.status IN ('completed', 'cancelled') AND j.finished_at < c.done_before)" \
+	" OR (j.status = 'failed' AND j.finished_at < c.failed_before))" \
+	" ORDER BY j.finished_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED)," \
+	" dj AS (DELETE FROM jobq.job j USING victims v" \
+	" WHERE j.job_id = v.job_id" \
+	" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at)," \
+	" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id)," \
+	" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $3" \
+	" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key" \
+	" AND k.job_id = dj.job_id)" extra \
+	" SELECT count(*) FROM dj"
+
+/*
+ * 0.2.0 on: a pruned job's own parents are forgotten; its dependents keep
+ * its outcome in their jobq.dependency rows.
+ */
+#define JOBQ_PRUNE_DEPEND \
+	", dd AS (DELETE FROM jobq.dependency d USING dj WHERE d.child_id = dj.job_id)," \
+	" dt AS (DELETE FROM jobq.dependent t USING dj WHERE t.job_id = dj.job_id)"
 
 /* Delete up to u->limit finished jobs of u->queues past retention. */
 static void
@@ -77,30 +113,8 @@ PruneQueues(void *arg)
 	nulls[2] = jobq_idempotency_retention < 0 ? 'n' : ' ';
 	values[3] = u->queues;
 
-	/*
-	 * c holds each queue's two cutoffs (a retention that is NULL keeps for
-	 * ever), all computed before any job is read, so a queue whose cutoff
-	 * cannot be computed fails the statement whatever its jobs.  The scan
-	 * walks job_finished_idx up to the latest cutoff; the status picks the
-	 * cutoff that applies to each job.
-	 */
-	jobq_spi_exec(jobq_plan(&plan_prune_jobs,
-							"WITH c AS MATERIALIZED (SELECT name, $1 - retention_completed AS done_before,"
-							" $1 - retention_failed AS failed_before"
-							" FROM jobq.queue WHERE name = ANY ($4)),"
-							" victims AS (SELECT j.job_id FROM jobq.job j JOIN c ON c.name = j.queue"
-							" WHERE j.finished_at < (SELECT max(greatest(done_before, failed_before)) FROM c)"
-							" AND ((j.status IN ('completed', 'cancelled') AND j.finished_at < c.done_before)"
-							" OR (j.status = 'failed' AND j.finished_at < c.failed_before))"
-							" ORDER BY j.finished_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED),"
-							" dj AS (DELETE FROM jobq.job j USING victims v"
-							" WHERE j.job_id = v.job_id"
-							" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at),"
-							" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id),"
-							" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $3"
-							" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key"
-							" AND k.job_id = dj.job_id)"
-							" SELECT count(*) FROM dj",
+	jobq_spi_exec(jobq_plan(jobq_depend_installed() ? &plan_prune_jobs_depend : &plan_prune_jobs,
+							jobq_depend_installed() ? JOBQ_PRUNE_SQL(JOBQ_PRUNE_DEPEND) : JOBQ_PRUNE_SQL(""),
 							4, types),
 				  values, nulls, SPI_OK_SELECT);
 	u->deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],

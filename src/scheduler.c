@@ -152,6 +152,7 @@ FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now, int64 *j
 	job.has_max_retries = false;
 	job.max_retries = 0;
 	job.concurrency_key = NULL;
+	job.blocked = false;
 	key = psprintf(JOBQ_INTERNAL_KEY_PREFIX "schedule:%lld:%lld", (long long) s->id,
 				   (long long) fire_time);
 	for (int attempt = 0; attempt <= JOBQ_FIRE_KEY_TRIES; attempt++)

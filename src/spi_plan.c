@@ -26,6 +26,7 @@
 #include "jit/jit.h"
 #include "nodes/parsenodes.h"
 #include "utils/guc.h"
+#include "utils/snapmgr.h"
 
 #include "spi_plan.h"
 
@@ -143,7 +144,7 @@ jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
  */
 static void
 ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
-		 bool indexed)
+		 bool indexed, bool latest)
 {
 	int			rc;
 	int			nestlevel = SetPlannerSettings(indexed);
@@ -151,7 +152,11 @@ ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
 	PushCatalogSearchPath();
 	PG_TRY();
 	{
-		rc = SPI_execute_plan(plan, values, nulls, false, 0);
+		if (latest)
+			rc = SPI_execute_snapshot(plan, values, nulls, GetLatestSnapshot(),
+									  InvalidSnapshot, false, true, 0);
+		else
+			rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	}
 	PG_FINALLY();
 	{
@@ -168,7 +173,7 @@ ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
 void
 jobq_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
-	ExecPlan(plan, values, nulls, expected, false);
+	ExecPlan(plan, values, nulls, expected, false, false);
 }
 
 /*
@@ -181,7 +186,19 @@ jobq_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 void
 jobq_spi_exec_indexed(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
-	ExecPlan(plan, values, nulls, expected, true);
+	ExecPlan(plan, values, nulls, expected, true, false);
+}
+
+/*
+ * As jobq_spi_exec_indexed, reading the latest committed state instead of
+ * the statement's snapshot (as a foreign key's check does), whatever the
+ * isolation level: for rows another transaction committed while this one
+ * waited for a row lock (a parent's new dependents, src/queue_depend.c).
+ */
+void
+jobq_spi_exec_latest(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	ExecPlan(plan, values, nulls, expected, true, true);
 }
 
 /* Run one SQL text (not kept) under the pg_catalog search path, jit off. */

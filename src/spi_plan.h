@@ -18,6 +18,8 @@ extern SPIPlanPtr jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int narg
 									Oid *argtypes);
 extern void jobq_spi_exec_indexed(SPIPlanPtr plan, Datum *values, const char *nulls,
 								  int expected);
+extern void jobq_spi_exec_latest(SPIPlanPtr plan, Datum *values, const char *nulls,
+								 int expected);
 extern void jobq_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls,
 						  int expected);
 extern void jobq_spi_exec_sql(const char *sql, bool read_only, int expected);

@@ -88,6 +88,44 @@ def deliver_webhook(job):
     return {"status": status, "calls": calls + 1}
 
 
+DSN = ""     # set by main: the handlers below open connections of their own
+
+
+def split_batch(job):
+    """A workflow: a batch too big for one job splits itself in two halves
+    (each a batch.split again), and a fan-in callback batch.done runs after
+    both, whatever their outcome (on_parent_failure 'run').  The halves
+    depend on this job, so they start only once it completed; the idempotency
+    keys make a second run of this handler enqueue nothing new."""
+    items = job.payload["items"]
+    if len(items) <= job.payload.get("max", 2):
+        return {"sum": sum(items)}
+    half = len(items) // 2
+    with jobq.connect(DSN, pooler=True) as conn:
+        halves = [jobq.enqueue(conn, "batch.split", dict(job.payload, items=part),
+                               queue=job.queue, depends_on=[job.id],
+                               idempotency_key="split-%d-%d" % (job.id, i)).job_id
+                  for i, part in enumerate((items[:half], items[half:]))]
+        jobq.enqueue(conn, "batch.done", {"split": job.id}, queue=job.queue,
+                     depends_on=halves, on_parent_failure="run",
+                     idempotency_key="done-%d" % job.id)
+        conn.commit()
+    return {"halves": halves}
+
+
+def batch_done(job):
+    """The fan-in callback: what its parents (the two halves) returned."""
+    with jobq.connect(DSN, pooler=True) as conn:
+        rows = conn.execute("SELECT status, result FROM jobq.parent_results(%s)",
+                            (job.id,)).fetchall()
+    total = 0
+    for status, result in rows:
+        if status != "completed":
+            raise jobq.Permanent("a half ended %s" % status)
+        total += result.get("sum", result.get("total", 0))
+    return {"total": total}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--queue", default="default")
@@ -99,6 +137,8 @@ def main():
     ap.add_argument("--shutdown-timeout", type=float, default=30, help="seconds")
     ap.add_argument("--dsn", default="", help="libpq conninfo (default: PG* variables)")
     a = ap.parse_args()
+    global DSN
+    DSN = a.dsn
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(message)s")
     # pooler=True: nothing prepared, so the same worker runs through PgBouncer
@@ -112,6 +152,8 @@ def main():
     w.handle("report.build", build_report)
     w.handle("import.rows", import_rows)
     w.handle("webhook.deliver", deliver_webhook)
+    w.handle("batch.split", split_batch)
+    w.handle("batch.done", batch_done)
     return w.run()
 
 

@@ -90,7 +90,7 @@ poll() {
 # drained QUEUE: wait until the queue has no handled job pending or running
 drained() {
 	poll 300 "SELECT count(*) = 0 FROM jobq.job
-	          WHERE queue = '$1' AND kind <> 'video.transcode' AND status IN ('pending', 'running')" && return 0
+	          WHERE queue = '$1' AND kind <> 'video.transcode' AND status IN ('blocked', 'pending', 'running')" && return 0
 	got=$(q "SELECT string_agg(kind || ' ' || status || ' ' || n, ', ')
 	           FROM (SELECT kind, status, count(*) n FROM jobq.job WHERE queue = '$1' GROUP BY 1, 2) s")
 	return 1
@@ -239,6 +239,13 @@ example() {
 	   SELECT jobq.enqueue('webhook.deliver', '{\"responses\": [429, 200]}', '$Q', idempotency_key => '$Q-429');
 	   SELECT jobq.enqueue('report.build', '{\"seconds\": 2.5}', '$Q', idempotency_key => '$Q-slow');
 	   SELECT jobq.enqueue('video.transcode', '{}', '$Q');" >/dev/null
+	# the Python example also runs a workflow: a batch split in two halves
+	# and a fan-in callback after both
+	local completed=51
+	if [ "$lang" = python ]; then
+		q "SELECT jobq.enqueue('batch.split', '{\"items\": [1, 2, 3, 4]}', '$Q', idempotency_key => '$Q-split')" >/dev/null
+		completed=55
+	fi
 
 	# the worker: a 1.5-second lease, so the 2.5-second job needs the heartbeat
 	env "${env_via[@]}" "${worker[@]}" --queue "$Q" --worker-id "$lang-$via" --batch 10 \
@@ -246,8 +253,15 @@ example() {
 	worker_pid=$!
 	check "$t: the queue drains (every handled job completed or failed)" \
 		drained "$Q"
-	check "$t: 51 jobs completed" \
-		is "SELECT count(*) FROM jobq.job WHERE queue = '$Q' AND status = 'completed'" 51
+	check "$t: $completed jobs completed" \
+		is "SELECT count(*) FROM jobq.job WHERE queue = '$Q' AND status = 'completed'" "$completed"
+	if [ "$lang" = python ]; then
+		check "$t: the workflow split its batch, and the callback ran after both halves" \
+			is "SELECT w.total || ' ' || w.completed || ' ' || w.can_finish || ' ' ||
+			           (SELECT j.result->>'total' FROM jobq.workflow_jobs(k.job_id) j WHERE j.kind = 'batch.done')
+			      FROM jobq.jobs k, jobq.workflow_status(k.job_id) w
+			     WHERE k.queue = '$Q' AND k.idempotency_key = '$Q-split'" "4 4 true 10"
+	fi
 	check "$t: every email has its result" \
 		is "SELECT count(*) FROM jobq.jobs WHERE queue = '$Q' AND kind = 'email.send'
 		      AND result->>'sent_to' = payload->>'to'" 40

@@ -151,5 +151,27 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM app.effects WHERE job_id =
 is($node->safe_psql('postgres', "SELECT retry_count FROM jobq.job WHERE job_id = $id"),
 	'1', 'the killed attempt counted as a retry (lease expired)');
 
+# a workflow in the database: a fan-in callback's job argument carries its
+# parents' outcomes and results (parent_results, as the handler's role sees it)
+$node->safe_psql('postgres', q{
+	SET ROLE app;
+	CREATE FUNCTION app.collect(payload jsonb, job jsonb) RETURNS jsonb LANGUAGE sql
+		AS $$ SELECT pg_catalog.jsonb_build_object('parents', job->'parents') $$;
+	SELECT jobq.register_handler('collect', 'app.collect(jsonb,jsonb)');
+});
+my $parents = $node->safe_psql('postgres',
+	q{SELECT string_agg(job_id::text, ',') FROM jobq.enqueue_many('work', ARRAY['{"note": "p1"}', '{"note": "p2"}']::jsonb[])});
+my $callback = $node->safe_psql('postgres',
+	"SELECT job_id FROM jobq.enqueue('collect', depends_on => ARRAY[$parents], on_parent_failure => 'run')");
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'completed' FROM jobq.job WHERE job_id = $callback"),
+	'the callback ran after its parents');
+is($node->safe_psql('postgres', qq{
+	SELECT string_agg((e->>'job_id') || ':' || (e->>'status') || ':' || (e->'result'->>'whoami'), ','
+	                  ORDER BY (e->>'job_id')::bigint)
+	  FROM jobq.job j, jsonb_array_elements(j.result->'parents') e WHERE j.job_id = $callback}),
+	join(',', map { "$_:completed:app" } split(/,/, $parents)),
+	"the handler's job argument lists its parents with their results");
+
 $node->stop;
 done_testing();

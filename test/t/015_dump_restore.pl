@@ -61,7 +61,12 @@ $node->safe_psql('src', q{
 	                                               kinds => ARRAY['k.running', 'k.done']);
 	INSERT INTO c SELECT * FROM jobq.claim('q3');
 	SELECT jobq.checkpoint(job_id, lease_token, '{"step": 2}') FROM c WHERE kind = 'k.running';
+	-- a job blocked on the running one, and one whose parent already completed
+	SELECT * FROM jobq.enqueue('k.child', '{"n": 9}', 'q1',
+	                           depends_on => ARRAY(SELECT job_id FROM c WHERE kind = 'k.running'));
 	SELECT jobq.complete(job_id, lease_token, '{"ok": 1}') FROM c WHERE kind IN ('k.done', 'k.purged');
+	SELECT * FROM jobq.enqueue('k.after', '{"n": 10}', 'q1', run_at => now() + interval '1 day',
+	                           depends_on => ARRAY(SELECT job_id FROM c WHERE kind = 'k.done'));
 	SELECT jobq.purge('q3', 'completed');
 	SELECT jobq.fail(job_id, lease_token, 'boom') FROM jobq.claim('q2', kinds => ARRAY['k.failed']);
 	SELECT jobq.cancel(job_id) FROM jobq.job WHERE kind = 'k.cancelled';
@@ -82,7 +87,7 @@ $node->safe_psql('src', q{
 is($node->safe_psql('src', q{
 	SELECT string_agg(status || ':' || n, ',' ORDER BY status)
 	  FROM (SELECT status, count(*) AS n FROM jobq.job GROUP BY status) s}),
-	'cancelled:1,completed:1,failed:1,pending:5,running:1',
+	'blocked:1,cancelled:1,completed:1,failed:1,pending:6,running:1',
 	'the source database has jobs in every state');
 
 # jobq's tables, as text, roles by name, in a stable order
@@ -99,6 +104,8 @@ my %dump_queries = (
 	handler => q{SELECT kind, handler::text, queue, pg_get_userbyid(run_as), allow_superuser, created_at
 	               FROM jobq.handler ORDER BY kind},
 	job_id_seq => 'SELECT last_value, is_called FROM jobq.job_id_seq',
+	dependency => 'SELECT * FROM jobq.dependency ORDER BY parent_id, child_id',
+	dependent => 'SELECT * FROM jobq.dependent ORDER BY job_id',
 );
 sub contents
 {
@@ -133,6 +140,9 @@ is($node->safe_psql('dst', q{
 	SELECT jobq.complete(j.job_id, j.lease_token)
 	  FROM jobq.job j WHERE kind = 'k.running'}),
 	't', 'a restored running job is completed with its lease token');
+is($node->safe_psql('dst', q{
+	SELECT string_agg(kind || ':' || status, ',' ORDER BY kind) FROM jobq.jobs WHERE kind IN ('k.child', 'k.after')}),
+	'k.after:pending,k.child:pending', 'its restored dependent is unblocked');
 is($node->safe_psql('dst', q{
 	SELECT created, job_id = (SELECT job_id FROM jobq.job WHERE idempotency_key = 'p1')
 	  FROM jobq.enqueue('k.pending', '{"n": 1}', 'q1', idempotency_key => 'p1')}),

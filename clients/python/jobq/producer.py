@@ -71,28 +71,46 @@ def _options(queue: str, priority: Priority, run_at: RunAt,
     return sql, params
 
 
+def _parents(depends_on: Optional[Sequence[int]],
+             on_parent_failure: str) -> Tuple[str, List[Any]]:
+    """The SQL of depends_on and on_parent_failure (jobq 0.2.0), only when
+    there are parents: without them the call also works against 0.1.0."""
+    if on_parent_failure not in ("cancel", "run"):
+        raise ValueError("on_parent_failure must be 'cancel' or 'run'")
+    if depends_on is None:
+        return "", []
+    return (", depends_on => %s::bigint[], on_parent_failure => %s",
+            [[int(p) for p in depends_on], on_parent_failure])
+
+
 def _one(kind: str, payload: Optional[Mapping[str, Any]], queue: str,
          priority: Priority, run_at: RunAt, max_retries: Optional[int],
-         idempotency_key: Optional[str],
-         concurrency_key: Optional[str]) -> Tuple[str, List[Any]]:
+         idempotency_key: Optional[str], concurrency_key: Optional[str],
+         depends_on: Optional[Sequence[int]] = None,
+         on_parent_failure: str = "cancel") -> Tuple[str, List[Any]]:
     opts, params = _options(queue, priority, run_at, max_retries)
+    deps, dparams = _parents(depends_on, on_parent_failure)
     sql = ("SELECT job_id, created FROM jobq.enqueue(%s, %s, " + opts +
-           ", idempotency_key => %s, concurrency_key => %s)")
+           ", idempotency_key => %s, concurrency_key => %s" + deps + ")")
     return sql, [kind, Jsonb(dict(payload or {}))] + params + [
-        idempotency_key, concurrency_key]
+        idempotency_key, concurrency_key] + dparams
 
 
 def _many(kind: str, payloads: Sequence[Mapping[str, Any]], queue: str,
           priority: Priority, run_at: RunAt, max_retries: Optional[int],
           idempotency_keys: Optional[Sequence[Optional[str]]],
-          concurrency_key: Optional[str]) -> Tuple[str, List[Any]]:
+          concurrency_key: Optional[str],
+          depends_on: Optional[Sequence[int]] = None,
+          on_parent_failure: str = "cancel") -> Tuple[str, List[Any]]:
     if idempotency_keys is not None and len(idempotency_keys) != len(payloads):
         raise ValueError("idempotency_keys must have one key per payload")
     opts, params = _options(queue, priority, run_at, max_retries)
+    deps, dparams = _parents(depends_on, on_parent_failure)
     sql = ("SELECT job_id, created FROM jobq.enqueue_many(%s, %s::jsonb[], " + opts +
-           ", idempotency_keys => %s::text[], concurrency_key => %s)")
+           ", idempotency_keys => %s::text[], concurrency_key => %s" + deps + ")")
     return sql, [kind, [Jsonb(dict(p)) for p in payloads]] + params + [
-        None if idempotency_keys is None else list(idempotency_keys), concurrency_key]
+        None if idempotency_keys is None else list(idempotency_keys),
+        concurrency_key] + dparams
 
 
 def _run(target: Target, sql: str, params: List[Any]) -> List[Tuple[Any, ...]]:
@@ -118,10 +136,12 @@ async def _arun(target: AsyncTarget, sql: str, params: List[Any]) -> List[Tuple[
 def enqueue(target: Target, kind: str, payload: Optional[Mapping[str, Any]] = None, *,
             queue: str = "default", priority: Priority = 0, run_at: RunAt = None,
             max_retries: Optional[int] = None, idempotency_key: Optional[str] = None,
-            concurrency_key: Optional[str] = None) -> Enqueued:
-    """Enqueue one job on ``target`` (see the module docstring)."""
+            concurrency_key: Optional[str] = None, depends_on: Optional[Sequence[int]] = None,
+            on_parent_failure: str = "cancel") -> Enqueued:
+    """Enqueue one job on ``target`` (see the module docstring).  With
+    ``depends_on`` (job ids) the job is blocked until every parent finished."""
     sql, params = _one(kind, payload, queue, priority, run_at, max_retries,
-                       idempotency_key, concurrency_key)
+                       idempotency_key, concurrency_key, depends_on, on_parent_failure)
     job_id, created = _run(target, sql, params)[0]
     return Enqueued(job_id, created)
 
@@ -130,12 +150,15 @@ def enqueue_many(target: Target, kind: str, payloads: Sequence[Mapping[str, Any]
                  queue: str = "default", priority: Priority = 0, run_at: RunAt = None,
                  max_retries: Optional[int] = None,
                  idempotency_keys: Optional[Sequence[Optional[str]]] = None,
-                 concurrency_key: Optional[str] = None) -> List[Enqueued]:
-    """Enqueue one job per payload in one statement; results in input order."""
+                 concurrency_key: Optional[str] = None,
+                 depends_on: Optional[Sequence[int]] = None,
+                 on_parent_failure: str = "cancel") -> List[Enqueued]:
+    """Enqueue one job per payload in one statement; results in input order.
+    ``depends_on``: every job of the batch waits for all of these."""
     if not payloads:
         return []
     sql, params = _many(kind, payloads, queue, priority, run_at, max_retries,
-                        idempotency_keys, concurrency_key)
+                        idempotency_keys, concurrency_key, depends_on, on_parent_failure)
     return [Enqueued(i, c) for i, c in _run(target, sql, params)]
 
 
@@ -144,10 +167,12 @@ async def enqueue_async(target: AsyncTarget, kind: str,
                         queue: str = "default", priority: Priority = 0,
                         run_at: RunAt = None, max_retries: Optional[int] = None,
                         idempotency_key: Optional[str] = None,
-                        concurrency_key: Optional[str] = None) -> Enqueued:
+                        concurrency_key: Optional[str] = None,
+                        depends_on: Optional[Sequence[int]] = None,
+                        on_parent_failure: str = "cancel") -> Enqueued:
     """enqueue() for a psycopg AsyncConnection, AsyncCursor or async pool."""
     sql, params = _one(kind, payload, queue, priority, run_at, max_retries,
-                       idempotency_key, concurrency_key)
+                       idempotency_key, concurrency_key, depends_on, on_parent_failure)
     job_id, created = (await _arun(target, sql, params))[0]
     return Enqueued(job_id, created)
 
@@ -157,12 +182,14 @@ async def enqueue_many_async(target: AsyncTarget, kind: str,
                              queue: str = "default", priority: Priority = 0,
                              run_at: RunAt = None, max_retries: Optional[int] = None,
                              idempotency_keys: Optional[Sequence[Optional[str]]] = None,
-                             concurrency_key: Optional[str] = None) -> List[Enqueued]:
+                             concurrency_key: Optional[str] = None,
+                             depends_on: Optional[Sequence[int]] = None,
+                             on_parent_failure: str = "cancel") -> List[Enqueued]:
     """enqueue_many() for a psycopg AsyncConnection, AsyncCursor or async pool."""
     if not payloads:
         return []
     sql, params = _many(kind, payloads, queue, priority, run_at, max_retries,
-                        idempotency_keys, concurrency_key)
+                        idempotency_keys, concurrency_key, depends_on, on_parent_failure)
     return [Enqueued(i, c) for i, c in await _arun(target, sql, params)]
 
 

@@ -232,6 +232,43 @@ class Workers(Base):
                             (other.job_id,)), None)
         self.assertEqual(sum(e.name == "completed" for e in self.events), 11)
 
+    def test_workflow_split_and_callback(self):
+        """a handler splits its batch into two blocked halves and a fan-in callback;
+        the halves run after it completes, the callback after both, and reads their results"""
+        w = self.worker()
+
+        @w.handler("batch")
+        def batch(job):
+            items = job.payload["items"]
+            if len(items) <= 2:
+                return {"sum": sum(items)}
+            with connect() as conn:
+                half = len(items) // 2
+                parts = [jobq.enqueue(conn, "batch", {"items": part}, queue=self.queue,
+                                      depends_on=[job.id]).job_id
+                         for part in (items[:half], items[half:])]
+                jobq.enqueue(conn, "batch.done", {"of": job.id}, queue=self.queue,
+                             depends_on=parts, on_parent_failure="run")
+            return {"split": parts}
+
+        @w.handler("batch.done")
+        def done(job):
+            rows = q("SELECT status, result FROM jobq.parent_results(%s)", (job.id,))
+            return {"total": sum(r[1]["sum"] for r in rows if r[0] == "completed")}
+
+        with connect() as conn:
+            root = jobq.enqueue(conn, "batch", {"items": [1, 2, 3, 4]}, queue=self.queue)
+            with self.assertRaises(ValueError):
+                jobq.enqueue(conn, "x", queue=self.queue, depends_on=[root.job_id],
+                             on_parent_failure="maybe")
+        with running(w):
+            self.assertTrue(poll(lambda: q1(
+                "SELECT completed FROM jobq.workflow_status(%s)", (root.job_id,)) == 4))
+        self.assertEqual(q("SELECT total, completed, can_finish FROM jobq.workflow_status(%s)",
+                           (root.job_id,)), [(4, 4, True)])
+        self.assertEqual(q("SELECT result FROM jobq.jobs WHERE queue = %s AND kind = 'batch.done'",
+                           (self.queue,)), [({"total": 10},)])
+
     def test_concurrency_limit(self):
         """at most `concurrency` jobs run at once (ledger), and they do run side by side"""
         w = self.worker(concurrency=3)
