@@ -7,7 +7,7 @@
 -- columns_are.
 --
 BEGIN;
-SELECT plan(99);
+SELECT plan(105);
 
 SELECT has_schema('jobq', 'schema jobq exists');
 
@@ -16,24 +16,42 @@ SELECT has_schema('jobq', 'schema jobq exists');
 --
 
 -- jobq.enqueue
-SELECT has_function('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text', 'text']);
-SELECT function_returns('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text', 'text'], 'setof record');
-SELECT is(pg_get_function_arguments('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text,text)'::regprocedure),
-          $$kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_key text DEFAULT NULL::text, concurrency_key text DEFAULT NULL::text$$,
-          'enqueue: argument names, order and defaults (the contract''s, then concurrency_key)');
-SELECT is(pg_get_function_result('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text,text)'::regprocedure),
+SELECT has_function('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text', 'text', 'bigint[]', 'text']);
+SELECT function_returns('jobq', 'enqueue', ARRAY['text', 'jsonb', 'text', 'integer', 'timestamp with time zone', 'integer', 'text', 'text', 'bigint[]', 'text'], 'setof record');
+SELECT is(pg_get_function_arguments('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text,text,bigint[],text)'::regprocedure),
+          $$kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_key text DEFAULT NULL::text, concurrency_key text DEFAULT NULL::text, depends_on bigint[] DEFAULT NULL::bigint[], on_parent_failure text DEFAULT 'cancel'::text$$,
+          'enqueue: argument names, order and defaults (the contract''s, then concurrency_key, then 0.2.0''s depends_on and on_parent_failure)');
+SELECT is(pg_get_function_result('jobq.enqueue(text,jsonb,text,integer,timestamp with time zone,integer,text,text,bigint[],text)'::regprocedure),
           'TABLE(job_id bigint, created boolean)',
           'enqueue: result columns');
 
 -- jobq.enqueue_many
-SELECT has_function('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]', 'text']);
-SELECT function_returns('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]', 'text'], 'setof record');
-SELECT is(pg_get_function_arguments('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[],text)'::regprocedure),
-          $$kind text, payloads jsonb[], queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_keys text[] DEFAULT NULL::text[], concurrency_key text DEFAULT NULL::text$$,
-          'enqueue_many: argument names, order and defaults (the contract''s, then concurrency_key)');
-SELECT is(pg_get_function_result('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[],text)'::regprocedure),
+SELECT has_function('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]', 'text', 'bigint[]', 'text']);
+SELECT function_returns('jobq', 'enqueue_many', ARRAY['text', 'jsonb[]', 'text', 'integer', 'timestamp with time zone', 'integer', 'text[]', 'text', 'bigint[]', 'text'], 'setof record');
+SELECT is(pg_get_function_arguments('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[],text,bigint[],text)'::regprocedure),
+          $$kind text, payloads jsonb[], queue text DEFAULT 'default'::text, priority integer DEFAULT 0, run_at timestamp with time zone DEFAULT now(), max_retries integer DEFAULT NULL::integer, idempotency_keys text[] DEFAULT NULL::text[], concurrency_key text DEFAULT NULL::text, depends_on bigint[] DEFAULT NULL::bigint[], on_parent_failure text DEFAULT 'cancel'::text$$,
+          'enqueue_many: argument names, order and defaults (the contract''s, then concurrency_key, then 0.2.0''s depends_on and on_parent_failure)');
+SELECT is(pg_get_function_result('jobq.enqueue_many(text,jsonb[],text,integer,timestamp with time zone,integer,text[],text,bigint[],text)'::regprocedure),
           'TABLE(job_id bigint, created boolean)',
           'enqueue_many: result columns');
+
+-- workflows (0.2.0)
+SELECT is(pg_get_function_result('jobq.parent_results(bigint)'::regprocedure),
+          'TABLE(job_id bigint, kind text, status text, result jsonb)',
+          'parent_results: result columns');
+SELECT is(pg_get_function_arguments('jobq.parent_results(bigint)'::regprocedure), 'job_id bigint',
+          'parent_results: argument');
+SELECT is(pg_get_function_result('jobq.workflow_status(bigint)'::regprocedure),
+          'TABLE(total bigint, blocked bigint, pending bigint, running bigint, completed bigint, failed bigint, cancelled bigint, can_finish boolean)',
+          'workflow_status: result columns');
+SELECT is(pg_get_function_arguments('jobq.workflow_status(bigint)'::regprocedure), 'root bigint',
+          'workflow_status: argument');
+SELECT is((SELECT array_agg(a.attname ORDER BY a.attnum)::text[] FROM pg_attribute a
+            WHERE a.attrelid = 'jobq.jobs'::regclass AND a.attnum > 0),
+          (SELECT array_agg(o.name ORDER BY o.n)::text[]
+             FROM pg_proc p, unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS o(name, mode, n)
+            WHERE p.oid = 'jobq.workflow_jobs(bigint)'::regprocedure AND o.mode = 't'),
+          'workflow_jobs: the columns of jobq.jobs');
 
 -- jobq.claim
 SELECT has_function('jobq', 'claim', ARRAY['text', 'text', 'integer', 'interval', 'text[]', 'interval']);
@@ -169,6 +187,7 @@ SELECT has_column('jobq', 'queue_stats', 'oldest_pending_age', 'jobq.queue_stats
 SELECT col_type_is('jobq', 'queue_stats', 'oldest_pending_age', 'interval', 'jobq.queue_stats.oldest_pending_age is interval');
 SELECT has_column('jobq', 'queue_stats', 'paused', 'jobq.queue_stats has column paused');
 SELECT col_type_is('jobq', 'queue_stats', 'paused', 'boolean', 'jobq.queue_stats.paused is boolean');
+SELECT col_type_is('jobq', 'queue_stats', 'blocked', 'bigint', 'jobq.queue_stats.blocked is bigint (0.2.0)');
 
 -- queue_stats counts are bigint (count(*)) or at least integers
 SELECT ok((SELECT bool_and(format_type(a.atttypid, a.atttypmod) IN ('bigint', 'integer'))
