@@ -695,21 +695,27 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.dependent', '');
 
 -- enqueue and enqueue_many gain depends_on and on_parent_failure after all
 -- their arguments.  A function's arguments cannot be altered, so both are
--- re-created; the roles that could execute the old ones keep that right.
+-- re-created; every grantee of EXECUTE on the old ones (PUBLIC and grant
+-- options included) gets it on the new ones.
 DO $$
 DECLARE
     grantees text;
 BEGIN
-    SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(r.rolname), ',')
+    SELECT pg_catalog.string_agg(DISTINCT
+               CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname) END
+               OPERATOR(pg_catalog.||)
+               CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END, ';')
       INTO grantees
       FROM pg_catalog.pg_proc p
      CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
      WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
              'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::pg_catalog.regprocedure,
              'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text)'::pg_catalog.regprocedure]::pg_catalog.oid[])
        AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-       AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
+       AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+       AND (a.grantee OPERATOR(pg_catalog.=) 0 OR r.oid IS NOT NULL);
     PERFORM pg_catalog.set_config('jobq_upgrade.enqueue_grantees', COALESCE(grantees, ''), true);
 END
 $$;
@@ -756,14 +762,15 @@ REVOKE ALL ON FUNCTION
 
 DO $$
 DECLARE
-    grantees text := pg_catalog.current_setting('jobq_upgrade.enqueue_grantees', true);
+    grantee text;
 BEGIN
-    IF grantees IS NOT NULL AND grantees OPERATOR(pg_catalog.<>) '' THEN
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+    FOREACH grantee IN ARRAY pg_catalog.string_to_array(COALESCE(
+            pg_catalog.current_setting('jobq_upgrade.enqueue_grantees', true), ''), ';') LOOP
+        EXECUTE 'GRANT EXECUTE ON FUNCTION'
             ' jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text),'
             ' jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)'
-            ' TO %s', grantees);
-    END IF;
+            ' TO ' OPERATOR(pg_catalog.||) grantee;
+    END LOOP;
 END
 $$;
 

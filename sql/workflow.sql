@@ -5,6 +5,9 @@
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS jobq CASCADE;
 DROP ROLE IF EXISTS wf_tenant;
+DROP ROLE IF EXISTS wf_other1;
+DROP ROLE IF EXISTS wf_other2;
+DROP ROLE IF EXISTS wf_other3;
 CREATE EXTENSION jobq;
 RESET client_min_messages;
 
@@ -78,6 +81,26 @@ SELECT job_id, lease_token FROM jobq.claim('wf', kinds => ARRAY['charge']) \gset
 SELECT jobq.complete(:p2_job_id, :p2_lease_token) AS done;
 SELECT kind, status FROM jobq.workflow_jobs(:p) ORDER BY job_id;
 
+-- a dependent cancelled by an operator stays cancelled when its parent is
+-- retried; its own dependents too
+SELECT job_id AS rp FROM jobq.enqueue('rp', queue => 'wf', max_retries => 0) \gset
+SELECT job_id AS rx FROM jobq.enqueue('rx', queue => 'wf', depends_on => ARRAY[:rp]) \gset
+SELECT job_id AS ry FROM jobq.enqueue('ry', queue => 'wf', depends_on => ARRAY[:rx]) \gset
+SELECT jobq.cancel(:rx) AS cancelled;
+SELECT jobq.fail(job_id, lease_token, 'boom', retryable => false) FROM jobq.claim('wf', kinds => ARRAY['rp']);
+SELECT jobq.retry(:rp) AS retried;
+SELECT kind, status FROM jobq.jobs WHERE job_id IN (:rp, :rx, :ry) ORDER BY job_id;
+-- retrying a dependent itself: back to blocked while a parent is unfinished
+SELECT jobq.retry(:rx) AS retried;
+SELECT kind, status FROM jobq.jobs WHERE job_id = :rx;
+SELECT count(*) AS claimable FROM jobq.claim('wf', kinds => ARRAY['rx']);
+-- and an error when a parent did not complete: retry the parent instead
+SELECT jobq.fail(job_id, lease_token, 'boom again', retryable => false) FROM jobq.claim('wf', kinds => ARRAY['rp']);
+SELECT kind, status FROM jobq.jobs WHERE job_id IN (:rp, :rx) ORDER BY job_id;
+SELECT jobq.retry(:rx);
+SELECT jobq.retry(:rp) AS retried;
+SELECT kind, status FROM jobq.jobs WHERE job_id IN (:rp, :rx, :ry) ORDER BY job_id;
+
 -- cancelling a blocked job; update_job changes a blocked job
 SELECT job_id AS q FROM jobq.enqueue('q', queue => 'wf') \gset
 SELECT job_id AS w FROM jobq.enqueue('w', queue => 'wf', depends_on => ARRAY[:q]) \gset
@@ -133,16 +156,25 @@ SELECT count(*) AS kept FROM jobq.job WHERE job_id >= :gone_parent;
 -- sees results only of parents whose queue it may work on
 CREATE ROLE wf_tenant;
 SELECT jobq.grant('tenant_q', 'wf_tenant', 'enqueue');
+-- (other roles' grants on the queue: the capability checks run statements)
+CREATE ROLE wf_other1;
+CREATE ROLE wf_other2;
+CREATE ROLE wf_other3;
+SELECT count(jobq.grant('tenant_q', r::regrole, 'work')) FROM unnest(ARRAY['wf_other1', 'wf_other2', 'wf_other3']) r;
 SELECT job_id AS secret FROM jobq.enqueue('secret', queue => 'private') \gset
 SET ROLE wf_tenant;
+-- a job of a queue the role may not use, and one that does not exist: the
+-- same error, naming neither the queue nor whether the job exists
 SELECT * FROM jobq.enqueue('mine', queue => 'tenant_q', depends_on => ARRAY[:secret]);
+SELECT * FROM jobq.enqueue('mine', queue => 'tenant_q', depends_on => ARRAY[9999999]);
 SELECT job_id AS mine FROM jobq.enqueue('mine', queue => 'tenant_q') \gset
-SELECT job_id AS mine2 FROM jobq.enqueue('mine2', queue => 'tenant_q', depends_on => ARRAY[:mine]) \gset
+SELECT job_id AS mine0 FROM jobq.enqueue('mine', queue => 'tenant_q') \gset
+SELECT job_id AS mine2 FROM jobq.enqueue('mine2', queue => 'tenant_q', depends_on => ARRAY[:mine, :mine0]) \gset
 SELECT count(*) AS visible FROM jobq.parent_results(:c);
 SELECT count(*) AS visible FROM jobq.workflow_jobs(:a);
-SELECT job_id = :mine AS is_mine, status FROM jobq.parent_results(:mine2);
+SELECT job_id IN (:mine, :mine0) AS is_mine, status FROM jobq.parent_results(:mine2);
 RESET ROLE;
-SELECT jobq.complete(job_id, lease_token, '{"secret": 1}') FROM jobq.claim('tenant_q', kinds => ARRAY['mine']);
+SELECT jobq.complete(job_id, lease_token, '{"secret": 1}') FROM jobq.claim('tenant_q', kinds => ARRAY['mine'], batch => 2);
 SET ROLE wf_tenant;
 SELECT status, result FROM jobq.parent_results(:mine2);
 RESET ROLE;
@@ -158,5 +190,8 @@ SELECT count(*) AS edges_of_purged_children FROM jobq.dependency WHERE child_id 
 
 SET client_min_messages = warning;
 DROP EXTENSION jobq CASCADE;
-DROP OWNED BY wf_tenant;
+DROP OWNED BY wf_tenant, wf_other1, wf_other2, wf_other3;
 DROP ROLE wf_tenant;
+DROP ROLE wf_other1;
+DROP ROLE wf_other2;
+DROP ROLE wf_other3;

@@ -26,7 +26,7 @@
 #include "args.h"
 #include "guc.h"
 #include "queue_attempt.h"
-#include "queue_depend.h"
+#include "queue_settle.h"
 #include "queue_enqueue.h"
 #include "queue_settings.h"
 #include "shm_bgw.h"
@@ -62,15 +62,16 @@ static SPIPlanPtr plan_purge;
 static SPIPlanPtr plan_purge_depend;
 
 /*
- * Put a failed or cancelled job back to pending with a fresh retry budget;
+ * Put a failed or cancelled job back to pending with a fresh retry budget
+ * (back to blocked, a dependent whose parents have not all finished);
  * false when it is in another state (or does not exist).  The caller must
  * administer the job's queue.
  */
 static bool
 RetryJob(int64 job_id, TimestampTz now, Oid caller)
 {
-	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
-	Datum		values[2];
+	Oid			types[3] = {INT8OID, TIMESTAMPTZOID, BOOLOID};
+	Datum		values[3];
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
@@ -110,14 +111,17 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 	priority = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
 	concurrency_key = SPI_getvalue(tup, desc, 4);
 
+	/* a dependent with unfinished parents waits for them again */
+	values[2] = BoolGetDatum(jobq_retry_blocks(job_id));
 	jobq_spi_exec(jobq_plan(&plan_retry_update,
-							"UPDATE jobq.job SET status = 'pending', retry_count = 0,"
-							" run_at = $2, finished_at = NULL, lease_expires_at = NULL,"
+							"UPDATE jobq.job SET status = CASE WHEN $3 THEN 'blocked' ELSE 'pending' END,"
+							" retry_count = 0, run_at = $2, finished_at = NULL, lease_expires_at = NULL,"
 							" updated_at = $2"
 							" WHERE job_id = $1",
-							2, types),
+							3, types),
 				  values, NULL, SPI_OK_UPDATE);
-	jobq_requeue(job_id, queue, kind, priority, concurrency_key, now, now);
+	if (!DatumGetBool(values[2]))
+		jobq_requeue(job_id, queue, kind, priority, concurrency_key, now, now);
 	jobq_parent_retried(job_id, now);
 	return true;
 }

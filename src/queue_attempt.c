@@ -36,7 +36,7 @@
 #include "guc.h"
 #include "job_lease.h"
 #include "queue_attempt.h"
-#include "queue_depend.h"
+#include "queue_settle.h"
 #include "queue_enqueue.h"
 #include "queue_settings.h"
 #include "shm_queue.h"

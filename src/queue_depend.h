@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * queue_depend.h
- *	  Jobs that wait for other jobs: depends_on at enqueue, settling a
- *	  finished parent's dependents, a retried parent (queue_depend.c).
+ *	  Workflows, the enqueue side: depends_on read, recorded, and checked
+ *	  again at commit; parents in a handler's job argument (queue_depend.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -36,9 +36,6 @@ extern void jobq_parents_check_count(const JobqParents *p, int nchildren);
 extern void jobq_parents_read(JobqParents *p, Oid caller);
 extern void jobq_parents_record(const JobqParents *p, const int64 *children,
 								const bool *created, int nchildren, TimestampTz now);
-extern void jobq_parents_finished(const int64 *ids, int n, TimestampTz now);
-extern void jobq_parent_retried(int64 job_id, TimestampTz now);
-extern bool jobq_depend_installed(void);
 extern Jsonb *jobq_parents_json(int64 job_id, Oid role);
 
 #endif							/* JOBQ_QUEUE_DEPEND_H */

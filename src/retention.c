@@ -32,7 +32,7 @@
 #include "acl.h"
 #include "contain.h"
 #include "guc.h"
-#include "queue_depend.h"
+#include "queue_settle.h"
 #include "retention.h"
 #include "spi_plan.h"
 

@@ -1,0 +1,513 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue_settle.c
+ *	  Workflows, the finishing side: settling the dependents of jobs that
+ *	  finished (unblocked, or cancelled in turn), what a retried parent gives
+ *	  back, and what a retried dependent waits for.
+ *
+ * Every path that ends a job (complete, complete_many, fail for good, lease
+ * expired for good, cancel) calls jobq_parents_finished; retry calls
+ * jobq_parent_retried.  The dependents of a finished job are found through
+ * jobq.dependency's primary key (parent_id, child_id) under the latest
+ * snapshot, so a REPEATABLE READ completion sees dependencies committed
+ * after its snapshot was taken; settling is O(children), a few statements
+ * per round whatever their number, and locks the children's counters in
+ * child order.  How the enqueue side closes the race with a parent that
+ * finishes meanwhile is in queue_depend.c.  A database still at 0.1.0 has
+ * no such tables and pays one catalog lookup.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+
+#include "queue_settle.h"
+#include "shm_queue.h"
+#include "spi_plan.h"
+
+static SPIPlanPtr plan_settle_edges;
+static SPIPlanPtr plan_lock_children;
+static SPIPlanPtr plan_count_down;
+static SPIPlanPtr plan_unblock;
+static SPIPlanPtr plan_cancel;
+static SPIPlanPtr plan_retried_children;
+static SPIPlanPtr plan_retried;
+static SPIPlanPtr plan_retry_child;
+
+/* Does this database have the dependency tables (0.2.0 on)? */
+bool
+jobq_depend_installed(void)
+{
+	Oid			nsp = get_namespace_oid("jobq", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("dependency", nsp));
+}
+
+/* qsort comparator for job ids. */
+int
+jobq_id_compare(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+/* An int8[] datum of the n ids. */
+Datum
+jobq_id_array(const int64 *ids, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(ids[i]);
+	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+}
+
+/*
+ * Is any of ids[] a parent?  One probe of jobq.dependency's primary key per
+ * id, under the latest snapshot (see the file header), without a statement:
+ * this runs in every completion.
+ */
+static bool
+AnyDependents(const int64 *ids, int n)
+{
+	Oid			nsp = get_namespace_oid("jobq", true);
+	Oid			relid = OidIsValid(nsp) ? get_relname_relid("dependency", nsp) : InvalidOid;
+	Oid			idxid = OidIsValid(nsp) ? get_relname_relid("dependency_pkey", nsp) : InvalidOid;
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		found = false;
+
+	if (!OidIsValid(relid) || !OidIsValid(idxid) || n == 0)
+		return false;
+	rel = table_open(relid, AccessShareLock);
+	idx = index_open(idxid, AccessShareLock);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	slot = table_slot_create(rel, NULL);
+	for (int i = 0; i < n && !found; i++)
+	{
+		ScanKeyData key;
+
+		ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(ids[i]));
+		index_rescan(scan, &key, 1, NULL, 0);
+		found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	UnregisterSnapshot(snap);
+	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * Blocked jobs ids[] (ascending) to pending, into jobq.ready (due) or
+ * jobq.scheduled, noted for the claim positions; the others (cancelled
+ * meanwhile) are left alone.
+ */
+void
+jobq_unblock_all(const int64 *ids, int n, TimestampTz now)
+{
+	Oid			types[2] = {INT8ARRAYOID, TIMESTAMPTZOID};
+	Datum		values[2];
+	SPITupleTable *tt;
+
+	if (n == 0)
+		return;
+	values[0] = jobq_id_array(ids, n);
+	values[1] = TimestampTzGetDatum(now);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_unblock,
+										   "WITH j AS (UPDATE jobq.job SET status = 'pending', updated_at = $2"
+										   " WHERE job_id = ANY ($1) AND status = 'blocked'"
+										   " RETURNING job_id, queue, kind, priority, concurrency_key, run_at),"
+										   " r AS (INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id,"
+										   " kind, concurrency_key) SELECT queue, -priority, run_at, job_id, kind,"
+										   " concurrency_key FROM j WHERE run_at <= $2),"
+										   " s AS (INSERT INTO jobq.scheduled (queue, priority, run_at, job_id,"
+										   " kind, concurrency_key) SELECT queue, priority, run_at, job_id, kind,"
+										   " concurrency_key FROM j WHERE run_at > $2)"
+										   " SELECT queue, priority, run_at, job_id FROM j",
+										   2, types),
+						 values, NULL, SPI_OK_SELECT);
+	tt = SPI_tuptable;
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		char	   *queue = SPI_getvalue(tt->vals[r], tt->tupdesc, 1);
+		int32		priority = DatumGetInt32(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
+		TimestampTz run_at = DatumGetTimestampTz(SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &isnull));
+		JobqClaimPos pos = {-priority, run_at,
+		DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 4, &isnull))};
+
+		if (run_at <= now)
+			jobq_state_note_ready(queue, &pos);
+		else
+			jobq_state_note_scheduled(queue, run_at);
+		pfree(queue);
+	}
+	SPI_freetuptable(tt);
+}
+
+/*
+ * Blocked jobs ids[] (ascending) cancelled because their parents bad[] did
+ * not complete; *next gets those that were (the others were not blocked
+ * any more), whose own dependents are to be settled in turn.
+ */
+int
+jobq_cancel_all(const int64 *ids, const int64 *bad, int n, TimestampTz now, int64 *next)
+{
+	Oid			types[3] = {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID};
+	Datum		values[3];
+	int			nnext = 0;
+
+	if (n == 0)
+		return 0;
+	values[0] = jobq_id_array(ids, n);
+	values[1] = jobq_id_array(bad, n);
+	values[2] = TimestampTzGetDatum(now);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_cancel,
+										   "WITH j AS (UPDATE jobq.job j SET status = 'cancelled', finished_at = $3,"
+										   " updated_at = $3, last_error = 'parent job ' || u.bad || ' did not complete'"
+										   " FROM unnest($1, $2) AS u(id, bad)"
+										   " WHERE j.job_id = u.id AND j.status = 'blocked' RETURNING j.job_id, u.bad)"
+										   " UPDATE jobq.dependent t SET failed_parent = j.bad FROM j"
+										   " WHERE t.job_id = j.job_id RETURNING t.job_id",
+										   3, types),
+						 values, NULL, SPI_OK_UPDATE_RETURNING);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		next[nnext++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+													SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return nnext;
+}
+
+/* An edge a settle took: its child, its parent, whether the parent completed. */
+typedef struct SettledEdge
+{
+	int64		child;
+	int64		parent;
+	bool		completed;
+} SettledEdge;
+
+/* qsort comparator for settled edges, by child. */
+static int
+EdgeCompare(const void *a, const void *b)
+{
+	return jobq_id_compare(&((const SettledEdge *) a)->child, &((const SettledEdge *) b)->child);
+}
+
+/*
+ * One round of jobq_parents_finished over the parents ids[]: their
+ * unsettled edges take the parents' outcomes (only those of parents that
+ * have finished), each child's counter goes down by its edges, under row
+ * locks taken in child order (so two rounds sharing children cannot
+ * deadlock), and the children are decided: cancelled (a parent did not
+ * complete and they do not run on failure) or unblocked (no parent left).
+ * Returns how many were cancelled, their ids in *next (palloc'd).
+ */
+static int
+SettleRound(const int64 *ids, int n, TimestampTz now, int64 **next)
+{
+	Oid			types[2] = {INT8ARRAYOID, INT4ARRAYOID};
+	Datum		values[2];
+	SPITupleTable *tt;
+	uint64		nedges;
+	SettledEdge *edges;
+	int64	   *children;
+	Datum	   *counts;
+	int64	   *bad;
+	int			nchildren = 0;
+	int64	   *unblock;
+	int			nunblock = 0;
+	int64	   *cancel;
+	int64	   *cancel_bad;
+	int			ncancel = 0;
+
+	values[0] = jobq_id_array(ids, n);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_settle_edges,
+										   "UPDATE jobq.dependency d SET parent_status = j.status"
+										   " FROM jobq.job j WHERE d.parent_id = ANY ($1)"
+										   " AND d.parent_status IS NULL AND j.job_id = d.parent_id"
+										   " AND j.status IN ('completed', 'failed', 'cancelled')"
+										   " RETURNING d.child_id, d.parent_id, d.parent_status = 'completed'",
+										   1, types),
+						 values, NULL, SPI_OK_UPDATE_RETURNING);
+	tt = SPI_tuptable;
+	nedges = SPI_processed;
+	*next = NULL;
+	if (nedges == 0)
+	{
+		SPI_freetuptable(tt);
+		return 0;
+	}
+	edges = palloc(sizeof(SettledEdge) * nedges);
+	for (uint64 r = 0; r < nedges; r++)
+	{
+		bool		isnull;
+
+		edges[r].child = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
+		edges[r].parent = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
+		edges[r].completed = DatumGetBool(SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &isnull));
+	}
+	SPI_freetuptable(tt);
+	qsort(edges, nedges, sizeof(SettledEdge), EdgeCompare);
+
+	/*
+	 * per child: how many of its parents finished, the first that did not
+	 * complete
+	 */
+	children = palloc(sizeof(int64) * nedges);
+	counts = palloc(sizeof(Datum) * nedges);
+	bad = palloc(sizeof(int64) * nedges);
+	for (uint64 r = 0; r < nedges; r++)
+	{
+		if (nchildren == 0 || children[nchildren - 1] != edges[r].child)
+		{
+			children[nchildren] = edges[r].child;
+			counts[nchildren] = Int32GetDatum(0);
+			bad[nchildren++] = 0;
+		}
+		counts[nchildren - 1] = Int32GetDatum(DatumGetInt32(counts[nchildren - 1]) + 1);
+		if (!edges[r].completed &&
+			(bad[nchildren - 1] == 0 || edges[r].parent < bad[nchildren - 1]))
+			bad[nchildren - 1] = edges[r].parent;
+	}
+
+	values[0] = jobq_id_array(children, nchildren);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_lock_children,
+										   "SELECT job_id FROM jobq.dependent WHERE job_id = ANY ($1)"
+										   " ORDER BY job_id FOR UPDATE",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	SPI_freetuptable(SPI_tuptable);
+	values[1] = PointerGetDatum(construct_array(counts, nchildren, INT4OID, 4, true, TYPALIGN_INT));
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_count_down,
+										   "UPDATE jobq.dependent t SET parents_left = t.parents_left - u.n"
+										   " FROM unnest($1, $2) AS u(id, n) WHERE t.job_id = u.id"
+										   " RETURNING t.job_id, t.parents_left, t.on_parent_failure = 'run'",
+										   2, types),
+						 values, NULL, SPI_OK_UPDATE_RETURNING);
+	tt = SPI_tuptable;
+	unblock = palloc(sizeof(int64) * nchildren);
+	cancel = palloc(sizeof(int64) * nchildren);
+	cancel_bad = palloc(sizeof(int64) * nchildren);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		int64		child = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
+		int32		left = DatumGetInt32(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
+		bool		run = DatumGetBool(SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &isnull));
+		int64	   *at = bsearch(&child, children, nchildren, sizeof(int64), jobq_id_compare);
+		int64		b = at ? bad[at - children] : 0;
+
+		if (b != 0 && !run)
+		{
+			cancel[ncancel] = child;
+			cancel_bad[ncancel++] = b;
+		}
+		else if (left == 0)
+			unblock[nunblock++] = child;
+	}
+	SPI_freetuptable(tt);
+
+	/* in child order, as the counters were locked */
+	qsort(unblock, nunblock, sizeof(int64), jobq_id_compare);
+	jobq_unblock_all(unblock, nunblock, now);
+	if (ncancel > 1)
+	{
+		/* sort the pairs by child */
+		SettledEdge *pairs = palloc(sizeof(SettledEdge) * ncancel);
+
+		for (int i = 0; i < ncancel; i++)
+		{
+			pairs[i].child = cancel[i];
+			pairs[i].parent = cancel_bad[i];
+		}
+		qsort(pairs, ncancel, sizeof(SettledEdge), EdgeCompare);
+		for (int i = 0; i < ncancel; i++)
+		{
+			cancel[i] = pairs[i].child;
+			cancel_bad[i] = pairs[i].parent;
+		}
+	}
+	*next = palloc(sizeof(int64) * Max(ncancel, 1));
+	ncancel = jobq_cancel_all(cancel, cancel_bad, ncancel, now, *next);
+	pfree(edges);
+	pfree(children);
+	pfree(counts);
+	pfree(bad);
+	pfree(unblock);
+	pfree(cancel);
+	pfree(cancel_bad);
+	return ncancel;
+}
+
+/*
+ * Settle the dependents of the jobs ids[] that have finished (the others
+ * are passed over), round after round: the dependents a round cancels
+ * settle their own in the next.  SPI connected, as the extension owner.
+ */
+void
+jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
+{
+	int64	   *round = NULL;
+	int			nround;
+
+	if (!AnyDependents(ids, n))
+		return;
+	nround = SettleRound(ids, n, now, &round);
+	while (nround > 0)
+	{
+		int64	   *next;
+
+		CHECK_FOR_INTERRUPTS();
+		nround = SettleRound(round, nround, now, &next);
+		pfree(round);
+		round = next;
+	}
+}
+
+/*
+ * Parent job_id went from failed or cancelled back to pending (jobq.retry):
+ * its dependents that have not run wait for its new outcome.  A blocked or
+ * cancelled dependent counts it unfinished again; one cancelled because of
+ * it (and of no other parent) is blocked again, and so, in turn, are its
+ * own dependents cancelled because of it.  One cancelled otherwise stays
+ * cancelled (a jobq.retry of it then waits for this parent), and one that
+ * is pending, running or finished is left as it is.  The children are found first and then
+ * driven from their ids, so that no plan walks jobq.job.  SPI connected,
+ * as the extension owner.
+ */
+void
+jobq_parent_retried(int64 job_id, TimestampTz now)
+{
+	Oid			types[3] = {INT8OID, TIMESTAMPTZOID, INT8ARRAYOID};
+	List	   *todo;
+
+	if (!AnyDependents(&job_id, 1))
+		return;
+	todo = list_make1(palloc(sizeof(int64)));
+	*(int64 *) linitial(todo) = job_id;
+	while (todo != NIL)
+	{
+		Datum		values[3];
+		int64		parent = *(int64 *) linitial(todo);
+		int64	   *children;
+		uint64		nchildren;
+
+		CHECK_FOR_INTERRUPTS();
+		todo = list_delete_first(todo);
+		values[0] = Int64GetDatum(parent);
+		values[1] = TimestampTzGetDatum(now);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_retried_children,
+											   "SELECT child_id FROM jobq.dependency"
+											   " WHERE parent_id = $1 AND parent_status IS NOT NULL"
+											   " ORDER BY child_id",
+											   1, types),
+							 values, NULL, SPI_OK_SELECT);
+		nchildren = SPI_processed;
+		children = palloc(sizeof(int64) * Max(nchildren, 1));
+		for (uint64 r = 0; r < nchildren; r++)
+		{
+			bool		isnull;
+
+			children[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
+													  1, &isnull));
+		}
+		SPI_freetuptable(SPI_tuptable);
+		if (nchildren == 0)
+			continue;
+		values[2] = jobq_id_array(children, nchildren);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_retried,
+											   "WITH c AS (SELECT u.id AS child_id, j.status,"
+											   " t.failed_parent = $1 AND t.on_parent_failure = 'cancel' AS by_it,"
+											   " (SELECT min(o.parent_id) FROM jobq.dependency o WHERE o.child_id = u.id"
+											   " AND o.parent_id <> $1 AND o.parent_status IN ('failed', 'cancelled'))"
+											   " AS other FROM unnest($3) AS u(id)"
+											   " JOIN jobq.dependent t ON t.job_id = u.id"
+											   " JOIN jobq.job j ON j.job_id = u.id"
+											   " WHERE j.status IN ('blocked', 'cancelled') FOR UPDATE OF t, j),"
+											   " e AS (UPDATE jobq.dependency d SET parent_status = NULL FROM c"
+											   " WHERE d.parent_id = $1 AND d.child_id = c.child_id),"
+											   " t AS (UPDATE jobq.dependent t SET parents_left = t.parents_left + 1,"
+											   " failed_parent = CASE WHEN c.by_it THEN c.other ELSE t.failed_parent END"
+											   " FROM c WHERE t.job_id = c.child_id)"
+											   " UPDATE jobq.job j SET status = 'blocked', finished_at = NULL,"
+											   " last_error = NULL, updated_at = $2 FROM c"
+											   " WHERE j.job_id = c.child_id AND c.status = 'cancelled' AND c.by_it"
+											   " AND c.other IS NULL RETURNING j.job_id",
+											   3, types),
+							 values, NULL, SPI_OK_UPDATE_RETURNING);
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+			int64	   *child = palloc(sizeof(int64));
+
+			*child = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1,
+												 &isnull));
+			todo = lappend(todo, child);
+		}
+		SPI_freetuptable(SPI_tuptable);
+		pfree(children);
+	}
+}
+
+/*
+ * What jobq.retry of job_id does when it is a dependent (SPI connected, the
+ * job locked): false when it has no unfinished parent (it goes back to
+ * pending); true when it has one (it goes back to blocked, to wait).  An
+ * error when a parent did not complete and it does not run on failure:
+ * retry that parent instead, which brings it back.
+ */
+bool
+jobq_retry_blocks(int64 job_id)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	bool		isnull;
+	int32		left;
+	Datum		bad;
+
+	if (!jobq_depend_installed())
+		return false;
+	values[0] = Int64GetDatum(job_id);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_retry_child,
+											"SELECT t.parents_left, (SELECT min(d.parent_id) FROM jobq.dependency d"
+											" WHERE d.child_id = t.job_id"
+											" AND d.parent_status IN ('failed', 'cancelled')"
+											" AND t.on_parent_failure = 'cancel')"
+											" FROM jobq.dependent t WHERE t.job_id = $1 FOR UPDATE",
+											1, types),
+						  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return false;
+	left = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	bad = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	if (!isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("job %lld cannot run: its parent job %lld did not complete",
+						(long long) job_id, (long long) DatumGetInt64(bad)),
+				 errhint("Retry the parent: the jobs cancelled because of it come back with it.")));
+	return left > 0;
+}

@@ -1,0 +1,28 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue_settle.h
+ *	  Workflows, the finishing side: settling a finished job's dependents, a
+ *	  retried parent, a retried dependent (queue_settle.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_QUEUE_SETTLE_H
+#define JOBQ_QUEUE_SETTLE_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+
+extern bool jobq_depend_installed(void);
+extern int	jobq_id_compare(const void *a, const void *b);
+extern Datum jobq_id_array(const int64 *ids, int n);
+
+/* SPI must be connected, as the extension owner. */
+extern void jobq_unblock_all(const int64 *ids, int n, TimestampTz now);
+extern int	jobq_cancel_all(const int64 *ids, const int64 *bad, int n, TimestampTz now,
+							int64 *next);
+extern void jobq_parents_finished(const int64 *ids, int n, TimestampTz now);
+extern void jobq_parent_retried(int64 job_id, TimestampTz now);
+extern bool jobq_retry_blocks(int64 job_id);
+
+#endif							/* JOBQ_QUEUE_SETTLE_H */
