@@ -36,6 +36,9 @@
 #include "shm_queue.h"
 #include "spi_plan.h"
 
+/* Edges settled per statement: a parent with a million children settles in chunks. */
+#define JOBQ_SETTLE_CHUNK	10000
+
 static SPIPlanPtr plan_settle_edges;
 static SPIPlanPtr plan_lock_children;
 static SPIPlanPtr plan_count_down;
@@ -217,7 +220,8 @@ EdgeCompare(const void *a, const void *b)
 }
 
 /*
- * One round of jobq_parents_finished over the parents ids[]: their
+ * One chunk (up to JOBQ_SETTLE_CHUNK edges; *more when there may be more)
+ * of a round of jobq_parents_finished over the parents ids[]: their
  * unsettled edges take the parents' outcomes (only those of parents that
  * have finished), each child's counter goes down by its edges, under row
  * locks taken in child order (so two rounds sharing children cannot
@@ -226,9 +230,10 @@ EdgeCompare(const void *a, const void *b)
  * Returns how many were cancelled, their ids in *next (palloc'd).
  */
 static int
-SettleRound(const int64 *ids, int n, TimestampTz now, int64 **next)
+SettleChunk(const int64 *ids, int n, TimestampTz now, int64 **next, bool *more)
 {
 	Oid			types[2] = {INT8ARRAYOID, INT4ARRAYOID};
+	Oid			edge_types[2] = {INT8ARRAYOID, INT4OID};
 	Datum		values[2];
 	SPITupleTable *tt;
 	uint64		nedges;
@@ -244,16 +249,22 @@ SettleRound(const int64 *ids, int n, TimestampTz now, int64 **next)
 	int			ncancel = 0;
 
 	values[0] = jobq_id_array(ids, n);
+	values[1] = Int32GetDatum(JOBQ_SETTLE_CHUNK);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_settle_edges,
 										   "UPDATE jobq.dependency d SET parent_status = j.status"
-										   " FROM jobq.job j WHERE d.parent_id = ANY ($1)"
+										   " FROM jobq.job j WHERE d.ctid = ANY (ARRAY("
+										   "SELECT e.ctid FROM jobq.dependency e"
+										   " JOIN jobq.job p ON p.job_id = e.parent_id"
+										   " WHERE e.parent_id = ANY ($1) AND e.parent_status IS NULL"
+										   " AND p.status IN ('completed', 'failed', 'cancelled')"
+										   " LIMIT $2 FOR UPDATE OF e))"
 										   " AND d.parent_status IS NULL AND j.job_id = d.parent_id"
-										   " AND j.status IN ('completed', 'failed', 'cancelled')"
 										   " RETURNING d.child_id, d.parent_id, d.parent_status = 'completed'",
-										   1, types),
+										   2, edge_types),
 						 values, NULL, SPI_OK_UPDATE_RETURNING);
 	tt = SPI_tuptable;
 	nedges = SPI_processed;
+	*more = nedges >= JOBQ_SETTLE_CHUNK;
 	*next = NULL;
 	if (nedges == 0)
 	{
@@ -370,20 +381,40 @@ SettleRound(const int64 *ids, int n, TimestampTz now, int64 **next)
 void
 jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 {
-	int64	   *round = NULL;
-	int			nround;
+	int64	   *round;
+	int			nround = n;
 
 	if (!AnyDependents(ids, n))
 		return;
-	nround = SettleRound(ids, n, now, &round);
+	round = palloc(sizeof(int64) * Max(n, 1));
+	memcpy(round, ids, sizeof(int64) * n);
 	while (nround > 0)
 	{
-		int64	   *next;
+		int64	   *cancelled = NULL;
+		int			ncancelled = 0;
+		bool		more;
 
-		CHECK_FOR_INTERRUPTS();
-		nround = SettleRound(round, nround, now, &next);
+		/* the round's edges a chunk at a time: memory stays bounded */
+		do
+		{
+			int64	   *next;
+			int			k;
+
+			CHECK_FOR_INTERRUPTS();
+			k = SettleChunk(round, nround, now, &next, &more);
+			if (k > 0)
+			{
+				cancelled = cancelled ? repalloc(cancelled, sizeof(int64) * (ncancelled + k))
+					: palloc(sizeof(int64) * k);
+				memcpy(cancelled + ncancelled, next, sizeof(int64) * k);
+				ncancelled += k;
+			}
+			if (next)
+				pfree(next);
+		} while (more);
 		pfree(round);
-		round = next;
+		round = cancelled;
+		nround = ncancelled;
 	}
 }
 

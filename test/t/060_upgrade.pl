@@ -291,6 +291,14 @@ for my $old (@released)
 	is($node->safe_psql($db, q{
 		SET ROLE up_app; SELECT created FROM jobq.enqueue('p.granted', '{}')}),
 		't', "$old: a grant from before still holds");
+	is($node->safe_psql($db, q{
+		SET ROLE up_app;
+		SELECT count(*) FROM jobq.enqueue('p.child', '{}',
+		    depends_on => ARRAY(SELECT job_id FROM jobq.jobs WHERE kind IN ('p.failed', 'p.pending')));
+		SELECT status || ' ' || last_error FROM jobq.jobs WHERE kind = 'p.child'}),
+		"1\ncancelled parent job " . $node->safe_psql($db, q{SELECT job_id FROM jobq.jobs WHERE kind = 'p.failed'})
+		  . " did not complete",
+		"$old: jobs from before are parents (a failed one cancels the new dependent)");
 
 	# the worker and the executors serve the upgraded database
 	$node->safe_psql($db, q{
