@@ -101,6 +101,18 @@ SELECT jobq.retry(:rx);
 SELECT jobq.retry(:rp) AS retried;
 SELECT kind, status FROM jobq.jobs WHERE job_id IN (:rp, :rx, :ry) ORDER BY job_id;
 
+-- a 'run' dependent ran (and failed) after its parent failed; the parent is
+-- retried: a retry of the dependent then waits for the parent's new outcome
+SELECT job_id AS fp FROM jobq.enqueue('fp', queue => 'wf', max_retries => 0) \gset
+SELECT job_id AS fc FROM jobq.enqueue('fc', queue => 'wf', max_retries => 0, depends_on => ARRAY[:fp],
+                                      on_parent_failure => 'run') \gset
+SELECT jobq.fail(job_id, lease_token, 'down', retryable => false) FROM jobq.claim('wf', kinds => ARRAY['fp']);
+SELECT jobq.fail(job_id, lease_token, 'no input', retryable => false) FROM jobq.claim('wf', kinds => ARRAY['fc']);
+SELECT jobq.retry(:fp) AS parent_retried, jobq.retry(:fc) AS child_retried;
+SELECT kind, status FROM jobq.jobs WHERE job_id IN (:fp, :fc) ORDER BY job_id;
+SELECT jobq.complete(job_id, lease_token) FROM jobq.claim('wf', kinds => ARRAY['fp']);
+SELECT kind, status FROM jobq.jobs WHERE job_id = :fc;
+
 -- cancelling a blocked job; update_job changes a blocked job
 SELECT job_id AS q FROM jobq.enqueue('q', queue => 'wf') \gset
 SELECT job_id AS w FROM jobq.enqueue('w', queue => 'wf', depends_on => ARRAY[:q]) \gset

@@ -34,6 +34,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 #include "acl.h"
@@ -50,6 +51,8 @@
 static SPIPlanPtr plan_read_parents;
 static SPIPlanPtr plan_record;
 static SPIPlanPtr plan_lock_at_commit;
+static SPIPlanPtr plan_lock_nowait;
+static SPIPlanPtr plan_lock_wait;
 static SPIPlanPtr plan_lost_parent;
 static SPIPlanPtr plan_parents_json;
 
@@ -219,6 +222,94 @@ jobq_parents_read(JobqParents *p, Oid caller)
 	}
 }
 
+/* qsort comparator for remembered parents, by id. */
+static int
+RememberedCompare(const void *a, const void *b)
+{
+	return jobq_id_compare(&((const RememberedParent *) a)->id, &((const RememberedParent *) b)->id);
+}
+
+/*
+ * Run the plan of *cache (sql over the ids in values[0]) in a
+ * subtransaction; false, the subtransaction's locks gone, when a row lock
+ * was not to be had at once (NOWAIT).  SPI connected.
+ */
+static bool
+TryLock(SPIPlanPtr *cache, const char *sql, Datum *values)
+{
+	Oid			types[1] = {INT8ARRAYOID};
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		locked = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		jobq_spi_exec_latest(jobq_plan_generic(cache, sql, 1, types), values, NULL, SPI_OK_SELECT);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		locked = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return locked;
+}
+
+/*
+ * Lock the n parents ids[] FOR SHARE without holding any of them while
+ * waiting for another transaction: all at once without waiting; when one is
+ * held elsewhere, let go of all, wait for each in turn holding only that
+ * one (and let go of it), and try again.  Holding the first parents while
+ * waiting for a later one would stall their workers for as long as the
+ * later one's holder (a tenant's open transaction) pleases.
+ */
+static void
+LockParents(const int64 *ids, int n)
+{
+	Datum		values[1];
+	Oid			types[1] = {INT8ARRAYOID};
+
+	values[0] = jobq_id_array(ids, n);
+	while (!TryLock(&plan_lock_nowait,
+					"SELECT job_id FROM jobq.job WHERE job_id = ANY ($1) ORDER BY job_id"
+					" FOR SHARE NOWAIT", values))
+	{
+		for (int i = 0; i < n; i++)
+		{
+			Datum		one[1];
+			MemoryContext cxt = CurrentMemoryContext;
+			ResourceOwner owner = CurrentResourceOwner;
+
+			CHECK_FOR_INTERRUPTS();
+			one[0] = jobq_id_array(&ids[i], 1);
+			BeginInternalSubTransaction(NULL);
+			MemoryContextSwitchTo(cxt);
+			jobq_spi_exec_latest(jobq_plan_generic(&plan_lock_wait,
+												   "SELECT job_id FROM jobq.job WHERE job_id = ANY ($1)"
+												   " FOR SHARE",
+												   1, types),
+								 one, NULL, SPI_OK_SELECT);
+			RollbackAndReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(cxt);
+			CurrentResourceOwner = owner;
+		}
+	}
+}
+
 /* Settle at commit what this transaction recorded (see the file header). */
 static void
 SettleAtCommit(void)
@@ -226,6 +317,7 @@ SettleAtCommit(void)
 	Oid			types[1] = {INT8ARRAYOID};
 	Datum		values[1];
 	int			n = 0;
+	int			nids = 0;
 	RememberedParent *parents = palloc(sizeof(RememberedParent) * list_length(commit_parents));
 	int64	   *ids = palloc(sizeof(int64) * list_length(commit_parents));
 	ListCell   *lc;
@@ -233,21 +325,23 @@ SettleAtCommit(void)
 	TimestampTz now = GetCurrentTimestamp();
 	SPITupleTable *tt;
 	uint64		nrows;
+	int			i = 0;
 
 	foreach(lc, commit_parents)
-	{
-		parents[n] = *(RememberedParent *) lfirst(lc);
-		ids[n] = parents[n].id;
-		n++;
-	}
+		parents[n++] = *(RememberedParent *) lfirst(lc);
 	commit_parents = NIL;
-	values[0] = jobq_id_array(ids, n);
+	qsort(parents, n, sizeof(RememberedParent), RememberedCompare);
+	for (int k = 0; k < n; k++)
+		if (nids == 0 || ids[nids - 1] != parents[k].id)
+			ids[nids++] = parents[k].id;
+	values[0] = jobq_id_array(ids, nids);
 	/* as for deferred triggers: statements here need a snapshot to stand on */
 	PushActiveSnapshot(GetTransactionSnapshot());
 	jobq_owner_begin(&saved);
+	LockParents(ids, nids);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_lock_at_commit,
 										   "SELECT job_id, status FROM jobq.job WHERE job_id = ANY ($1)"
-										   " ORDER BY job_id FOR SHARE",
+										   " ORDER BY job_id",
 										   1, types),
 						 values, NULL, SPI_OK_SELECT);
 	tt = SPI_tuptable;
@@ -264,13 +358,18 @@ SettleAtCommit(void)
 		bool		isnull;
 		int64		id = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
 		char		now_status = FinishedStatus(SPI_getvalue(tt->vals[r], tt->tupdesc, 2));
+		bool		retried = false;
 
-		for (int i = 0; i < n; i++)
-			if (parents[i].id == id && parents[i].status != 0 && parents[i].status != now_status)
-			{
-				jobq_parent_retried(id, now);
-				break;
-			}
+		CHECK_FOR_INTERRUPTS();
+		Assert(i <= n);
+		/* both in id order: a merge */
+		while (i < n && parents[i].id < id)
+			i++;
+		for (; i < n && parents[i].id == id; i++)
+			if (parents[i].status != 0 && parents[i].status != now_status)
+				retried = true;
+		if (retried)
+			jobq_parent_retried(id, now);
 	}
 
 	/*
@@ -297,7 +396,7 @@ SettleAtCommit(void)
 																SPI_tuptable->tupdesc, 1, &isnull))),
 				 errhint("A finished job can be pruned or purged at any time; retry the transaction.")));
 	}
-	jobq_parents_finished(ids, n, now);
+	jobq_parents_finished(ids, nids, now);
 	jobq_owner_end(&saved);
 	PopActiveSnapshot();
 }

@@ -522,14 +522,28 @@ jobq_retry_blocks(int64 job_id)
 	if (!jobq_depend_installed())
 		return false;
 	values[0] = Int64GetDatum(job_id);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_retry_child,
-											"SELECT t.parents_left, (SELECT min(d.parent_id) FROM jobq.dependency d"
-											" WHERE d.child_id = t.job_id"
-											" AND d.parent_status IN ('failed', 'cancelled')"
-											" AND t.on_parent_failure = 'cancel')"
-											" FROM jobq.dependent t WHERE t.job_id = $1 FOR UPDATE",
-											1, types),
-						  values, NULL, SPI_OK_SELECT);
+
+	/*
+	 * A parent retried since it settled this job (which ran, or was cancelled
+	 * otherwise, so the parent's retry left it alone) is unfinished again:
+	 * the job waits for its new outcome.
+	 */
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_retry_child,
+										   "WITH r AS (UPDATE jobq.dependency d SET parent_status = NULL"
+										   " FROM jobq.job p WHERE d.child_id = $1 AND p.job_id = d.parent_id"
+										   " AND d.parent_status IS NOT NULL"
+										   " AND p.status NOT IN ('completed', 'failed', 'cancelled')"
+										   " RETURNING d.parent_id)"
+										   " UPDATE jobq.dependent t SET parents_left = t.parents_left"
+										   " + (SELECT count(*) FROM r)::integer,"
+										   " failed_parent = NULL WHERE t.job_id = $1"
+										   " RETURNING t.parents_left, (SELECT min(d.parent_id)"
+										   " FROM jobq.dependency d WHERE d.child_id = t.job_id"
+										   " AND d.parent_status IN ('failed', 'cancelled')"
+										   " AND d.parent_id NOT IN (SELECT parent_id FROM r)"
+										   " AND t.on_parent_failure = 'cancel')",
+										   1, types),
+						 values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
 		return false;
 	left = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
