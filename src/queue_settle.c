@@ -425,29 +425,33 @@ jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
  * it (and of no other parent) is blocked again, and so, in turn, are its
  * own dependents cancelled because of it.  One cancelled otherwise stays
  * cancelled (a jobq.retry of it then waits for this parent), and one that
- * is pending, running or finished is left as it is.  The children are found first and then
- * driven from their ids, so that no plan walks jobq.job.  SPI connected,
- * as the extension owner.
+ * is pending, running or finished is left as it is.  The children are
+ * found first and then driven from their ids, so that no plan walks
+ * jobq.job.  The parents still to look at are a queue in an array (a long
+ * chain brings back one job a step).  SPI connected, as the extension
+ * owner.
  */
 void
 jobq_parent_retried(int64 job_id, TimestampTz now)
 {
 	Oid			types[3] = {INT8OID, TIMESTAMPTZOID, INT8ARRAYOID};
-	List	   *todo;
+	int64	   *todo;
+	uint64		head = 0;
+	uint64		tail = 0;
+	uint64		cap = 64;
 
 	if (!AnyDependents(&job_id, 1))
 		return;
-	todo = list_make1(palloc(sizeof(int64)));
-	*(int64 *) linitial(todo) = job_id;
-	while (todo != NIL)
+	todo = palloc(sizeof(int64) * cap);
+	todo[tail++] = job_id;
+	while (head < tail)
 	{
 		Datum		values[3];
-		int64		parent = *(int64 *) linitial(todo);
+		int64		parent = todo[head++];
 		int64	   *children;
 		uint64		nchildren;
 
 		CHECK_FOR_INTERRUPTS();
-		todo = list_delete_first(todo);
 		values[0] = Int64GetDatum(parent);
 		values[1] = TimestampTzGetDatum(now);
 		jobq_spi_exec_latest(jobq_plan_generic(&plan_retried_children,
@@ -457,7 +461,12 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 											   1, types),
 							 values, NULL, SPI_OK_SELECT);
 		nchildren = SPI_processed;
-		children = palloc(sizeof(int64) * Max(nchildren, 1));
+		if (nchildren == 0)
+		{
+			SPI_freetuptable(SPI_tuptable);
+			continue;
+		}
+		children = palloc(sizeof(int64) * nchildren);
 		for (uint64 r = 0; r < nchildren; r++)
 		{
 			bool		isnull;
@@ -466,8 +475,6 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 													  1, &isnull));
 		}
 		SPI_freetuptable(SPI_tuptable);
-		if (nchildren == 0)
-			continue;
 		values[2] = jobq_id_array(children, nchildren);
 		jobq_spi_exec_latest(jobq_plan_generic(&plan_retried,
 											   "WITH c AS (SELECT u.id AS child_id, j.status,"
@@ -489,18 +496,22 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 											   " AND c.other IS NULL RETURNING j.job_id",
 											   3, types),
 							 values, NULL, SPI_OK_UPDATE_RETURNING);
+		if (tail + SPI_processed > cap)
+		{
+			cap = Max(cap * 2, tail + SPI_processed);
+			todo = repalloc_huge(todo, sizeof(int64) * cap);
+		}
 		for (uint64 r = 0; r < SPI_processed; r++)
 		{
 			bool		isnull;
-			int64	   *child = palloc(sizeof(int64));
 
-			*child = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1,
-												 &isnull));
-			todo = lappend(todo, child);
+			todo[tail++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+													   SPI_tuptable->tupdesc, 1, &isnull));
 		}
 		SPI_freetuptable(SPI_tuptable);
 		pfree(children);
 	}
+	pfree(todo);
 }
 
 /*

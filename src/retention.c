@@ -103,6 +103,7 @@ PruneQueues(void *arg)
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	Interval	key_retention;
 	bool		isnull;
+	bool		depend = jobq_depend_installed();	/* 0.2.0 on */
 
 	/* a key's retention of -1 keeps it for ever: its expires_at stays NULL */
 	memset(&key_retention, 0, sizeof(key_retention));
@@ -113,8 +114,8 @@ PruneQueues(void *arg)
 	nulls[2] = jobq_idempotency_retention < 0 ? 'n' : ' ';
 	values[3] = u->queues;
 
-	jobq_spi_exec(jobq_plan(jobq_depend_installed() ? &plan_prune_jobs_depend : &plan_prune_jobs,
-							jobq_depend_installed() ? JOBQ_PRUNE_SQL(JOBQ_PRUNE_DEPEND) : JOBQ_PRUNE_SQL(""),
+	jobq_spi_exec(jobq_plan(depend ? &plan_prune_jobs_depend : &plan_prune_jobs,
+							depend ? JOBQ_PRUNE_SQL(JOBQ_PRUNE_DEPEND) : JOBQ_PRUNE_SQL(""),
 							4, types),
 				  values, nulls, SPI_OK_SELECT);
 	u->deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
