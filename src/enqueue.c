@@ -64,7 +64,7 @@ Datum
 jobq_enqueue(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	JobqNewJob	job;
+	JobqNewJob	job = {0};
 	int64		job_id;
 	bool		created;
 	JobqSavedUser saved;
@@ -101,7 +101,7 @@ Datum
 jobq_enqueue_many(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	JobqNewJob	job;
+	JobqNewJob	job = {0};
 	Datum	   *payloads;
 	bool	   *payload_nulls;
 	int			n;

@@ -137,7 +137,7 @@ ScheduleFromTuple(HeapTuple tup, TupleDesc desc, JobqSchedule *s)
 static bool
 FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now, int64 *job_id)
 {
-	JobqNewJob	job;
+	JobqNewJob	job = {0};
 	bool		created;
 	char	   *key;
 
@@ -152,7 +152,6 @@ FireOnce(const JobqSchedule *s, TimestampTz fire_time, TimestampTz now, int64 *j
 	job.has_max_retries = false;
 	job.max_retries = 0;
 	job.concurrency_key = NULL;
-	job.blocked = false;
 	key = psprintf(JOBQ_INTERNAL_KEY_PREFIX "schedule:%lld:%lld", (long long) s->id,
 				   (long long) fire_time);
 	for (int attempt = 0; attempt <= JOBQ_FIRE_KEY_TRIES; attempt++)
@@ -663,7 +662,7 @@ jobq_run_schedule(PG_FUNCTION_ARGS)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	JobqSchedule sched;
-	JobqNewJob	job;
+	JobqNewJob	job = {0};
 	TimestampTz now = GetCurrentTimestamp();
 	int64		job_id;
 	bool		created;
