@@ -690,8 +690,22 @@ CREATE TABLE jobq.dependent (
 );
 COMMENT ON TABLE jobq.dependent IS
     'one row per job enqueued with depends_on: its unfinished parents, what a failed parent does to it, and the first parent that ended failed or cancelled';
+
+-- Settling never waits for a row another transaction holds (a client that
+-- keeps its own dependent locked in an open transaction must not stall
+-- another role's completion, nor the reaper): the children it cannot lock
+-- at once are left unsettled and their parent is noted here; the
+-- background worker settles it again at retry_at (src/queue_settle.c).
+CREATE TABLE jobq.settle_deferred (
+    parent_id   bigint PRIMARY KEY,
+    retry_at    timestamptz NOT NULL,
+    attempts    integer NOT NULL
+);
+COMMENT ON TABLE jobq.settle_deferred IS
+    'parents whose dependents could not all be settled when they finished or were retried (a dependent was locked): the background worker settles them again at retry_at';
 SELECT pg_catalog.pg_extension_config_dump('jobq.dependency', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.dependent', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.settle_deferred', '');
 
 -- enqueue and enqueue_many gain depends_on and on_parent_failure after all
 -- their arguments.  A function's arguments cannot be altered, so both are

@@ -686,9 +686,9 @@ jobq_purge(PG_FUNCTION_ARGS)
 
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, TextDatumGetCString(values[0]), JOBQ_CAP_ADMINISTER);
-#define JOBQ_PURGE_HEAD \
+#define JOBQ_PURGE_HEAD(victim) \
 	"WITH dj AS (DELETE FROM jobq.job j WHERE j.queue = $1" \
-	" AND j.status = $2 AND j.finished_at <= $3" \
+	" AND j.status = $2 AND j.finished_at <= $3" victim \
 	" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at)," \
 	" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id)," \
 	" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $4" \
@@ -697,18 +697,19 @@ jobq_purge(PG_FUNCTION_ARGS)
 
 	/*
 	 * a purged job's own parents are forgotten; its dependents keep its
-	 * outcome
+	 * outcome; one whose settling was deferred stays until it is settled
 	 */
 	if (jobq_depend_installed())
 		jobq_spi_exec(jobq_plan(&plan_purge_depend,
-								JOBQ_PURGE_HEAD ","
+								JOBQ_PURGE_HEAD(" AND NOT EXISTS (SELECT FROM jobq.settle_deferred s"
+												" WHERE s.parent_id = j.job_id)") ","
 								" dd AS (DELETE FROM jobq.dependency d USING dj WHERE d.child_id = dj.job_id),"
 								" dt AS (DELETE FROM jobq.dependent t USING dj WHERE t.job_id = dj.job_id)"
 								" SELECT count(*) FROM dj",
 								4, types),
 					  values, nulls, SPI_OK_SELECT);
 	else
-		jobq_spi_exec(jobq_plan(&plan_purge, JOBQ_PURGE_HEAD " SELECT count(*) FROM dj",
+		jobq_spi_exec(jobq_plan(&plan_purge, JOBQ_PURGE_HEAD("") " SELECT count(*) FROM dj",
 								4, types),
 					  values, nulls, SPI_OK_SELECT);
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

@@ -352,6 +352,26 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		CHECK_FOR_INTERRUPTS();
 	} while (more);
 
+	/* settle dependents whose settling a held row deferred */
+	do
+	{
+		TimestampTz next_retry;
+
+		WorkerBeginStep("jobq: settling deferred dependents");
+		if (!WorkerLockExtension())
+		{
+			WorkerEndStep();
+			return false;
+		}
+		SPI_connect();
+		(void) jobq_settle_deferred(jobq_reap_batch, &more, &next_retry);
+		SPI_finish();
+		WorkerEndStep();
+		if (next_retry != 0 && (*next_due == 0 || next_retry < *next_due))
+			*next_due = next_retry;
+		CHECK_FOR_INTERRUPTS();
+	} while (more);
+
 	now = GetCurrentTimestamp();
 	if (TimestampDifferenceExceeds(*last_prune, now, jobq_prune_interval_s * 1000))
 	{

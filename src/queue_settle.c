@@ -21,6 +21,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/xact.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -32,7 +33,9 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
+#include "guc.h"
 #include "queue_settle.h"
+#include "shm_bgw.h"
 #include "shm_queue.h"
 #include "spi_plan.h"
 
@@ -41,12 +44,16 @@
 
 static SPIPlanPtr plan_settle_edges;
 static SPIPlanPtr plan_lock_children;
+static SPIPlanPtr plan_take_edges;
 static SPIPlanPtr plan_count_down;
 static SPIPlanPtr plan_unblock;
 static SPIPlanPtr plan_cancel;
 static SPIPlanPtr plan_retried_children;
 static SPIPlanPtr plan_retried;
 static SPIPlanPtr plan_retry_child;
+static SPIPlanPtr plan_again_lock;
+static SPIPlanPtr plan_again_exists;
+static SPIPlanPtr plan_again_ready;
 
 /* Does this database have the dependency tables (0.2.0 on)? */
 bool
@@ -122,7 +129,12 @@ AnyDependents(const int64 *ids, int n)
 /*
  * Blocked jobs ids[] (ascending) to pending, into jobq.ready (due) or
  * jobq.scheduled, noted for the claim positions; the others (cancelled
- * meanwhile) are left alone.
+ * meanwhile) are left alone, and so is one with an edge settled by a parent
+ * still in jobq.settle_deferred: that parent may have been retried without
+ * this job seeing it (see jobq_parent_retried), so it waits for the
+ * worker's settling (jobq_settle_again), which unblocks it when nothing is
+ * left to wait for.  (A stale edge's parent is always there: the retry that
+ * passed the job over noted it in the same transaction.)
  */
 void
 jobq_unblock_all(const int64 *ids, int n, TimestampTz now)
@@ -138,6 +150,9 @@ jobq_unblock_all(const int64 *ids, int n, TimestampTz now)
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_unblock,
 										   "WITH j AS (UPDATE jobq.job SET status = 'pending', updated_at = $2"
 										   " WHERE job_id = ANY ($1) AND status = 'blocked'"
+										   " AND NOT EXISTS (SELECT FROM jobq.settle_deferred s"
+										   " JOIN jobq.dependency d ON d.parent_id = s.parent_id"
+										   " WHERE d.child_id = jobq.job.job_id AND d.parent_status IS NOT NULL)"
 										   " RETURNING job_id, queue, kind, priority, concurrency_key, run_at),"
 										   " r AS (INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id,"
 										   " kind, concurrency_key) SELECT queue, -priority, run_at, job_id, kind,"
@@ -220,23 +235,147 @@ EdgeCompare(const void *a, const void *b)
 }
 
 /*
- * One chunk (up to JOBQ_SETTLE_CHUNK edges; *more when there may be more)
- * of a round of jobq_parents_finished over the parents ids[]: their
- * unsettled edges take the parents' outcomes (only those of parents that
- * have finished), each child's counter goes down by its edges, under row
- * locks taken in child order (so two rounds sharing children cannot
- * deadlock), and the children are decided: cancelled (a parent did not
- * complete and they do not run on failure) or unblocked (no parent left).
- * Returns how many were cancelled, their ids in *next (palloc'd).
+ * Parents whose dependents could not all be locked: noted in
+ * jobq.settle_deferred (the background worker settles them again), and the
+ * worker told at commit.  attempts is how often the worker tried already
+ * (0 outside it): the next try backs off from 10 ms to jobq.naptime.
+ */
+static int	defer_attempts = 0;
+static bool defer_noted = false;
+static bool defer_callback = false;
+static SPIPlanPtr plan_defer;
+
+static void
+SettleXactCallback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && defer_noted)
+		jobq_bgw_note_lease(GetCurrentTimestamp());
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		defer_noted = false;
+}
+
+static void
+DeferParents(int64 *parents, int n, TimestampTz now)
+{
+	Oid			types[3] = {INT8ARRAYOID, TIMESTAMPTZOID, INT4OID};
+	Datum		values[3];
+	int64		delay_ms = 10;
+	int			k = 0;
+
+	if (n == 0)
+		return;
+	qsort(parents, n, sizeof(int64), jobq_id_compare);
+	for (int i = 0; i < n; i++)
+		if (k == 0 || parents[k - 1] != parents[i])
+			parents[k++] = parents[i];
+	for (int a = 0; a < defer_attempts && delay_ms < jobq_naptime_ms; a++)
+		delay_ms *= 2;
+	delay_ms = Min(delay_ms, (int64) jobq_naptime_ms);
+	values[0] = jobq_id_array(parents, k);
+	values[1] = TimestampTzGetDatum(now + delay_ms * 1000);
+	values[2] = Int32GetDatum(Min(defer_attempts + 1, 1000000));
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_defer,
+										   "INSERT INTO jobq.settle_deferred (parent_id, retry_at, attempts)"
+										   " SELECT u.id, $2, $3 FROM unnest($1) AS u(id)"
+										   " ON CONFLICT (parent_id) DO UPDATE SET"
+										   " retry_at = LEAST(jobq.settle_deferred.retry_at, excluded.retry_at)",
+										   3, types),
+						 values, NULL, SPI_OK_INSERT);
+	if (!defer_callback)
+	{
+		RegisterXactCallback(SettleXactCallback, NULL);
+		defer_callback = true;
+	}
+	defer_noted = true;
+}
+
+/*
+ * Lock the children ids[] (ascending, n of them) for settling: their
+ * jobq.dependent and jobq.job rows, skipping the ones another transaction
+ * holds (a settle never waits: see jobq.settle_deferred).  Returns how many
+ * were locked, their ids in locked[] (ascending).
  */
 static int
-SettleChunk(const int64 *ids, int n, TimestampTz now, int64 **next, bool *more)
+LockChildren(const int64 *ids, int n, int64 *locked)
+{
+	Oid			types[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	int			k = 0;
+
+	if (n == 0)
+		return 0;
+	values[0] = jobq_id_array(ids, n);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_lock_children,
+										   "SELECT t.job_id FROM jobq.dependent t"
+										   " JOIN jobq.job j ON j.job_id = t.job_id"
+										   " WHERE t.job_id = ANY ($1) ORDER BY t.job_id"
+										   " FOR NO KEY UPDATE OF t, j SKIP LOCKED",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		locked[k++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return k;
+}
+
+/* The position a settle's chunks have reached, (child, parent) order. */
+typedef struct SettleCursor
+{
+	int64		child;
+	int64		parent;
+	int64	   *deferred;		/* parents of children that were locked */
+	int			ndeferred;
+	int			cap;
+} SettleCursor;
+
+static void
+CursorDefer(SettleCursor *cur, int64 parent)
+{
+	if (cur->ndeferred >= cur->cap)
+	{
+		cur->cap = Max(16, cur->cap * 2);
+		cur->deferred = cur->deferred ? repalloc_huge(cur->deferred, sizeof(int64) * cur->cap)
+			: palloc(sizeof(int64) * cur->cap);
+	}
+	cur->deferred[cur->ndeferred++] = parent;
+}
+
+/*
+ * One chunk (up to JOBQ_SETTLE_CHUNK edges past *cur; *more when there may
+ * be more) of a round of jobq_parents_finished over the parents ids[]: the
+ * unsettled edges of those parents that have finished, and their children,
+ * locked in child order (two rounds sharing children cannot deadlock) and
+ * without waiting: a child another transaction holds is passed over and
+ * its parent deferred.  The edges of the children locked take their
+ * parents' outcomes, each child's counter goes down by its edges, and the
+ * children are decided: cancelled (a parent did not complete and they do
+ * not run on failure) or unblocked (no parent left).  Returns how many
+ * were cancelled, their ids in *next (palloc'd).
+ */
+static int
+SettleChunk(const int64 *ids, int n, TimestampTz now, SettleCursor *cur,
+			int64 **next, bool *more)
 {
 	Oid			types[2] = {INT8ARRAYOID, INT4ARRAYOID};
-	Oid			edge_types[2] = {INT8ARRAYOID, INT4OID};
-	Datum		values[2];
+	Oid			cand_types[4] = {INT8ARRAYOID, INT4OID, INT8OID, INT8OID};
+	Oid			edge_types[2] = {INT8ARRAYOID, INT8ARRAYOID};
+	Datum		values[4];
 	SPITupleTable *tt;
-	uint64		nedges;
+	uint64		ncand;
+	int64	   *cand_child;
+	int64	   *cand_parent;
+	int64	   *distinct;
+	int			ndistinct = 0;
+	int64	   *locked;
+	int			nlocked;
+	int			nedges = 0;
+	uint64		nsettled;
 	SettledEdge *edges;
 	int64	   *children;
 	Datum	   *counts;
@@ -248,31 +387,80 @@ SettleChunk(const int64 *ids, int n, TimestampTz now, int64 **next, bool *more)
 	int64	   *cancel_bad;
 	int			ncancel = 0;
 
+	*next = NULL;
 	values[0] = jobq_id_array(ids, n);
 	values[1] = Int32GetDatum(JOBQ_SETTLE_CHUNK);
+	values[2] = Int64GetDatum(cur->child);
+	values[3] = Int64GetDatum(cur->parent);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_settle_edges,
-										   "UPDATE jobq.dependency d SET parent_status = j.status"
-										   " FROM jobq.job j WHERE d.ctid = ANY (ARRAY("
-										   "SELECT e.ctid FROM jobq.dependency e"
+										   "SELECT e.child_id, e.parent_id FROM jobq.dependency e"
 										   " JOIN jobq.job p ON p.job_id = e.parent_id"
 										   " WHERE e.parent_id = ANY ($1) AND e.parent_status IS NULL"
 										   " AND p.status IN ('completed', 'failed', 'cancelled')"
-										   " LIMIT $2 FOR UPDATE OF e))"
-										   " AND d.parent_status IS NULL AND j.job_id = d.parent_id"
-										   " RETURNING d.child_id, d.parent_id, d.parent_status = 'completed'",
-										   2, edge_types),
-						 values, NULL, SPI_OK_UPDATE_RETURNING);
+										   " AND (e.child_id, e.parent_id) > ($3, $4)"
+										   " ORDER BY e.child_id, e.parent_id LIMIT $2",
+										   4, cand_types),
+						 values, NULL, SPI_OK_SELECT);
 	tt = SPI_tuptable;
-	nedges = SPI_processed;
-	*more = nedges >= JOBQ_SETTLE_CHUNK;
-	*next = NULL;
-	if (nedges == 0)
+	ncand = SPI_processed;
+	*more = ncand >= JOBQ_SETTLE_CHUNK;
+	if (ncand == 0)
 	{
 		SPI_freetuptable(tt);
 		return 0;
 	}
-	edges = palloc(sizeof(SettledEdge) * nedges);
-	for (uint64 r = 0; r < nedges; r++)
+	cand_child = palloc(sizeof(int64) * ncand);
+	cand_parent = palloc(sizeof(int64) * ncand);
+	distinct = palloc(sizeof(int64) * ncand);
+	for (uint64 r = 0; r < ncand; r++)
+	{
+		bool		isnull;
+
+		cand_child[r] = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
+		cand_parent[r] = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
+		if (ndistinct == 0 || distinct[ndistinct - 1] != cand_child[r])
+			distinct[ndistinct++] = cand_child[r];
+	}
+	SPI_freetuptable(tt);
+	cur->child = cand_child[ncand - 1];
+	cur->parent = cand_parent[ncand - 1];
+
+	/* the children to settle, locked; the edges of the others wait */
+	locked = palloc(sizeof(int64) * ndistinct);
+	nlocked = LockChildren(distinct, ndistinct, locked);
+	for (uint64 r = 0, i = 0; r < ncand; r++)
+	{
+		while (i < (uint64) nlocked && locked[i] < cand_child[r])
+			i++;
+		if (i < (uint64) nlocked && locked[i] == cand_child[r])
+		{
+			cand_child[nedges] = cand_child[r];
+			cand_parent[nedges++] = cand_parent[r];
+		}
+		else
+			CursorDefer(cur, cand_parent[r]);
+	}
+	if (nedges == 0)
+		return 0;
+	values[0] = jobq_id_array(cand_child, nedges);
+	values[1] = jobq_id_array(cand_parent, nedges);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_take_edges,
+										   "UPDATE jobq.dependency d SET parent_status = p.status"
+										   " FROM unnest($1, $2) AS u(child, parent), jobq.job p"
+										   " WHERE d.parent_id = u.parent AND d.child_id = u.child"
+										   " AND d.parent_status IS NULL AND p.job_id = u.parent"
+										   " RETURNING d.child_id, d.parent_id, d.parent_status = 'completed'",
+										   2, edge_types),
+						 values, NULL, SPI_OK_UPDATE_RETURNING);
+	tt = SPI_tuptable;
+	nsettled = SPI_processed;
+	if (nsettled == 0)
+	{
+		SPI_freetuptable(tt);
+		return 0;
+	}
+	edges = palloc(sizeof(SettledEdge) * nsettled);
+	for (uint64 r = 0; r < nsettled; r++)
 	{
 		bool		isnull;
 
@@ -281,16 +469,16 @@ SettleChunk(const int64 *ids, int n, TimestampTz now, int64 **next, bool *more)
 		edges[r].completed = DatumGetBool(SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &isnull));
 	}
 	SPI_freetuptable(tt);
-	qsort(edges, nedges, sizeof(SettledEdge), EdgeCompare);
+	qsort(edges, nsettled, sizeof(SettledEdge), EdgeCompare);
 
 	/*
 	 * per child: how many of its parents finished, the first that did not
 	 * complete
 	 */
-	children = palloc(sizeof(int64) * nedges);
-	counts = palloc(sizeof(Datum) * nedges);
-	bad = palloc(sizeof(int64) * nedges);
-	for (uint64 r = 0; r < nedges; r++)
+	children = palloc(sizeof(int64) * nsettled);
+	counts = palloc(sizeof(Datum) * nsettled);
+	bad = palloc(sizeof(int64) * nsettled);
+	for (uint64 r = 0; r < nsettled; r++)
 	{
 		if (nchildren == 0 || children[nchildren - 1] != edges[r].child)
 		{
@@ -305,12 +493,6 @@ SettleChunk(const int64 *ids, int n, TimestampTz now, int64 **next, bool *more)
 	}
 
 	values[0] = jobq_id_array(children, nchildren);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_lock_children,
-										   "SELECT job_id FROM jobq.dependent WHERE job_id = ANY ($1)"
-										   " ORDER BY job_id FOR UPDATE",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	SPI_freetuptable(SPI_tuptable);
 	values[1] = PointerGetDatum(construct_array(counts, nchildren, INT4OID, 4, true, TYPALIGN_INT));
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_count_down,
 										   "UPDATE jobq.dependent t SET parents_left = t.parents_left - u.n"
@@ -364,6 +546,10 @@ SettleChunk(const int64 *ids, int n, TimestampTz now, int64 **next, bool *more)
 	*next = palloc(sizeof(int64) * Max(ncancel, 1));
 	ncancel = jobq_cancel_all(cancel, cancel_bad, ncancel, now, *next);
 	pfree(edges);
+	pfree(cand_child);
+	pfree(cand_parent);
+	pfree(distinct);
+	pfree(locked);
 	pfree(children);
 	pfree(counts);
 	pfree(bad);
@@ -376,13 +562,16 @@ SettleChunk(const int64 *ids, int n, TimestampTz now, int64 **next, bool *more)
 /*
  * Settle the dependents of the jobs ids[] that have finished (the others
  * are passed over), round after round: the dependents a round cancels
- * settle their own in the next.  SPI connected, as the extension owner.
+ * settle their own in the next.  The parents of dependents another
+ * transaction holds are deferred to the background worker.  SPI
+ * connected, as the extension owner.
  */
 void
 jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 {
 	int64	   *round;
 	int			nround = n;
+	SettleCursor cur = {0, 0, NULL, 0, 0};
 
 	if (!AnyDependents(ids, n))
 		return;
@@ -395,13 +584,14 @@ jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 		bool		more;
 
 		/* the round's edges a chunk at a time: memory stays bounded */
+		cur.child = cur.parent = 0;
 		do
 		{
 			int64	   *next;
 			int			k;
 
 			CHECK_FOR_INTERRUPTS();
-			k = SettleChunk(round, nround, now, &next, &more);
+			k = SettleChunk(round, nround, now, &cur, &next, &more);
 			if (k > 0)
 			{
 				cancelled = cancelled ? repalloc(cancelled, sizeof(int64) * (ncancelled + k))
@@ -416,20 +606,26 @@ jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 		round = cancelled;
 		nround = ncancelled;
 	}
+	DeferParents(cur.deferred, cur.ndeferred, now);
+	if (cur.deferred)
+		pfree(cur.deferred);
 }
 
 /*
- * Parent job_id went from failed or cancelled back to pending (jobq.retry):
- * its dependents that have not run wait for its new outcome.  A blocked or
+ * Parent job_id went from failed or cancelled back to pending (jobq.retry),
+ * or its outcome is not the one its dependents were settled with: its
+ * dependents that have not run wait for its new outcome.  A blocked or
  * cancelled dependent counts it unfinished again; one cancelled because of
  * it (and of no other parent) is blocked again, and so, in turn, are its
  * own dependents cancelled because of it.  One cancelled otherwise stays
  * cancelled (a jobq.retry of it then waits for this parent), and one that
  * is pending, running or finished is left as it is.  The children are
  * found first and then driven from their ids, so that no plan walks
- * jobq.job.  The parents still to look at are a queue in an array (a long
- * chain brings back one job a step).  SPI connected, as the extension
- * owner.
+ * jobq.job; those another transaction holds are left for the background
+ * worker (jobq.settle_deferred), and until then none of them unblocks (see
+ * jobq_unblock_all).  The parents still to look at are a queue in an array
+ * (a long chain brings back one job a step).  SPI connected, as the
+ * extension owner.
  */
 void
 jobq_parent_retried(int64 job_id, TimestampTz now)
@@ -449,15 +645,22 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 		Datum		values[3];
 		int64		parent = todo[head++];
 		int64	   *children;
+		int64	   *locked;
 		uint64		nchildren;
+		int			nlocked;
 
 		CHECK_FOR_INTERRUPTS();
 		values[0] = Int64GetDatum(parent);
 		values[1] = TimestampTzGetDatum(now);
 		jobq_spi_exec_latest(jobq_plan_generic(&plan_retried_children,
-											   "SELECT child_id FROM jobq.dependency"
-											   " WHERE parent_id = $1 AND parent_status IS NOT NULL"
-											   " ORDER BY child_id",
+											   "SELECT d.child_id FROM jobq.job p"
+											   " JOIN jobq.dependency d ON d.parent_id = p.job_id"
+											   " JOIN jobq.job j ON j.job_id = d.child_id"
+											   " WHERE p.job_id = $1 AND d.parent_status IS NOT NULL"
+											   " AND d.parent_status IS DISTINCT FROM CASE WHEN p.status"
+											   " IN ('completed', 'failed', 'cancelled') THEN p.status END"
+											   " AND j.status IN ('blocked', 'cancelled')"
+											   " ORDER BY d.child_id",
 											   1, types),
 							 values, NULL, SPI_OK_SELECT);
 		nchildren = SPI_processed;
@@ -467,6 +670,7 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 			continue;
 		}
 		children = palloc(sizeof(int64) * nchildren);
+		locked = palloc(sizeof(int64) * nchildren);
 		for (uint64 r = 0; r < nchildren; r++)
 		{
 			bool		isnull;
@@ -475,7 +679,16 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 													  1, &isnull));
 		}
 		SPI_freetuptable(SPI_tuptable);
-		values[2] = jobq_id_array(children, nchildren);
+		nlocked = LockChildren(children, (int) nchildren, locked);
+		if ((uint64) nlocked < nchildren)
+			DeferParents(&parent, 1, now);
+		if (nlocked == 0)
+		{
+			pfree(children);
+			pfree(locked);
+			continue;
+		}
+		values[2] = jobq_id_array(locked, nlocked);
 		jobq_spi_exec_latest(jobq_plan_generic(&plan_retried,
 											   "WITH c AS (SELECT u.id AS child_id, j.status,"
 											   " t.failed_parent = $1 AND t.on_parent_failure = 'cancel' AS by_it,"
@@ -484,7 +697,9 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 											   " AS other FROM unnest($3) AS u(id)"
 											   " JOIN jobq.dependent t ON t.job_id = u.id"
 											   " JOIN jobq.job j ON j.job_id = u.id"
-											   " WHERE j.status IN ('blocked', 'cancelled') FOR UPDATE OF t, j),"
+											   " JOIN jobq.dependency e ON e.parent_id = $1 AND e.child_id = u.id"
+											   " WHERE j.status IN ('blocked', 'cancelled')"
+											   " AND e.parent_status IS NOT NULL FOR NO KEY UPDATE OF t, j),"
 											   " e AS (UPDATE jobq.dependency d SET parent_status = NULL FROM c"
 											   " WHERE d.parent_id = $1 AND d.child_id = c.child_id),"
 											   " t AS (UPDATE jobq.dependent t SET parents_left = t.parents_left + 1,"
@@ -510,8 +725,82 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 		}
 		SPI_freetuptable(SPI_tuptable);
 		pfree(children);
+		pfree(locked);
 	}
 	pfree(todo);
+}
+
+/*
+ * Settle parent job_id again for the background worker (it was deferred:
+ * see jobq.settle_deferred; attempts tries so far): its dependents take
+ * its outcome now, as far as another transaction holds none of them (the
+ * rest is deferred again), and those that wait for no parent any more and
+ * are still blocked are unblocked.  The parent is locked FOR SHARE first,
+ * so that its outcome cannot change meanwhile; when another transaction
+ * holds it, it is deferred again whole; when it is gone (purged), nothing
+ * is left to do.  SPI connected, as the extension owner.
+ */
+void
+jobq_settle_again(int64 job_id, int attempts, TimestampTz now)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	bool		isnull;
+	bool		finished;
+	int64	   *children;
+	int64	   *locked;
+	uint64		nchildren;
+	int			nlocked;
+
+	values[0] = Int64GetDatum(job_id);
+	defer_attempts = attempts;
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_lock,
+										   "SELECT status IN ('completed', 'failed', 'cancelled')"
+										   " FROM jobq.job WHERE job_id = $1 FOR SHARE SKIP LOCKED",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+	{
+		SPI_freetuptable(SPI_tuptable);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_again_exists,
+											   "SELECT FROM jobq.job WHERE job_id = $1",
+											   1, types),
+							 values, NULL, SPI_OK_SELECT);
+		if (SPI_processed > 0)
+			DeferParents(&job_id, 1, now);
+		SPI_freetuptable(SPI_tuptable);
+		defer_attempts = 0;
+		return;
+	}
+	finished = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	jobq_parent_retried(job_id, now);
+	if (finished)
+		jobq_parents_finished(&job_id, 1, now);
+
+	/* dependents a retry kept blocked though nothing was left to wait for */
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_ready,
+										   "SELECT d.child_id FROM jobq.dependency d"
+										   " JOIN jobq.dependent t ON t.job_id = d.child_id"
+										   " JOIN jobq.job j ON j.job_id = d.child_id"
+										   " WHERE d.parent_id = $1 AND t.parents_left = 0"
+										   " AND j.status = 'blocked' ORDER BY d.child_id",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	nchildren = SPI_processed;
+	children = palloc(sizeof(int64) * Max(nchildren, 1));
+	locked = palloc(sizeof(int64) * Max(nchildren, 1));
+	for (uint64 r = 0; r < nchildren; r++)
+		children[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
+												  1, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	nlocked = LockChildren(children, (int) nchildren, locked);
+	if ((uint64) nlocked < nchildren)
+		DeferParents(&job_id, 1, now);
+	jobq_unblock_all(locked, nlocked, now);
+	pfree(children);
+	pfree(locked);
+	defer_attempts = 0;
 }
 
 /*

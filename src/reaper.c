@@ -33,6 +33,7 @@
 #include "acl.h"
 #include "contain.h"
 #include "queue_attempt.h"
+#include "queue_settle.h"
 #include "reaper.h"
 #include "spi_plan.h"
 
@@ -41,6 +42,8 @@ PG_FUNCTION_INFO_V1(jobq_reap);
 static SPIPlanPtr plan_reap_queues;
 static SPIPlanPtr plan_reap_queue_lock;
 static SPIPlanPtr plan_reap_lock;
+static SPIPlanPtr plan_deferred_take;
+static SPIPlanPtr plan_deferred_next;
 
 /* One queue's reaping, as a unit: what it is given and what it did. */
 typedef struct JobqReapUnit
@@ -183,6 +186,83 @@ jobq_reap_expired(int batch, bool *more)
 	return total;
 }
 
+/* One deferred parent's settling, as a unit. */
+typedef struct JobqSettleUnit
+{
+	int64		job_id;
+	int			attempts;
+	TimestampTz now;
+} JobqSettleUnit;
+
+static void
+SettleAgain(void *arg)
+{
+	JobqSettleUnit *u = (JobqSettleUnit *) arg;
+
+	jobq_settle_again(u->job_id, u->attempts, u->now);
+}
+
+/*
+ * Settle again up to batch parents of jobq.settle_deferred that are due
+ * (their dependents were held by another transaction when they finished
+ * or were retried); returns how many were looked at.  Each is a unit of
+ * its own.  *more is set when the batch was full; *next_retry gets the
+ * earliest retry_at still waiting (0: none).  A database still at 0.1.0
+ * has nothing to settle.  SPI must be connected.
+ */
+int64
+jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
+{
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	TimestampTz now = GetCurrentTimestamp();
+	SPITupleTable *tt;
+	uint64		n;
+	bool		isnull;
+
+	*more = false;
+	*next_retry = 0;
+	if (!jobq_depend_installed())
+		return 0;
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_take,
+										   "DELETE FROM jobq.settle_deferred WHERE parent_id IN"
+										   " (SELECT parent_id FROM jobq.settle_deferred WHERE retry_at <= $1"
+										   " ORDER BY parent_id LIMIT $2 FOR UPDATE SKIP LOCKED)"
+										   " RETURNING parent_id, attempts",
+										   2, types),
+						 values, NULL, SPI_OK_DELETE_RETURNING);
+	tt = SPI_tuptable;
+	n = SPI_processed;
+	*more = n >= (uint64) batch;
+	for (uint64 i = 0; i < n; i++)
+	{
+		JobqSettleUnit u;
+		char	   *unit;
+
+		u.job_id = DatumGetInt64(SPI_getbinval(tt->vals[i], tt->tupdesc, 1, &isnull));
+		u.attempts = DatumGetInt32(SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull));
+		u.now = now;
+		unit = psprintf("settling the dependents of job %lld", (long long) u.job_id);
+		(void) jobq_run_unit(unit, SettleAgain, &u);
+		pfree(unit);
+	}
+	SPI_freetuptable(tt);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_next,
+										   "SELECT min(retry_at) FROM jobq.settle_deferred",
+										   0, NULL),
+						 NULL, NULL, SPI_OK_SELECT);
+	{
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			*next_retry = DatumGetTimestampTz(d);
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return (int64) n;
+}
+
 /* jobq.reap(batch) -> number of expired leases reaped */
 Datum
 jobq_reap(PG_FUNCTION_ARGS)
@@ -200,6 +280,12 @@ jobq_reap(PG_FUNCTION_ARGS)
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
 	n = jobq_reap_expired(batch, &more);
+	{
+		TimestampTz next_retry;
+
+		/* and what the worker does with them: settle deferred dependents */
+		(void) jobq_settle_deferred(batch, &more, &next_retry);
+	}
 	jobq_owner_end(&saved);
 	PG_RETURN_INT64(n);
 }

@@ -10,7 +10,10 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
+
 /* SPI must be connected. */
 extern int64 jobq_reap_expired(int batch, bool *more);
+extern int64 jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry);
 
 #endif							/* JOBQ_REAPER_H */

@@ -60,21 +60,22 @@ typedef struct JobqPruneUnit
 } JobqPruneUnit;
 
 /*
- * The prune statement; extra holds more CTEs over dj (the deleted jobs).
+ * The prune statement; victim holds more conditions on a job pruned, extra
+ * more CTEs over dj (the deleted jobs).
  * c holds each queue's two cutoffs (a retention that is NULL keeps for
  * ever), all computed before any job is read, so a queue whose cutoff
  * cannot be computed fails the statement whatever its jobs.  The scan walks
  * job_finished_idx up to the latest cutoff; the status picks the cutoff
  * that applies to each job.
  */
-#define JOBQ_PRUNE_SQL(extra) \
+#define JOBQ_PRUNE_SQL(victim, extra) \
 	"WITH c AS MATERIALIZED (SELECT name, $1 - retention_completed AS done_before," \
 	" $1 - retention_failed AS failed_before" \
 	" FROM jobq.queue WHERE name = ANY ($4))," \
 	" victims AS (SELECT j.job_id FROM jobq.job j JOIN c ON c.name = j.queue" \
 	" WHERE j.finished_at < (SELECT max(greatest(done_before, failed_before)) FROM c)" \
 	" AND ((j.status IN ('completed', 'cancelled') AND j.finished_at < c.done_before)" \
-	" OR (j.status = 'failed' AND j.finished_at < c.failed_before))" \
+	" OR (j.status = 'failed' AND j.finished_at < c.failed_before))" victim \
 	" ORDER BY j.finished_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED)," \
 	" dj AS (DELETE FROM jobq.job j USING victims v" \
 	" WHERE j.job_id = v.job_id" \
@@ -87,8 +88,12 @@ typedef struct JobqPruneUnit
 
 /*
  * 0.2.0 on: a pruned job's own parents are forgotten; its dependents keep
- * its outcome in their jobq.dependency rows.
+ * its outcome in their jobq.dependency rows.  A parent whose settling was
+ * deferred (jobq.settle_deferred) stays until it is settled: its outcome is
+ * still to be given to some of its dependents.
  */
+#define JOBQ_PRUNE_VICTIM_DEPEND \
+	" AND NOT EXISTS (SELECT FROM jobq.settle_deferred s WHERE s.parent_id = j.job_id)"
 #define JOBQ_PRUNE_DEPEND \
 	", dd AS (DELETE FROM jobq.dependency d USING dj WHERE d.child_id = dj.job_id)," \
 	" dt AS (DELETE FROM jobq.dependent t USING dj WHERE t.job_id = dj.job_id)"
@@ -115,7 +120,8 @@ PruneQueues(void *arg)
 	values[3] = u->queues;
 
 	jobq_spi_exec(jobq_plan(depend ? &plan_prune_jobs_depend : &plan_prune_jobs,
-							depend ? JOBQ_PRUNE_SQL(JOBQ_PRUNE_DEPEND) : JOBQ_PRUNE_SQL(""),
+							depend ? JOBQ_PRUNE_SQL(JOBQ_PRUNE_VICTIM_DEPEND, JOBQ_PRUNE_DEPEND)
+							: JOBQ_PRUNE_SQL("", ""),
 							4, types),
 				  values, nulls, SPI_OK_SELECT);
 	u->deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],

@@ -10,6 +10,8 @@
 # had completed, and every dependency was settled.  (Claim and finish times
 # cannot show the order: a claim takes its time before its snapshot.)  Then a fan-in of 10,000 parents: the
 # callback is pending in the transaction right after the last one completes.
+# Then two tenants: one holds its own dependent of the other's job locked,
+# and neither the other's completion nor the reaper waits for it.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -77,9 +79,18 @@ my $by_workers = $node->safe_psql('postgres', 'SELECT count(*) FROM ledger');
 cmp_ok($by_workers, '>', 1000, "the workers ran $by_workers jobs");
 
 # what is left, in one transaction: each completion unblocks the next (a
-# job pgbench claimed just before its time ran out is handed back first)
-$node->safe_psql('postgres', q{
-	SELECT jobq.release_running('dag'), jobq.release_running('dag2');
+# job pgbench claimed just before its time ran out is handed back first).
+# A child the workers' completions found held by another completion was
+# deferred to the background worker (jobq.settle_deferred): wait for it,
+# and drain again, until nothing is left.
+$node->safe_psql('postgres', q{SELECT jobq.release_running('dag'), jobq.release_running('dag2')});
+my $deferred_seen = $node->safe_psql('postgres', 'SELECT count(*) FROM jobq.settle_deferred');
+note("parents deferred to the background worker when the workers stopped: $deferred_seen");
+for my $round (1 .. 20)
+{
+	$node->poll_query_until('postgres', 'SELECT NOT EXISTS (SELECT FROM jobq.settle_deferred)')
+	  or die 'deferred settling never finished';
+	$node->safe_psql('postgres', q{
 	DO $$
 	DECLARE r record; n int;
 	BEGIN
@@ -96,7 +107,11 @@ $node->safe_psql('postgres', q{
 	    EXIT WHEN n = 0;
 	  END LOOP;
 	END $$;
-});
+	});
+	last if $node->safe_psql('postgres',
+		q{SELECT NOT EXISTS (SELECT FROM jobq.job WHERE status <> 'completed')
+		     AND NOT EXISTS (SELECT FROM jobq.settle_deferred)}) eq 't';
+}
 
 is($node->safe_psql('postgres',
 	q{SELECT string_agg(status || '=' || n, ',' ORDER BY status) FROM
@@ -143,6 +158,53 @@ is($node->safe_psql('postgres', q{SELECT status FROM jobq.jobs WHERE kind = 'cal
 	'pending', 'the callback is pending once the last parent completed');
 is($node->safe_psql('postgres',
 	q{SELECT count(*) FROM jobq.claim('fan', kinds => ARRAY['callback'])}), '1', 'and is claimed');
+
+# Tenants: bob's job waits for one of alice's (bob may enqueue in her
+# queue, so he may depend on its jobs), and bob keeps his own job locked in
+# an open transaction.  Alice's worker completes her job without waiting
+# for bob (a statement_timeout would end a wait), and so does the reaper
+# when it expires another of her leases; bob's job runs once he lets go.
+$node->safe_psql('postgres', q{
+	CREATE ROLE alice; CREATE ROLE bob;
+	SELECT jobq.grant('ta', 'alice', 'enqueue'), jobq.grant('ta', 'alice', 'work'),
+	       jobq.grant('ta', 'bob', 'enqueue'), jobq.grant('tb', 'bob', 'enqueue'),
+	       jobq.grant('tb', 'bob', 'work'), jobq.grant('tb', 'bob', 'administer');
+	CREATE TABLE public.alice_jobs (job_id bigint);
+	GRANT ALL ON public.alice_jobs TO alice;
+	GRANT SELECT ON public.alice_jobs TO bob;
+	SET ROLE alice;
+	INSERT INTO public.alice_jobs SELECT job_id FROM jobq.enqueue('a.step', queue => 'ta');
+	INSERT INTO public.alice_jobs SELECT job_id FROM jobq.enqueue('a.slow', queue => 'ta', max_retries => 0);
+	SET ROLE bob;
+	SELECT count(*) FROM jobq.enqueue('b.after', queue => 'tb',
+	    depends_on => ARRAY(SELECT job_id FROM public.alice_jobs), on_parent_failure => 'run');
+});
+my $bob = $node->background_psql('postgres');
+$bob->query_safe('SET ROLE bob');
+$bob->query_safe('BEGIN');
+$bob->query_safe(q{SELECT jobq.update_job(j.job_id, priority => 5) FROM jobq.jobs j WHERE j.kind = 'b.after'});
+my $alice = $node->safe_psql('postgres', q{
+	SET ROLE alice;
+	SET statement_timeout = '10s';
+	SELECT count(*) FROM jobq.claim('ta', kinds => ARRAY['a.slow'], lease => '1 ms');
+	SELECT jobq.complete(c.job_id, c.lease_token) FROM jobq.claim('ta', kinds => ARRAY['a.step']) c;
+	SELECT pg_sleep(0.05);
+	RESET ROLE;
+	SELECT jobq.reap();
+});
+is(join(',', split /\n/, $alice), '1,t,,1',
+	"alice's completion and the reaper of her lease went through while bob held his dependent");
+is($node->safe_psql('postgres', q{SELECT status FROM jobq.jobs WHERE kind = 'b.after'}),
+	'blocked', "bob's job waits while he holds it");
+$bob->query_safe('COMMIT');
+$bob->quit;
+$node->poll_query_until('postgres',
+	q{SELECT status = 'pending' FROM jobq.jobs WHERE kind = 'b.after'})
+  or die "bob's job never became pending";
+is($node->safe_psql('postgres', q{
+	SELECT j.priority, t.parents_left, (SELECT count(*) FROM jobq.settle_deferred)
+	  FROM jobq.jobs j JOIN jobq.dependent t USING (job_id) WHERE j.kind = 'b.after'}),
+	'5|0|0', "bob's job runs once he let go, with his change");
 
 $node->stop;
 done_testing();
