@@ -367,6 +367,9 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		(void) jobq_settle_deferred(jobq_reap_batch, &more, &next_retry);
 		SPI_finish();
 		WorkerEndStep();
+		/* a retry already due is for the next round, not after a naptime */
+		if (next_retry != 0)
+			next_retry = Max(next_retry, GetCurrentTimestamp() + 1000);
 		if (next_retry != 0 && (*next_due == 0 || next_retry < *next_due))
 			*next_due = next_retry;
 		CHECK_FOR_INTERRUPTS();

@@ -39,6 +39,7 @@
 #include "access/xact.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -121,11 +122,20 @@ NoteSuccess(const char *unit)
 
 /*
  * Run fn(arg) in a subtransaction, with SPI connected, under the unit lock
- * timeout; true when it succeeded.  On error the subtransaction is rolled
- * back and the error, copied, goes to *edata (NULL: dropped).
+ * timeout (RunContainedFor: lock_timeout_ms); true when it succeeded.  On
+ * error the subtransaction is rolled back and the error, copied, goes to
+ * *edata (NULL: dropped).
  */
+static bool RunContainedFor(JobqUnitFn fn, void *arg, int lock_timeout_ms, ErrorData **edata);
+
 static bool
 RunContained(JobqUnitFn fn, void *arg, ErrorData **edata)
+{
+	return RunContainedFor(fn, arg, JOBQ_UNIT_LOCK_TIMEOUT_MS, edata);
+}
+
+static bool
+RunContainedFor(JobqUnitFn fn, void *arg, int lock_timeout_ms, ErrorData **edata)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -138,7 +148,10 @@ RunContained(JobqUnitFn fn, void *arg, ErrorData **edata)
 		int			nestlevel = NewGUCNestLevel();
 		char		timeout[32];
 
-		snprintf(timeout, sizeof(timeout), "%d", JOBQ_UNIT_LOCK_TIMEOUT_MS);
+		/* the caller's own lock_timeout, when shorter, stands */
+		if (LockTimeout > 0 && LockTimeout < lock_timeout_ms)
+			lock_timeout_ms = LockTimeout;
+		snprintf(timeout, sizeof(timeout), "%d", lock_timeout_ms);
 		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
 		SPI_connect();
@@ -219,4 +232,24 @@ bool
 jobq_try_units(JobqUnitFn fn, void *arg)
 {
 	return RunContained(fn, arg, NULL);
+}
+
+/*
+ * Run fn(arg) in a subtransaction whose lock waits last lock_timeout_ms at
+ * most (the caller's lock_timeout when shorter): true when it succeeded;
+ * false, its work rolled back, when a lock was not granted in time.  Any
+ * other error is thrown again: this is for waiting briefly, not for
+ * containing errors.
+ */
+bool
+jobq_try_briefly(JobqUnitFn fn, void *arg, int lock_timeout_ms)
+{
+	ErrorData  *edata = NULL;
+
+	if (RunContainedFor(fn, arg, lock_timeout_ms, &edata))
+		return true;
+	if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		ReThrowError(edata);
+	FreeErrorData(edata);
+	return false;
 }

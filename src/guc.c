@@ -58,6 +58,7 @@ int			jobq_misfire_max_fires = 100;
 int			jobq_executors = 2;
 char	   *jobq_databases = NULL;
 int			jobq_naptime_ms = 1000;
+int			jobq_settle_lock_wait_ms = 10;
 int			jobq_reap_batch = 500;
 int			jobq_prune_interval_s = 60;
 int			jobq_prune_batch = 500;
@@ -148,6 +149,14 @@ jobq_guc_init(void)
 							&jobq_idempotency_retention,
 							7 * 24 * 3600, -1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("jobq.settle_lock_wait",
+							"How long settling a finished job's dependents waits for a dependent another transaction holds.",
+							"Another settle commits in that time; a dependent held longer is left to the background worker. 0: never wait.",
+							&jobq_settle_lock_wait_ms,
+							10, 0, 1000,
+							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("jobq.misfire_grace",

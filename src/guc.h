@@ -21,6 +21,7 @@ extern int	jobq_max_batch;
 extern bool jobq_async_claim;
 extern int	jobq_idempotency_retention;
 extern int	jobq_misfire_grace_s;
+extern int	jobq_settle_lock_wait_ms;
 extern int	jobq_misfire_max_fires;
 extern int	jobq_executors;
 extern char *jobq_databases;

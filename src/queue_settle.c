@@ -21,7 +21,6 @@
 #include "postgres.h"
 
 #include "access/genam.h"
-#include "access/xact.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -33,6 +32,7 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
+#include "contain.h"
 #include "guc.h"
 #include "queue_settle.h"
 #include "shm_bgw.h"
@@ -44,6 +44,7 @@
 
 static SPIPlanPtr plan_settle_edges;
 static SPIPlanPtr plan_lock_children;
+static SPIPlanPtr plan_wait_children;
 static SPIPlanPtr plan_take_edges;
 static SPIPlanPtr plan_count_down;
 static SPIPlanPtr plan_unblock;
@@ -54,6 +55,8 @@ static SPIPlanPtr plan_retry_child;
 static SPIPlanPtr plan_again_lock;
 static SPIPlanPtr plan_again_exists;
 static SPIPlanPtr plan_again_ready;
+static SPIPlanPtr plan_again_retried;
+static SPIPlanPtr plan_again_held;
 
 /* Does this database have the dependency tables (0.2.0 on)? */
 bool
@@ -237,22 +240,25 @@ EdgeCompare(const void *a, const void *b)
 /*
  * Parents whose dependents could not all be locked: noted in
  * jobq.settle_deferred (the background worker settles them again), and the
- * worker told at commit.  attempts is how often the worker tried already
+ * worker woken at commit.  attempts is how often the worker tried already
  * (0 outside it): the next try backs off from 10 ms to jobq.naptime.
  */
 static int	defer_attempts = 0;
-static bool defer_noted = false;
-static bool defer_callback = false;
 static SPIPlanPtr plan_defer;
 
-static void
-SettleXactCallback(XactEvent event, void *arg)
+static void DeferParents(int64 *parents, int n, TimestampTz now);
+
+/* Defer the parents ids[] as the worker's attempts-th try did (see above). */
+void
+jobq_settle_defer(const int64 *ids, int n, int attempts, TimestampTz now)
 {
-	if (event == XACT_EVENT_COMMIT && defer_noted)
-		jobq_bgw_note_lease(GetCurrentTimestamp());
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		event == XACT_EVENT_PREPARE)
-		defer_noted = false;
+	int64	   *copy = palloc(sizeof(int64) * Max(n, 1));
+
+	memcpy(copy, ids, sizeof(int64) * n);
+	defer_attempts = attempts;
+	DeferParents(copy, n, now);
+	defer_attempts = 0;
+	pfree(copy);
 }
 
 static void
@@ -273,7 +279,7 @@ DeferParents(int64 *parents, int n, TimestampTz now)
 		delay_ms *= 2;
 	delay_ms = Min(delay_ms, (int64) jobq_naptime_ms);
 	values[0] = jobq_id_array(parents, k);
-	values[1] = TimestampTzGetDatum(now + delay_ms * 1000);
+	values[1] = TimestampTzGetDatum(GetCurrentTimestamp() + delay_ms * 1000);
 	values[2] = Int32GetDatum(Min(defer_attempts + 1, 1000000));
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_defer,
 										   "INSERT INTO jobq.settle_deferred (parent_id, retry_at, attempts)"
@@ -282,19 +288,55 @@ DeferParents(int64 *parents, int n, TimestampTz now)
 										   " retry_at = LEAST(jobq.settle_deferred.retry_at, excluded.retry_at)",
 										   3, types),
 						 values, NULL, SPI_OK_INSERT);
-	if (!defer_callback)
+	/* a first deferral wakes the worker at commit; its own retries back off */
+	if (defer_attempts == 0)
+		jobq_bgw_wake_worker_at_commit();
+}
+
+/* Children to lock, waiting briefly: ids[] in, how many got in *got. */
+typedef struct HeldChildren
+{
+	const int64 *ids;
+	int			n;
+	int64	   *got;
+	int			ngot;
+} HeldChildren;
+
+/* Lock the children h->ids[] (ascending) waiting for them: a unit of jobq_try_briefly. */
+static void
+WaitForChildren(void *arg)
+{
+	HeldChildren *h = (HeldChildren *) arg;
+	Oid			types[1] = {INT8ARRAYOID};
+	Datum		values[1];
+
+	values[0] = jobq_id_array(h->ids, h->n);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_wait_children,
+										   "SELECT t.job_id FROM jobq.dependent t"
+										   " JOIN jobq.job j ON j.job_id = t.job_id"
+										   " WHERE t.job_id = ANY ($1) ORDER BY t.job_id"
+										   " FOR NO KEY UPDATE OF t, j",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	h->ngot = 0;
+	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		RegisterXactCallback(SettleXactCallback, NULL);
-		defer_callback = true;
+		bool		isnull;
+
+		h->got[h->ngot++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+														SPI_tuptable->tupdesc, 1, &isnull));
 	}
-	defer_noted = true;
 }
 
 /*
  * Lock the children ids[] (ascending, n of them) for settling: their
- * jobq.dependent and jobq.job rows, skipping the ones another transaction
- * holds (a settle never waits: see jobq.settle_deferred).  Returns how many
- * were locked, their ids in locked[] (ascending).
+ * jobq.dependent and jobq.job rows.  Those free are taken at once (SKIP
+ * LOCKED); those another transaction holds are waited for briefly
+ * (jobq.settle_lock_wait, all of them or none, in a subtransaction): another
+ * settle of the same children commits in that time, a client's open
+ * transaction need not, and the children it holds are passed over (their
+ * parents are deferred: see jobq.settle_deferred).  Returns how many were
+ * locked, their ids in locked[] (ascending).
  */
 static int
 LockChildren(const int64 *ids, int n, int64 *locked)
@@ -302,6 +344,9 @@ LockChildren(const int64 *ids, int n, int64 *locked)
 	Oid			types[1] = {INT8ARRAYOID};
 	Datum		values[1];
 	int			k = 0;
+	HeldChildren h;
+	int64	   *held;
+	int			nheld = 0;
 
 	if (n == 0)
 		return 0;
@@ -321,6 +366,30 @@ LockChildren(const int64 *ids, int n, int64 *locked)
 												  SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	SPI_freetuptable(SPI_tuptable);
+	if (k == n || jobq_settle_lock_wait_ms == 0)
+		return k;
+
+	/* the others: held, or gone (then the wait returns without them) */
+	held = palloc(sizeof(int64) * (n - k));
+	for (int i = 0, j = 0; i < n; i++)
+	{
+		while (j < k && locked[j] < ids[i])
+			j++;
+		if (j >= k || locked[j] != ids[i])
+			held[nheld++] = ids[i];
+	}
+	h.ids = held;
+	h.n = nheld;
+	h.got = palloc(sizeof(int64) * nheld);
+	h.ngot = 0;
+	if (jobq_try_briefly(WaitForChildren, &h, jobq_settle_lock_wait_ms) && h.ngot > 0)
+	{
+		memcpy(locked + k, h.got, sizeof(int64) * h.ngot);
+		k += h.ngot;
+		qsort(locked, k, sizeof(int64), jobq_id_compare);
+	}
+	pfree(held);
+	pfree(h.got);
 	return k;
 }
 
@@ -730,76 +799,149 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 	pfree(todo);
 }
 
+/* The ids of the first column of SPI_tuptable, into *out (palloc'd). */
+static int
+ResultIds(int64 **out)
+{
+	int			n = (int) SPI_processed;
+
+	*out = palloc(sizeof(int64) * Max(n, 1));
+	for (int r = 0; r < n; r++)
+	{
+		bool		isnull;
+
+		(*out)[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
+												1, &isnull));
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return n;
+}
+
 /*
- * Settle parent job_id again for the background worker (it was deferred:
- * see jobq.settle_deferred; attempts tries so far): its dependents take
- * its outcome now, as far as another transaction holds none of them (the
- * rest is deferred again), and those that wait for no parent any more and
- * are still blocked are unblocked.  The parent is locked FOR SHARE first,
- * so that its outcome cannot change meanwhile; when another transaction
- * holds it, it is deferred again whole; when it is gone (purged), nothing
- * is left to do.  SPI connected, as the extension owner.
+ * Settle the parents ids[] (ascending) again for the background worker:
+ * their settling was deferred (see jobq.settle_deferred; attempts: how often
+ * the worker tried so far).  The parents are locked FOR SHARE first, so that
+ * their outcomes cannot change meanwhile; one another transaction holds is
+ * deferred again whole, and one that is gone (purged) has nothing left to
+ * settle.  Then the dependents take each parent's outcome now (a parent's
+ * retry that passed some over first, then its finish), as far as another
+ * transaction holds none of them (the rest is deferred again), and those
+ * that wait for no parent any more and are still blocked (see
+ * jobq_unblock_all) are unblocked.  SPI connected, as the extension owner.
  */
 void
-jobq_settle_again(int64 job_id, int attempts, TimestampTz now)
+jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 {
-	Oid			types[1] = {INT8OID};
+	Oid			types[1] = {INT8ARRAYOID};
+	Oid			three[3] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
 	Datum		values[1];
-	bool		isnull;
-	bool		finished;
-	int64	   *children;
+	Datum		pair[3];
 	int64	   *locked;
-	uint64		nchildren;
-	int			nlocked;
+	int64	   *finished;
+	int			nlocked = 0;
+	int			nfinished = 0;
+	int64	   *other;
+	int			nother;
+	int64	   *children;
+	int			nchildren;
+	int64	   *free_children;
+	int			nfree;
 
-	values[0] = Int64GetDatum(job_id);
-	defer_attempts = attempts;
+	if (n == 0)
+		return;
+	defer_attempts = attempts;	/* reset at the end; an error leaves it to the
+								 * next */
+	values[0] = jobq_id_array(ids, n);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_lock,
-										   "SELECT status IN ('completed', 'failed', 'cancelled')"
-										   " FROM jobq.job WHERE job_id = $1 FOR SHARE SKIP LOCKED",
+										   "SELECT job_id, status IN ('completed', 'failed', 'cancelled')"
+										   " FROM jobq.job WHERE job_id = ANY ($1) ORDER BY job_id"
+										   " FOR SHARE SKIP LOCKED",
 										   1, types),
 						 values, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 0)
+	locked = palloc(sizeof(int64) * n);
+	finished = palloc(sizeof(int64) * n);
+	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		SPI_freetuptable(SPI_tuptable);
+		bool		isnull;
+
+		locked[nlocked] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull)))
+			finished[nfinished++] = locked[nlocked];
+		nlocked++;
+	}
+	SPI_freetuptable(SPI_tuptable);
+
+	/* not locked: held (deferred again) or gone (nothing to do) */
+	if (nlocked < n)
+	{
+		pair[0] = values[0];
+		pair[1] = jobq_id_array(locked, nlocked);
 		jobq_spi_exec_latest(jobq_plan_generic(&plan_again_exists,
-											   "SELECT FROM jobq.job WHERE job_id = $1",
-											   1, types),
-							 values, NULL, SPI_OK_SELECT);
-		if (SPI_processed > 0)
-			DeferParents(&job_id, 1, now);
-		SPI_freetuptable(SPI_tuptable);
+											   "SELECT job_id FROM jobq.job WHERE job_id = ANY ($1)"
+											   " AND job_id <> ALL ($2) ORDER BY job_id",
+											   2, three),
+							 pair, NULL, SPI_OK_SELECT);
+		nother = ResultIds(&other);
+		DeferParents(other, nother, now);
+		pfree(other);
+	}
+	if (nlocked == 0)
+	{
 		defer_attempts = 0;
 		return;
 	}
-	finished = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_freetuptable(SPI_tuptable);
-	jobq_parent_retried(job_id, now);
-	if (finished)
-		jobq_parents_finished(&job_id, 1, now);
+	values[0] = jobq_id_array(locked, nlocked);
+
+	/* parents whose dependents were settled with another outcome: retried */
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_retried,
+										   "SELECT DISTINCT p.job_id FROM jobq.job p"
+										   " JOIN jobq.dependency d ON d.parent_id = p.job_id"
+										   " WHERE p.job_id = ANY ($1) AND d.parent_status IS NOT NULL"
+										   " AND d.parent_status IS DISTINCT FROM CASE WHEN p.status"
+										   " IN ('completed', 'failed', 'cancelled') THEN p.status END"
+										   " ORDER BY p.job_id",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	nother = ResultIds(&other);
+	for (int i = 0; i < nother; i++)
+		jobq_parent_retried(other[i], now);
+	pfree(other);
+	jobq_parents_finished(finished, nfinished, now);
 
 	/* dependents a retry kept blocked though nothing was left to wait for */
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_ready,
-										   "SELECT d.child_id FROM jobq.dependency d"
+										   "SELECT DISTINCT d.child_id FROM jobq.dependency d"
 										   " JOIN jobq.dependent t ON t.job_id = d.child_id"
 										   " JOIN jobq.job j ON j.job_id = d.child_id"
-										   " WHERE d.parent_id = $1 AND t.parents_left = 0"
+										   " WHERE d.parent_id = ANY ($1) AND t.parents_left = 0"
 										   " AND j.status = 'blocked' ORDER BY d.child_id",
 										   1, types),
 						 values, NULL, SPI_OK_SELECT);
-	nchildren = SPI_processed;
-	children = palloc(sizeof(int64) * Max(nchildren, 1));
-	locked = palloc(sizeof(int64) * Max(nchildren, 1));
-	for (uint64 r = 0; r < nchildren; r++)
-		children[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
-												  1, &isnull));
-	SPI_freetuptable(SPI_tuptable);
-	nlocked = LockChildren(children, (int) nchildren, locked);
-	if ((uint64) nlocked < nchildren)
-		DeferParents(&job_id, 1, now);
-	jobq_unblock_all(locked, nlocked, now);
+	nchildren = ResultIds(&children);
+	free_children = palloc(sizeof(int64) * Max(nchildren, 1));
+	nfree = LockChildren(children, nchildren, free_children);
+	if (nfree < nchildren)
+	{
+		/* the parents of those held */
+		pair[0] = values[0];
+		pair[1] = jobq_id_array(children, nchildren);
+		pair[2] = jobq_id_array(free_children, nfree);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_again_held,
+											   "SELECT DISTINCT d.parent_id FROM jobq.dependency d"
+											   " WHERE d.parent_id = ANY ($1) AND d.child_id = ANY ($2)"
+											   " AND d.child_id <> ALL ($3)",
+											   3, three),
+							 pair, NULL, SPI_OK_SELECT);
+		nother = ResultIds(&other);
+		DeferParents(other, nother, now);
+		pfree(other);
+	}
+	jobq_unblock_all(free_children, nfree, now);
 	pfree(children);
+	pfree(free_children);
 	pfree(locked);
+	pfree(finished);
 	defer_attempts = 0;
 }
 

@@ -186,10 +186,11 @@ jobq_reap_expired(int batch, bool *more)
 	return total;
 }
 
-/* One deferred parent's settling, as a unit. */
+/* Deferred parents' settling, as a unit: all of them, or one. */
 typedef struct JobqSettleUnit
 {
-	int64		job_id;
+	const int64 *ids;
+	int			n;
 	int			attempts;
 	TimestampTz now;
 } JobqSettleUnit;
@@ -199,16 +200,17 @@ SettleAgain(void *arg)
 {
 	JobqSettleUnit *u = (JobqSettleUnit *) arg;
 
-	jobq_settle_again(u->job_id, u->attempts, u->now);
+	jobq_settle_again(u->ids, u->n, u->attempts, u->now);
 }
 
 /*
  * Settle again up to batch parents of jobq.settle_deferred that are due
  * (their dependents were held by another transaction when they finished
- * or were retried); returns how many were looked at.  Each is a unit of
- * its own.  *more is set when the batch was full; *next_retry gets the
- * earliest retry_at still waiting (0: none).  A database still at 0.1.0
- * has nothing to settle.  SPI must be connected.
+ * or were retried); returns how many were looked at.  All at once (the
+ * many parents of one fan-in settle in a few statements), and when that
+ * fails, each as a unit of its own.  *more is set when the batch was full;
+ * *next_retry gets the earliest retry_at still waiting (0: none).  A
+ * database still at 0.1.0 has nothing to settle.  SPI must be connected.
  */
 int64
 jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
@@ -216,9 +218,11 @@ jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
 	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		values[2];
 	TimestampTz now = GetCurrentTimestamp();
-	SPITupleTable *tt;
 	uint64		n;
+	int64	   *ids;
+	int			attempts = 0;
 	bool		isnull;
+	JobqSettleUnit u;
 
 	*more = false;
 	*next_retry = 0;
@@ -233,22 +237,34 @@ jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
 										   " RETURNING parent_id, attempts",
 										   2, types),
 						 values, NULL, SPI_OK_DELETE_RETURNING);
-	tt = SPI_tuptable;
 	n = SPI_processed;
 	*more = n >= (uint64) batch;
+	ids = palloc(sizeof(int64) * Max(n, 1));
 	for (uint64 i = 0; i < n; i++)
 	{
-		JobqSettleUnit u;
-		char	   *unit;
-
-		u.job_id = DatumGetInt64(SPI_getbinval(tt->vals[i], tt->tupdesc, 1, &isnull));
-		u.attempts = DatumGetInt32(SPI_getbinval(tt->vals[i], tt->tupdesc, 2, &isnull));
-		u.now = now;
-		unit = psprintf("settling the dependents of job %lld", (long long) u.job_id);
-		(void) jobq_run_unit(unit, SettleAgain, &u);
-		pfree(unit);
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		attempts = Max(attempts, DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
+															 SPI_tuptable->tupdesc, 2, &isnull)));
 	}
-	SPI_freetuptable(tt);
+	SPI_freetuptable(SPI_tuptable);
+	qsort(ids, n, sizeof(int64), jobq_id_compare);
+	u.ids = ids;
+	u.n = (int) n;
+	u.attempts = attempts;
+	u.now = now;
+	if (n > 0 && !jobq_try_units(SettleAgain, &u))
+		for (uint64 i = 0; i < n; i++)
+		{
+			char	   *unit = psprintf("settling the dependents of job %lld", (long long) ids[i]);
+
+			u.ids = &ids[i];
+			u.n = 1;
+			/* the entry was taken outside the unit: a failed one goes back */
+			if (!jobq_run_unit(unit, SettleAgain, &u))
+				jobq_settle_defer(&ids[i], 1, attempts + 1, now);
+			pfree(unit);
+		}
+	pfree(ids);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_next,
 										   "SELECT min(retry_at) FROM jobq.settle_deferred",
 										   0, NULL),
