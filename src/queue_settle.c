@@ -32,8 +32,8 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
-#include "contain.h"
 #include "guc.h"
+#include "queue_defer.h"
 #include "queue_settle.h"
 #include "shm_bgw.h"
 #include "shm_queue.h"
@@ -43,8 +43,6 @@
 #define JOBQ_SETTLE_CHUNK	10000
 
 static SPIPlanPtr plan_settle_edges;
-static SPIPlanPtr plan_lock_children;
-static SPIPlanPtr plan_wait_children;
 static SPIPlanPtr plan_take_edges;
 static SPIPlanPtr plan_count_down;
 static SPIPlanPtr plan_unblock;
@@ -65,27 +63,6 @@ jobq_depend_installed(void)
 	Oid			nsp = get_namespace_oid("jobq", true);
 
 	return OidIsValid(nsp) && OidIsValid(get_relname_relid("dependency", nsp));
-}
-
-/* qsort comparator for job ids. */
-int
-jobq_id_compare(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return x < y ? -1 : (x > y ? 1 : 0);
-}
-
-/* An int8[] datum of the n ids. */
-Datum
-jobq_id_array(const int64 *ids, int n)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		elems[i] = Int64GetDatum(ids[i]);
-	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
 }
 
 /*
@@ -237,162 +214,6 @@ EdgeCompare(const void *a, const void *b)
 	return jobq_id_compare(&((const SettledEdge *) a)->child, &((const SettledEdge *) b)->child);
 }
 
-/*
- * Parents whose dependents could not all be locked: noted in
- * jobq.settle_deferred (the background worker settles them again), and the
- * worker woken at commit.  attempts is how often the worker tried already
- * (0 outside it): the next try backs off from 10 ms to jobq.naptime.
- */
-static int	defer_attempts = 0;
-static SPIPlanPtr plan_defer;
-
-static void DeferParents(int64 *parents, int n, TimestampTz now);
-
-/* Defer the parents ids[] as the worker's attempts-th try did (see above). */
-void
-jobq_settle_defer(const int64 *ids, int n, int attempts, TimestampTz now)
-{
-	int64	   *copy = palloc(sizeof(int64) * Max(n, 1));
-
-	memcpy(copy, ids, sizeof(int64) * n);
-	defer_attempts = attempts;
-	DeferParents(copy, n, now);
-	defer_attempts = 0;
-	pfree(copy);
-}
-
-static void
-DeferParents(int64 *parents, int n, TimestampTz now)
-{
-	Oid			types[3] = {INT8ARRAYOID, TIMESTAMPTZOID, INT4OID};
-	Datum		values[3];
-	int64		delay_ms = 10;
-	int			k = 0;
-
-	if (n == 0)
-		return;
-	qsort(parents, n, sizeof(int64), jobq_id_compare);
-	for (int i = 0; i < n; i++)
-		if (k == 0 || parents[k - 1] != parents[i])
-			parents[k++] = parents[i];
-	for (int a = 0; a < defer_attempts && delay_ms < jobq_naptime_ms; a++)
-		delay_ms *= 2;
-	delay_ms = Min(delay_ms, (int64) jobq_naptime_ms);
-	values[0] = jobq_id_array(parents, k);
-	values[1] = TimestampTzGetDatum(GetCurrentTimestamp() + delay_ms * 1000);
-	values[2] = Int32GetDatum(Min(defer_attempts + 1, 1000000));
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_defer,
-										   "INSERT INTO jobq.settle_deferred (parent_id, retry_at, attempts)"
-										   " SELECT u.id, $2, $3 FROM unnest($1) AS u(id)"
-										   " ON CONFLICT (parent_id) DO UPDATE SET"
-										   " retry_at = LEAST(jobq.settle_deferred.retry_at, excluded.retry_at)",
-										   3, types),
-						 values, NULL, SPI_OK_INSERT);
-	/* a first deferral wakes the worker at commit; its own retries back off */
-	if (defer_attempts == 0)
-		jobq_bgw_wake_worker_at_commit();
-}
-
-/* Children to lock, waiting briefly: ids[] in, how many got in *got. */
-typedef struct HeldChildren
-{
-	const int64 *ids;
-	int			n;
-	int64	   *got;
-	int			ngot;
-} HeldChildren;
-
-/* Lock the children h->ids[] (ascending) waiting for them: a unit of jobq_try_briefly. */
-static void
-WaitForChildren(void *arg)
-{
-	HeldChildren *h = (HeldChildren *) arg;
-	Oid			types[1] = {INT8ARRAYOID};
-	Datum		values[1];
-
-	values[0] = jobq_id_array(h->ids, h->n);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_wait_children,
-										   "SELECT t.job_id FROM jobq.dependent t"
-										   " JOIN jobq.job j ON j.job_id = t.job_id"
-										   " WHERE t.job_id = ANY ($1) ORDER BY t.job_id"
-										   " FOR NO KEY UPDATE OF t, j",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	h->ngot = 0;
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-
-		h->got[h->ngot++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-														SPI_tuptable->tupdesc, 1, &isnull));
-	}
-}
-
-/*
- * Lock the children ids[] (ascending, n of them) for settling: their
- * jobq.dependent and jobq.job rows.  Those free are taken at once (SKIP
- * LOCKED); those another transaction holds are waited for briefly
- * (jobq.settle_lock_wait, all of them or none, in a subtransaction): another
- * settle of the same children commits in that time, a client's open
- * transaction need not, and the children it holds are passed over (their
- * parents are deferred: see jobq.settle_deferred).  Returns how many were
- * locked, their ids in locked[] (ascending).
- */
-static int
-LockChildren(const int64 *ids, int n, int64 *locked)
-{
-	Oid			types[1] = {INT8ARRAYOID};
-	Datum		values[1];
-	int			k = 0;
-	HeldChildren h;
-	int64	   *held;
-	int			nheld = 0;
-
-	if (n == 0)
-		return 0;
-	values[0] = jobq_id_array(ids, n);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_lock_children,
-										   "SELECT t.job_id FROM jobq.dependent t"
-										   " JOIN jobq.job j ON j.job_id = t.job_id"
-										   " WHERE t.job_id = ANY ($1) ORDER BY t.job_id"
-										   " FOR NO KEY UPDATE OF t, j SKIP LOCKED",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-
-		locked[k++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-												  SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	SPI_freetuptable(SPI_tuptable);
-	if (k == n || jobq_settle_lock_wait_ms == 0)
-		return k;
-
-	/* the others: held, or gone (then the wait returns without them) */
-	held = palloc(sizeof(int64) * (n - k));
-	for (int i = 0, j = 0; i < n; i++)
-	{
-		while (j < k && locked[j] < ids[i])
-			j++;
-		if (j >= k || locked[j] != ids[i])
-			held[nheld++] = ids[i];
-	}
-	h.ids = held;
-	h.n = nheld;
-	h.got = palloc(sizeof(int64) * nheld);
-	h.ngot = 0;
-	if (jobq_try_briefly(WaitForChildren, &h, jobq_settle_lock_wait_ms) && h.ngot > 0)
-	{
-		memcpy(locked + k, h.got, sizeof(int64) * h.ngot);
-		k += h.ngot;
-		qsort(locked, k, sizeof(int64), jobq_id_compare);
-	}
-	pfree(held);
-	pfree(h.got);
-	return k;
-}
-
 /* The position a settle's chunks have reached, (child, parent) order. */
 typedef struct SettleCursor
 {
@@ -496,7 +317,7 @@ SettleChunk(const int64 *ids, int n, TimestampTz now, SettleCursor *cur,
 
 	/* the children to settle, locked; the edges of the others wait */
 	locked = palloc(sizeof(int64) * ndistinct);
-	nlocked = LockChildren(distinct, ndistinct, locked);
+	nlocked = jobq_lock_children(distinct, ndistinct, locked);
 	for (uint64 r = 0, i = 0; r < ncand; r++)
 	{
 		while (i < (uint64) nlocked && locked[i] < cand_child[r])
@@ -675,7 +496,7 @@ jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 		round = cancelled;
 		nround = ncancelled;
 	}
-	DeferParents(cur.deferred, cur.ndeferred, now);
+	jobq_defer_parents(cur.deferred, cur.ndeferred);
 	if (cur.deferred)
 		pfree(cur.deferred);
 }
@@ -748,9 +569,9 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 													  1, &isnull));
 		}
 		SPI_freetuptable(SPI_tuptable);
-		nlocked = LockChildren(children, (int) nchildren, locked);
+		nlocked = jobq_lock_children(children, (int) nchildren, locked);
 		if ((uint64) nlocked < nchildren)
-			DeferParents(&parent, 1, now);
+			jobq_defer_parents(&parent, 1);
 		if (nlocked == 0)
 		{
 			pfree(children);
@@ -799,24 +620,6 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 	pfree(todo);
 }
 
-/* The ids of the first column of SPI_tuptable, into *out (palloc'd). */
-static int
-ResultIds(int64 **out)
-{
-	int			n = (int) SPI_processed;
-
-	*out = palloc(sizeof(int64) * Max(n, 1));
-	for (int r = 0; r < n; r++)
-	{
-		bool		isnull;
-
-		(*out)[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
-												1, &isnull));
-	}
-	SPI_freetuptable(SPI_tuptable);
-	return n;
-}
-
 /*
  * Settle the parents ids[] (ascending) again for the background worker:
  * their settling was deferred (see jobq.settle_deferred; attempts: how often
@@ -849,8 +652,7 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 
 	if (n == 0)
 		return;
-	defer_attempts = attempts;	/* reset at the end; an error leaves it to the
-								 * next */
+	jobq_defer_attempts_set(attempts);	/* 0 again at the end */
 	values[0] = jobq_id_array(ids, n);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_lock,
 										   "SELECT job_id, status IN ('completed', 'failed', 'cancelled')"
@@ -882,13 +684,13 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 											   " AND job_id <> ALL ($2) ORDER BY job_id",
 											   2, three),
 							 pair, NULL, SPI_OK_SELECT);
-		nother = ResultIds(&other);
-		DeferParents(other, nother, now);
+		nother = jobq_result_ids(&other);
+		jobq_defer_parents(other, nother);
 		pfree(other);
 	}
 	if (nlocked == 0)
 	{
-		defer_attempts = 0;
+		jobq_defer_attempts_set(0);
 		return;
 	}
 	values[0] = jobq_id_array(locked, nlocked);
@@ -903,7 +705,7 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 										   " ORDER BY p.job_id",
 										   1, types),
 						 values, NULL, SPI_OK_SELECT);
-	nother = ResultIds(&other);
+	nother = jobq_result_ids(&other);
 	for (int i = 0; i < nother; i++)
 		jobq_parent_retried(other[i], now);
 	pfree(other);
@@ -918,9 +720,9 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 										   " AND j.status = 'blocked' ORDER BY d.child_id",
 										   1, types),
 						 values, NULL, SPI_OK_SELECT);
-	nchildren = ResultIds(&children);
+	nchildren = jobq_result_ids(&children);
 	free_children = palloc(sizeof(int64) * Max(nchildren, 1));
-	nfree = LockChildren(children, nchildren, free_children);
+	nfree = jobq_lock_children(children, nchildren, free_children);
 	if (nfree < nchildren)
 	{
 		/* the parents of those held */
@@ -933,8 +735,8 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 											   " AND d.child_id <> ALL ($3)",
 											   3, three),
 							 pair, NULL, SPI_OK_SELECT);
-		nother = ResultIds(&other);
-		DeferParents(other, nother, now);
+		nother = jobq_result_ids(&other);
+		jobq_defer_parents(other, nother);
 		pfree(other);
 	}
 	jobq_unblock_all(free_children, nfree, now);
@@ -942,7 +744,7 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 	pfree(free_children);
 	pfree(locked);
 	pfree(finished);
-	defer_attempts = 0;
+	jobq_defer_attempts_set(0);
 }
 
 /*

@@ -13,9 +13,9 @@
 
 #include "datatype/timestamp.h"
 
+#include "queue_defer.h"
+
 extern bool jobq_depend_installed(void);
-extern int	jobq_id_compare(const void *a, const void *b);
-extern Datum jobq_id_array(const int64 *ids, int n);
 
 /* SPI must be connected, as the extension owner. */
 extern void jobq_unblock_all(const int64 *ids, int n, TimestampTz now);
@@ -24,7 +24,6 @@ extern int	jobq_cancel_all(const int64 *ids, const int64 *bad, int n, TimestampT
 extern void jobq_parents_finished(const int64 *ids, int n, TimestampTz now);
 extern void jobq_parent_retried(int64 job_id, TimestampTz now);
 extern bool jobq_retry_blocks(int64 job_id);
-extern void jobq_settle_defer(const int64 *ids, int n, int attempts, TimestampTz now);
 extern void jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now);
 
 #endif							/* JOBQ_QUEUE_SETTLE_H */

@@ -261,7 +261,7 @@ jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
 			u.n = 1;
 			/* the entry was taken outside the unit: a failed one goes back */
 			if (!jobq_run_unit(unit, SettleAgain, &u))
-				jobq_settle_defer(&ids[i], 1, attempts + 1, now);
+				jobq_settle_defer(&ids[i], 1, attempts + 1);
 			pfree(unit);
 		}
 	pfree(ids);

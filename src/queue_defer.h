@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue_defer.h
+ *	  Workflows: dependents another transaction holds, deferred to the
+ *	  background worker; job-id helpers (queue_defer.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_QUEUE_DEFER_H
+#define JOBQ_QUEUE_DEFER_H
+
+#include "postgres.h"
+
+extern int	jobq_id_compare(const void *a, const void *b);
+extern Datum jobq_id_array(const int64 *ids, int n);
+
+/* SPI must be connected, as the extension owner. */
+extern int	jobq_lock_children(const int64 *ids, int n, int64 *locked);
+extern void jobq_defer_parents(int64 *parents, int n);
+extern void jobq_defer_attempts_set(int attempts);
+extern void jobq_settle_defer(const int64 *ids, int n, int attempts);
+extern int	jobq_result_ids(int64 **out);
+
+#endif							/* JOBQ_QUEUE_DEFER_H */
