@@ -109,12 +109,13 @@ AnyDependents(const int64 *ids, int n)
 /*
  * Blocked jobs ids[] (ascending) to pending, into jobq.ready (due) or
  * jobq.scheduled, noted for the claim positions; the others (cancelled
- * meanwhile) are left alone, and so is one with an edge settled by a parent
- * still in jobq.settle_deferred: that parent may have been retried without
- * this job seeing it (see jobq_parent_retried), so it waits for the
- * worker's settling (jobq_settle_again), which unblocks it when nothing is
- * left to wait for.  (A stale edge's parent is always there: the retry that
- * passed the job over noted it in the same transaction.)
+ * meanwhile) are left alone, and so is one with a stale edge: settled with
+ * an outcome its parent no longer has (the parent was retried, and its
+ * retry passed this job over: see jobq_parent_retried).  Such a parent is
+ * always in jobq.settle_deferred (the retry noted it in the same
+ * transaction), which keeps the check cheap, and the worker's settling of
+ * it (jobq_settle_again) needs this job's row lock to mend the edge, so it
+ * cannot miss a count that reached 0 meanwhile.
  */
 void
 jobq_unblock_all(const int64 *ids, int n, TimestampTz now)
@@ -132,7 +133,10 @@ jobq_unblock_all(const int64 *ids, int n, TimestampTz now)
 										   " WHERE job_id = ANY ($1) AND status = 'blocked'"
 										   " AND NOT EXISTS (SELECT FROM jobq.settle_deferred s"
 										   " JOIN jobq.dependency d ON d.parent_id = s.parent_id"
-										   " WHERE d.child_id = jobq.job.job_id AND d.parent_status IS NOT NULL)"
+										   " JOIN jobq.job p ON p.job_id = s.parent_id"
+										   " WHERE d.child_id = jobq.job.job_id AND d.parent_status IS NOT NULL"
+										   " AND d.parent_status IS DISTINCT FROM CASE WHEN p.status"
+										   " IN ('completed', 'failed', 'cancelled') THEN p.status END)"
 										   " RETURNING job_id, queue, kind, priority, concurrency_key, run_at),"
 										   " r AS (INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id,"
 										   " kind, concurrency_key) SELECT queue, -priority, run_at, job_id, kind,"
