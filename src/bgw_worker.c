@@ -290,6 +290,13 @@ WorkerExtensionPresent(bool *usable)
  * holds locked is skipped and comes back next round.  Nothing a tenant does
  * to its own queue or schedule stops or stalls the round for the others.
  */
+/*
+ * The earliest retry of a deferred workflow settle that the last round left
+ * (0: none): slept until exactly, and not for a naptime when it is already
+ * due by then (its backoff starts at 10 ms, less than a round may take).
+ */
+static TimestampTz settle_due = 0;
+
 static bool
 WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 {
@@ -353,6 +360,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	} while (more);
 
 	/* settle dependents whose settling a held row deferred */
+	settle_due = 0;
 	do
 	{
 		TimestampTz next_retry;
@@ -367,9 +375,8 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		(void) jobq_settle_deferred(jobq_reap_batch, &more, &next_retry);
 		SPI_finish();
 		WorkerEndStep();
-		/* a retry already due is for the next round, not after a naptime */
-		if (next_retry != 0)
-			next_retry = Max(next_retry, GetCurrentTimestamp() + 1000);
+		if (next_retry != 0 && (settle_due == 0 || next_retry < settle_due))
+			settle_due = next_retry;
 		if (next_retry != 0 && (*next_due == 0 || next_retry < *next_due))
 			*next_due = next_retry;
 		CHECK_FOR_INTERRUPTS();
@@ -490,6 +497,10 @@ WorkerSleepMs(void)
 	LWLockRelease(JobqBgwLock);
 	if (lease != 0 && (due == 0 || (TimestampTz) lease < due))
 		due = (TimestampTz) lease;
+	if (settle_due != 0 && settle_due <= now)
+		return 0;
+	if (settle_due != 0 && (due == 0 || due <= now || settle_due < due))
+		due = settle_due;
 	if (due == 0 || due <= now)
 		return jobq_naptime_ms;
 	TimestampDifference(now, due, &secs, &usecs);

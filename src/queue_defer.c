@@ -16,6 +16,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
+#include "storage/proc.h"
 #include "utils/timestamp.h"
 
 #include "contain.h"
@@ -50,39 +51,49 @@ jobq_id_array(const int64 *ids, int n)
 
 /*
  * Parents whose dependents could not all be locked: noted in
- * jobq.settle_deferred (the background worker settles them again), and the
- * worker woken at commit.  attempts is how often the worker tried already
- * (0 outside it): the next try backs off from 10 ms to jobq.naptime.
+ * jobq.settle_deferred, for the background worker to settle them again 10
+ * ms later, and the worker woken at commit.  When the worker itself defers
+ * one again (defer_again), its try is counted in the row (attempts), and the
+ * next one backs off from 20 ms to jobq.naptime: each parent by its own
+ * count, so that one tenant's long hold slows no other's.  A deferral from
+ * outside the worker (something new happened to the parent) starts the
+ * count again.
  */
-static int	defer_attempts = 0;
+static bool defer_again = false;
 static SPIPlanPtr plan_defer;
 
-/* The worker's try (0: not the worker's) that deferrals count from now on. */
+/* Are the deferrals from now on the worker's tries again (see above)? */
 void
-jobq_defer_attempts_set(int attempts)
+jobq_defer_again_set(bool again)
 {
-	defer_attempts = attempts;
+	defer_again = again;
 }
 
-/* Defer the parents ids[] as the worker's attempts-th try did (see above). */
+/* The worker's try on the parents ids[] failed: count it, and back off. */
 void
-jobq_settle_defer(const int64 *ids, int n, int attempts)
+jobq_defer_again(const int64 *ids, int n)
 {
 	int64	   *copy = palloc(sizeof(int64) * Max(n, 1));
 
 	memcpy(copy, ids, sizeof(int64) * n);
-	defer_attempts = attempts;
-	jobq_defer_parents(copy, n);
-	defer_attempts = 0;
+	defer_again = true;
+	PG_TRY();
+	{
+		jobq_defer_parents(copy, n);
+	}
+	PG_FINALLY();
+	{
+		defer_again = false;
+	}
+	PG_END_TRY();
 	pfree(copy);
 }
 
 void
 jobq_defer_parents(int64 *parents, int n)
 {
-	Oid			types[3] = {INT8ARRAYOID, TIMESTAMPTZOID, INT4OID};
-	Datum		values[3];
-	int64		delay_ms = 10;
+	Oid			types[4] = {INT8ARRAYOID, TIMESTAMPTZOID, BOOLOID, INT4OID};
+	Datum		values[4];
 	int			k = 0;
 
 	if (n == 0)
@@ -91,21 +102,22 @@ jobq_defer_parents(int64 *parents, int n)
 	for (int i = 0; i < n; i++)
 		if (k == 0 || parents[k - 1] != parents[i])
 			parents[k++] = parents[i];
-	for (int a = 0; a < defer_attempts && delay_ms < jobq_naptime_ms; a++)
-		delay_ms *= 2;
-	delay_ms = Min(delay_ms, (int64) jobq_naptime_ms);
 	values[0] = jobq_id_array(parents, k);
-	values[1] = TimestampTzGetDatum(GetCurrentTimestamp() + delay_ms * 1000);
-	values[2] = Int32GetDatum(Min(defer_attempts + 1, 1000000));
+	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[2] = BoolGetDatum(defer_again);
+	values[3] = Int32GetDatum(jobq_naptime_ms);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_defer,
-										   "INSERT INTO jobq.settle_deferred (parent_id, retry_at, attempts)"
-										   " SELECT u.id, $2, $3 FROM unnest($1) AS u(id)"
+										   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts)"
+										   " SELECT u.id, $2 + interval '10 ms', 0 FROM unnest($1) AS u(id)"
 										   " ON CONFLICT (parent_id) DO UPDATE SET"
-										   " retry_at = LEAST(jobq.settle_deferred.retry_at, excluded.retry_at)",
-										   3, types),
+										   " attempts = CASE WHEN $3 THEN least(s.attempts + 1, 1000000) ELSE 0 END,"
+										   " retry_at = CASE WHEN $3 THEN $2 + least($4::float8,"
+										   " 10 * power(2, least(s.attempts + 1, 20))) * interval '1 ms'"
+										   " ELSE least(s.retry_at, excluded.retry_at) END",
+										   4, types),
 						 values, NULL, SPI_OK_INSERT);
-	/* a first deferral wakes the worker at commit; its own retries back off */
-	if (defer_attempts == 0)
+	/* a first deferral wakes the worker at commit; its own tries back off */
+	if (!defer_again)
 		jobq_bgw_wake_worker_at_commit();
 }
 
@@ -147,13 +159,18 @@ WaitForChildren(void *arg)
 /*
  * Lock the children ids[] (ascending, n of them) for settling: their
  * jobq.dependent and jobq.job rows.  Those free are taken at once (SKIP
- * LOCKED); those another transaction holds are waited for briefly
- * (jobq.settle_lock_wait, all of them or none, in a subtransaction): another
- * settle of the same children commits in that time, a client's open
- * transaction need not, and the children it holds are passed over (their
- * parents are deferred: see jobq.settle_deferred).  Returns how many were
+ * LOCKED); those another transaction holds are waited for briefly (all of
+ * them or none, in a subtransaction): another settle of the same children
+ * commits in that time, a client's open transaction need not, and the
+ * children it holds are passed over (their parents are deferred: see
+ * jobq.settle_deferred).  jobq.settle_lock_wait is the budget of a whole
+ * transaction, however many rounds, cascade steps or parents it settles:
+ * once spent, held children are passed over at once.  Returns how many were
  * locked, their ids in locked[] (ascending).
  */
+static LocalTransactionId budget_lxid = InvalidLocalTransactionId;
+static int	budget_used_ms = 0;
+
 int
 jobq_lock_children(const int64 *ids, int n, int64 *locked)
 {
@@ -163,6 +180,7 @@ jobq_lock_children(const int64 *ids, int n, int64 *locked)
 	HeldChildren h;
 	int64	   *held;
 	int			nheld = 0;
+	TimestampTz started;
 
 	if (n == 0)
 		return 0;
@@ -182,7 +200,16 @@ jobq_lock_children(const int64 *ids, int n, int64 *locked)
 												  SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	SPI_freetuptable(SPI_tuptable);
-	if (k == n || jobq_settle_lock_wait_ms == 0)
+	if (k == n)
+		return k;
+
+	/* what is left of this transaction's budget of waiting (see above) */
+	if (MyProc->lxid != budget_lxid)
+	{
+		budget_lxid = MyProc->lxid;
+		budget_used_ms = 0;
+	}
+	if (budget_used_ms >= jobq_settle_lock_wait_ms)
 		return k;
 
 	/* the others: held, or gone (then the wait returns without them) */
@@ -198,12 +225,16 @@ jobq_lock_children(const int64 *ids, int n, int64 *locked)
 	h.n = nheld;
 	h.got = palloc(sizeof(int64) * nheld);
 	h.ngot = 0;
-	if (jobq_try_briefly(WaitForChildren, &h, jobq_settle_lock_wait_ms) && h.ngot > 0)
+	started = GetCurrentTimestamp();
+	if (jobq_try_briefly(WaitForChildren, &h, jobq_settle_lock_wait_ms - budget_used_ms) &&
+		h.ngot > 0)
 	{
 		memcpy(locked + k, h.got, sizeof(int64) * h.ngot);
 		k += h.ngot;
 		qsort(locked, k, sizeof(int64), jobq_id_compare);
 	}
+	/* a wait counts at least 1 ms: a transaction cannot wait without end */
+	budget_used_ms += Max(1, (int) ((GetCurrentTimestamp() - started + 999) / 1000));
 	pfree(held);
 	pfree(h.got);
 	return k;

@@ -626,8 +626,8 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 
 /*
  * Settle the parents ids[] (ascending) again for the background worker:
- * their settling was deferred (see jobq.settle_deferred; attempts: how often
- * the worker tried so far).  The parents are locked FOR SHARE first, so that
+ * their settling was deferred (see jobq.settle_deferred); what it defers
+ * again counts as the worker's try.  The parents are locked FOR SHARE first, so that
  * their outcomes cannot change meanwhile; one another transaction holds is
  * deferred again whole, and one that is gone (purged) has nothing left to
  * settle.  Then the dependents take each parent's outcome now (a parent's
@@ -636,8 +636,8 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
  * that wait for no parent any more and are still blocked (see
  * jobq_unblock_all) are unblocked.  SPI connected, as the extension owner.
  */
-void
-jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
+static void
+SettleAgain(const int64 *ids, int n, TimestampTz now)
 {
 	Oid			types[1] = {INT8ARRAYOID};
 	Oid			three[3] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
@@ -656,7 +656,6 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 
 	if (n == 0)
 		return;
-	jobq_defer_attempts_set(attempts);	/* 0 again at the end */
 	values[0] = jobq_id_array(ids, n);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_lock,
 										   "SELECT job_id, status IN ('completed', 'failed', 'cancelled')"
@@ -694,7 +693,6 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 	}
 	if (nlocked == 0)
 	{
-		jobq_defer_attempts_set(0);
 		return;
 	}
 	values[0] = jobq_id_array(locked, nlocked);
@@ -748,7 +746,21 @@ jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now)
 	pfree(free_children);
 	pfree(locked);
 	pfree(finished);
-	jobq_defer_attempts_set(0);
+}
+
+void
+jobq_settle_again(const int64 *ids, int n, TimestampTz now)
+{
+	jobq_defer_again_set(true);
+	PG_TRY();
+	{
+		SettleAgain(ids, n, now);
+	}
+	PG_FINALLY();
+	{
+		jobq_defer_again_set(false);
+	}
+	PG_END_TRY();
 }
 
 /*

@@ -24,6 +24,6 @@ extern int	jobq_cancel_all(const int64 *ids, const int64 *bad, int n, TimestampT
 extern void jobq_parents_finished(const int64 *ids, int n, TimestampTz now);
 extern void jobq_parent_retried(int64 job_id, TimestampTz now);
 extern bool jobq_retry_blocks(int64 job_id);
-extern void jobq_settle_again(const int64 *ids, int n, int attempts, TimestampTz now);
+extern void jobq_settle_again(const int64 *ids, int n, TimestampTz now);
 
 #endif							/* JOBQ_QUEUE_SETTLE_H */

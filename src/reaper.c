@@ -31,7 +31,9 @@
 #include "utils/timestamp.h"
 
 #include "acl.h"
+#include "args.h"
 #include "contain.h"
+#include "guc.h"
 #include "queue_attempt.h"
 #include "queue_settle.h"
 #include "reaper.h"
@@ -43,6 +45,7 @@ static SPIPlanPtr plan_reap_queues;
 static SPIPlanPtr plan_reap_queue_lock;
 static SPIPlanPtr plan_reap_lock;
 static SPIPlanPtr plan_deferred_take;
+static SPIPlanPtr plan_deferred_done;
 static SPIPlanPtr plan_deferred_next;
 
 /* One queue's reaping, as a unit: what it is given and what it did. */
@@ -191,7 +194,6 @@ typedef struct JobqSettleUnit
 {
 	const int64 *ids;
 	int			n;
-	int			attempts;
 	TimestampTz now;
 } JobqSettleUnit;
 
@@ -200,7 +202,7 @@ SettleAgain(void *arg)
 {
 	JobqSettleUnit *u = (JobqSettleUnit *) arg;
 
-	jobq_settle_again(u->ids, u->n, u->attempts, u->now);
+	jobq_settle_again(u->ids, u->n, u->now);
 }
 
 /*
@@ -208,19 +210,22 @@ SettleAgain(void *arg)
  * (their dependents were held by another transaction when they finished
  * or were retried); returns how many were looked at.  All at once (the
  * many parents of one fan-in settle in a few statements), and when that
- * fails, each as a unit of its own.  *more is set when the batch was full;
- * *next_retry gets the earliest retry_at still waiting (0: none).  A
- * database still at 0.1.0 has nothing to settle.  SPI must be connected.
+ * fails, each as a unit of its own; one that fails counts as a try and
+ * backs off.  The rows are locked while this runs, and deleted at the end
+ * unless deferred again meanwhile (their retry_at then lies ahead).  *more
+ * is set when the batch was full; *next_retry gets the earliest retry_at
+ * still waiting (0: none).  A database still at 0.1.0 has nothing to
+ * settle.  SPI must be connected.
  */
 int64
 jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
 {
 	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	Oid			done_types[2] = {INT8ARRAYOID, TIMESTAMPTZOID};
 	Datum		values[2];
 	TimestampTz now = GetCurrentTimestamp();
-	uint64		n;
+	int			n;
 	int64	   *ids;
-	int			attempts = 0;
 	bool		isnull;
 	JobqSettleUnit u;
 
@@ -231,49 +236,67 @@ jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(batch);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_take,
-										   "DELETE FROM jobq.settle_deferred WHERE parent_id IN"
-										   " (SELECT parent_id FROM jobq.settle_deferred WHERE retry_at <= $1"
-										   " ORDER BY parent_id LIMIT $2 FOR UPDATE SKIP LOCKED)"
-										   " RETURNING parent_id, attempts",
+										   "SELECT parent_id FROM jobq.settle_deferred WHERE retry_at <= $1"
+										   " ORDER BY parent_id LIMIT $2 FOR UPDATE SKIP LOCKED",
 										   2, types),
-						 values, NULL, SPI_OK_DELETE_RETURNING);
-	n = SPI_processed;
-	*more = n >= (uint64) batch;
-	ids = palloc(sizeof(int64) * Max(n, 1));
-	for (uint64 i = 0; i < n; i++)
-	{
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		attempts = Max(attempts, DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
-															 SPI_tuptable->tupdesc, 2, &isnull)));
-	}
-	SPI_freetuptable(SPI_tuptable);
-	qsort(ids, n, sizeof(int64), jobq_id_compare);
+						 values, NULL, SPI_OK_SELECT);
+	n = jobq_result_ids(&ids);
+	*more = n >= batch;
 	u.ids = ids;
-	u.n = (int) n;
-	u.attempts = attempts;
+	u.n = n;
 	u.now = now;
 	if (n > 0 && !jobq_try_units(SettleAgain, &u))
-		for (uint64 i = 0; i < n; i++)
+		for (int i = 0; i < n; i++)
 		{
 			char	   *unit = psprintf("settling the dependents of job %lld", (long long) ids[i]);
 
 			u.ids = &ids[i];
 			u.n = 1;
-			/* the entry was taken outside the unit: a failed one goes back */
 			if (!jobq_run_unit(unit, SettleAgain, &u))
-				jobq_settle_defer(&ids[i], 1, attempts + 1);
+				jobq_defer_again(&ids[i], 1);
 			pfree(unit);
 		}
-	pfree(ids);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_next,
-										   "SELECT min(retry_at) FROM jobq.settle_deferred",
-										   0, NULL),
-						 NULL, NULL, SPI_OK_SELECT);
+	if (n > 0)
 	{
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		Datum		done[2];
+
+		done[0] = jobq_id_array(ids, n);
+		done[1] = TimestampTzGetDatum(now);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_done,
+											   "DELETE FROM jobq.settle_deferred"
+											   " WHERE parent_id = ANY ($1) AND retry_at <= $2",
+											   2, done_types),
+							 done, NULL, SPI_OK_DELETE);
+	}
+	pfree(ids);
+
+	/*
+	 * The next retry: the earliest one still ahead, or (what was due at the
+	 * start and is still there: another transaction holds its row) a naptime
+	 * from now, so that a held row costs no busy loop.
+	 */
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_next,
+										   "SELECT min(retry_at) FILTER (WHERE retry_at > $1),"
+										   " coalesce(bool_or(retry_at <= $1), false)"
+										   " FROM jobq.settle_deferred",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	{
+		bool		held_null;
+		Datum		ahead = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		bool		held = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 2, &held_null));
 
 		if (!isnull)
-			*next_retry = DatumGetTimestampTz(d);
+			*next_retry = DatumGetTimestampTz(ahead);
+		if (held && !*more)
+		{
+			TimestampTz later = jobq_timestamp_add(GetCurrentTimestamp(),
+												   (int64) jobq_naptime_ms * 1000);
+
+			if (*next_retry == 0 || later < *next_retry)
+				*next_retry = later;
+		}
 	}
 	SPI_freetuptable(SPI_tuptable);
 	return (int64) n;
