@@ -69,3 +69,23 @@ CREATE EXTENSION jobq;
 RESET client_min_messages;
 SELECT job_id FROM jobq.enqueue('pd.j', priority => 2) \gset
 SELECT kind, queue, priority FROM jobq.jobs WHERE job_id = :job_id;
+
+-- a schema named jobq that is not the extension's (anyone with CREATE on
+-- the database can make one where jobq is not installed), with a
+-- polymorphic enqueue: left to PostgreSQL, which casts the default to the
+-- call's type
+SET client_min_messages = warning;
+DROP EXTENSION jobq CASCADE;
+DROP SCHEMA IF EXISTS jobq CASCADE;
+RESET client_min_messages;
+CREATE SCHEMA jobq;
+CREATE FUNCTION jobq.enqueue(a anycompatible, b anycompatible DEFAULT 1)
+  RETURNS anycompatible LANGUAGE plpgsql AS 'BEGIN RETURN a + b; END';
+SELECT jobq.enqueue(2.5);
+SELECT * FROM jobq.enqueue(2.5);
+SET client_min_messages = warning;
+DROP SCHEMA jobq CASCADE;
+CREATE EXTENSION jobq;
+RESET client_min_messages;
+SELECT job_id FROM jobq.enqueue('pd.k') \gset
+SELECT kind, queue FROM jobq.jobs WHERE job_id = :job_id;

@@ -26,7 +26,10 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/dependency.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "catalog/pg_proc.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/planner.h"
@@ -63,9 +66,9 @@ DefaultsInvalidate(Datum arg, int cacheid, uint32 hashvalue)
 	defaults_valid = false;
 }
 
-/* Keep the defaults of the functions jobq.name in defaulted[]. */
+/* Keep the defaults of the functions jobq.name of extension ext in defaulted[]. */
 static void
-LoadFunction(Oid nsp, const char *name)
+LoadFunction(Oid nsp, Oid ext, const char *name)
 {
 	CatCList   *list = SearchSysCacheList1(PROCNAMEARGSNSP, CStringGetDatum(name));
 
@@ -78,7 +81,20 @@ LoadFunction(Oid nsp, const char *name)
 		MemoryContext old;
 		List	   *defaults;
 
-		if (proc->pronamespace != nsp || proc->pronargdefaults == 0 || proc->provariadic != InvalidOid)
+		bool		polymorphic = IsPolymorphicType(proc->prorettype);
+
+		for (int a = 0; a < proc->pronargs; a++)
+			polymorphic |= IsPolymorphicType(proc->proargtypes.values[a]);
+
+		/*
+		 * Only the extension's own functions: anyone with CREATE on the
+		 * database can make a schema named jobq where it is not installed.
+		 * None with polymorphic arguments, whose defaults the planner casts
+		 * once the call's types are known, nor a variadic one.
+		 */
+		if (proc->pronamespace != nsp || proc->pronargdefaults == 0 ||
+			proc->provariadic != InvalidOid || polymorphic ||
+			getExtensionOfObject(ProcedureRelationId, proc->oid) != ext)
 			continue;
 		d = SysCacheGetAttr(PROCNAMEARGSNSP, tup, Anum_pg_proc_proargdefaults, &isnull);
 		if (isnull)
@@ -107,6 +123,7 @@ static void
 LoadDefaults(void)
 {
 	Oid			nsp;
+	Oid			ext;
 
 	if (defaults_cxt == NULL)
 		defaults_cxt = AllocSetContextCreate(CacheMemoryContext, "jobq default arguments",
@@ -116,10 +133,11 @@ LoadDefaults(void)
 	ndefaulted = 0;
 	defaults_valid = true;
 	nsp = get_namespace_oid("jobq", true);
-	if (!OidIsValid(nsp))
+	ext = get_extension_oid("jobq", true);
+	if (!OidIsValid(nsp) || !OidIsValid(ext))
 		return;
-	LoadFunction(nsp, "enqueue");
-	LoadFunction(nsp, "enqueue_many");
+	LoadFunction(nsp, ext, "enqueue");
+	LoadFunction(nsp, ext, "enqueue_many");
 }
 
 /*

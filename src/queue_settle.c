@@ -50,6 +50,8 @@ static SPIPlanPtr plan_cancel;
 static SPIPlanPtr plan_retried_children;
 static SPIPlanPtr plan_retried;
 static SPIPlanPtr plan_retry_child;
+static SPIPlanPtr plan_retry_count;
+static SPIPlanPtr plan_retry_bad;
 static SPIPlanPtr plan_again_lock;
 static SPIPlanPtr plan_again_exists;
 static SPIPlanPtr plan_again_ready;
@@ -774,40 +776,67 @@ bool
 jobq_retry_blocks(int64 job_id)
 {
 	Oid			types[1] = {INT8OID};
+	Oid			count_types[2] = {INT8OID, INT4OID};
 	Datum		values[1];
+	Datum		counts[2];
 	bool		isnull;
 	int32		left;
+	bool		cancel_mode;
 	Datum		bad;
+	int64	   *reset;
+	int			nreset = 0;
 
 	if (!jobq_depend_installed())
 		return false;
 	values[0] = Int64GetDatum(job_id);
 
 	/*
-	 * A parent retried since it settled this job (which ran, or was cancelled
-	 * otherwise, so the parent's retry left it alone) is unfinished again:
-	 * the job waits for its new outcome.
+	 * Edges settled with an outcome their parent no longer has: a parent
+	 * retried since it settled this job (which ran, or was cancelled
+	 * otherwise, so the parent's retry left it alone) is unfinished again,
+	 * and the job waits for its new outcome; one that finished again since
+	 * takes its new outcome.  A parent whose finish is under way (its row is
+	 * not locked here: that would make this retry wait for another role's
+	 * transaction) may not see the edge just reset, so those parents are
+	 * deferred: the worker settles them once they have finished.
 	 */
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_retry_child,
-										   "WITH r AS (UPDATE jobq.dependency d SET parent_status = NULL"
+										   "UPDATE jobq.dependency d SET parent_status = CASE WHEN p.status"
+										   " IN ('completed', 'failed', 'cancelled') THEN p.status END"
 										   " FROM jobq.job p WHERE d.child_id = $1 AND p.job_id = d.parent_id"
-										   " AND d.parent_status IS NOT NULL"
-										   " AND p.status NOT IN ('completed', 'failed', 'cancelled')"
-										   " RETURNING d.parent_id)"
-										   " UPDATE jobq.dependent t SET parents_left = t.parents_left"
-										   " + (SELECT count(*) FROM r)::integer,"
-										   " failed_parent = NULL WHERE t.job_id = $1"
-										   " RETURNING t.parents_left, (SELECT min(d.parent_id)"
-										   " FROM jobq.dependency d WHERE d.child_id = t.job_id"
-										   " AND d.parent_status IN ('failed', 'cancelled')"
-										   " AND d.parent_id NOT IN (SELECT parent_id FROM r)"
-										   " AND t.on_parent_failure = 'cancel')",
+										   " AND d.parent_status IS NOT NULL AND d.parent_status IS DISTINCT FROM"
+										   " CASE WHEN p.status IN ('completed', 'failed', 'cancelled') THEN p.status END"
+										   " RETURNING d.parent_id, d.parent_status IS NULL",
 										   1, types),
 						 values, NULL, SPI_OK_UPDATE_RETURNING);
+	reset = palloc(sizeof(int64) * Max(SPI_processed, 1));
+	for (uint64 r = 0; r < SPI_processed; r++)
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull)))
+			reset[nreset++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	jobq_defer_parents(reset, nreset);
+	counts[0] = values[0];
+	counts[1] = Int32GetDatum(nreset);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_retry_count,
+										   "UPDATE jobq.dependent t SET parents_left = t.parents_left + $2,"
+										   " failed_parent = NULL WHERE t.job_id = $1"
+										   " RETURNING t.parents_left, t.on_parent_failure = 'cancel'",
+										   2, count_types),
+						 counts, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
 		return false;
 	left = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	bad = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	cancel_mode = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	SPI_freetuptable(SPI_tuptable);
+	if (!cancel_mode)
+		return left > 0;
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_retry_bad,
+										   "SELECT min(parent_id) FROM jobq.dependency WHERE child_id = $1"
+										   " AND parent_status IN ('failed', 'cancelled')",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	bad = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (!isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
