@@ -691,11 +691,11 @@ CREATE TABLE jobq.dependent (
 COMMENT ON TABLE jobq.dependent IS
     'one row per job enqueued with depends_on: its unfinished parents, what a failed parent does to it, and the first parent that ended failed or cancelled';
 
--- Settling never waits for a row another transaction holds (a client that
--- keeps its own dependent locked in an open transaction must not stall
--- another role's completion, nor the reaper): the children it cannot lock
--- at once are left unsettled and their parent is noted here; the
--- background worker settles it again at retry_at (src/queue_settle.c).
+-- Settling does not wait for a client (one that keeps its own dependent
+-- locked in an open transaction must not stall another role's completion,
+-- nor the reaper): a child still held after jobq.settle_lock_wait is left
+-- unsettled and its parent noted here; the background worker settles it
+-- again at retry_at, backing off by attempts (src/queue_defer.c).
 CREATE TABLE jobq.settle_deferred (
     parent_id   bigint PRIMARY KEY,
     retry_at    timestamptz NOT NULL,

@@ -69,28 +69,8 @@ jobq_defer_again_set(bool again)
 	defer_again = again;
 }
 
-/* The worker's try on the parents ids[] failed: count it, and back off. */
-void
-jobq_defer_again(const int64 *ids, int n)
-{
-	int64	   *copy = palloc(sizeof(int64) * Max(n, 1));
-
-	memcpy(copy, ids, sizeof(int64) * n);
-	defer_again = true;
-	PG_TRY();
-	{
-		jobq_defer_parents(copy, n);
-	}
-	PG_FINALLY();
-	{
-		defer_again = false;
-	}
-	PG_END_TRY();
-	pfree(copy);
-}
-
-void
-jobq_defer_parents(int64 *parents, int n)
+static void
+Defer(int64 *parents, int n, bool again)
 {
 	Oid			types[4] = {INT8ARRAYOID, TIMESTAMPTZOID, BOOLOID, INT4OID};
 	Datum		values[4];
@@ -104,7 +84,7 @@ jobq_defer_parents(int64 *parents, int n)
 			parents[k++] = parents[i];
 	values[0] = jobq_id_array(parents, k);
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	values[2] = BoolGetDatum(defer_again);
+	values[2] = BoolGetDatum(again);
 	values[3] = Int32GetDatum(jobq_naptime_ms);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_defer,
 										   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts)"
@@ -117,11 +97,57 @@ jobq_defer_parents(int64 *parents, int n)
 										   4, types),
 						 values, NULL, SPI_OK_INSERT);
 	/* a first deferral wakes the worker at commit; its own tries back off */
-	if (!defer_again)
+	if (!again)
 		jobq_bgw_wake_worker_at_commit();
 }
 
-/* Children to lock, waiting briefly: ids[] in, how many got in *got. */
+/* Defer the parents parents[] (sorted and deduplicated in place). */
+void
+jobq_defer_parents(int64 *parents, int n)
+{
+	Defer(parents, n, defer_again);
+}
+
+/* The worker's try on the parents ids[] failed: count it, and back off. */
+void
+jobq_defer_again(const int64 *ids, int n)
+{
+	int64	   *copy = palloc(sizeof(int64) * Max(n, 1));
+
+	memcpy(copy, ids, sizeof(int64) * n);
+	Defer(copy, n, true);
+	pfree(copy);
+}
+
+/*
+ * Lock the jobq.dependent and jobq.job rows of the children ids[] with the
+ * statement sql (ordered by job id); the ids of those locked into out[].
+ */
+static int
+LockChildRows(SPIPlanPtr *plan, const char *sql, const int64 *ids, int n, int64 *out)
+{
+	Oid			types[1] = {INT8ARRAYOID};
+	Datum		values[1];
+	int			k = 0;
+
+	values[0] = jobq_id_array(ids, n);
+	jobq_spi_exec_latest(jobq_plan_generic(plan, sql, 1, types), values, NULL, SPI_OK_SELECT);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+
+		out[k++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+											   SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return k;
+}
+
+#define JOBQ_LOCK_CHILDREN_SQL \
+	"SELECT t.job_id FROM jobq.dependent t JOIN jobq.job j ON j.job_id = t.job_id" \
+	" WHERE t.job_id = ANY ($1) ORDER BY t.job_id FOR NO KEY UPDATE OF t, j"
+
+/* Children to lock, waiting: ids[] in, the n_got locked into got[]. */
 typedef struct HeldChildren
 {
 	const int64 *ids;
@@ -130,30 +156,13 @@ typedef struct HeldChildren
 	int			ngot;
 } HeldChildren;
 
-/* Lock the children h->ids[] (ascending) waiting for them: a unit of jobq_try_briefly. */
+/* Lock the children h->ids[] waiting for them: a unit of jobq_try_briefly. */
 static void
 WaitForChildren(void *arg)
 {
 	HeldChildren *h = (HeldChildren *) arg;
-	Oid			types[1] = {INT8ARRAYOID};
-	Datum		values[1];
 
-	values[0] = jobq_id_array(h->ids, h->n);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_wait_children,
-										   "SELECT t.job_id FROM jobq.dependent t"
-										   " JOIN jobq.job j ON j.job_id = t.job_id"
-										   " WHERE t.job_id = ANY ($1) ORDER BY t.job_id"
-										   " FOR NO KEY UPDATE OF t, j",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	h->ngot = 0;
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-
-		h->got[h->ngot++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-														SPI_tuptable->tupdesc, 1, &isnull));
-	}
+	h->ngot = LockChildRows(&plan_wait_children, JOBQ_LOCK_CHILDREN_SQL, h->ids, h->n, h->got);
 }
 
 /*
@@ -174,9 +183,7 @@ static int	budget_used_ms = 0;
 int
 jobq_lock_children(const int64 *ids, int n, int64 *locked)
 {
-	Oid			types[1] = {INT8ARRAYOID};
-	Datum		values[1];
-	int			k = 0;
+	int			k;
 	HeldChildren h;
 	int64	   *held;
 	int			nheld = 0;
@@ -184,22 +191,7 @@ jobq_lock_children(const int64 *ids, int n, int64 *locked)
 
 	if (n == 0)
 		return 0;
-	values[0] = jobq_id_array(ids, n);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_lock_children,
-										   "SELECT t.job_id FROM jobq.dependent t"
-										   " JOIN jobq.job j ON j.job_id = t.job_id"
-										   " WHERE t.job_id = ANY ($1) ORDER BY t.job_id"
-										   " FOR NO KEY UPDATE OF t, j SKIP LOCKED",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-
-		locked[k++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-												  SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	SPI_freetuptable(SPI_tuptable);
+	k = LockChildRows(&plan_lock_children, JOBQ_LOCK_CHILDREN_SQL " SKIP LOCKED", ids, n, locked);
 	if (k == n)
 		return k;
 
@@ -223,20 +215,18 @@ jobq_lock_children(const int64 *ids, int n, int64 *locked)
 	}
 	h.ids = held;
 	h.n = nheld;
-	h.got = palloc(sizeof(int64) * nheld);
+	h.got = locked + k;			/* room for n in all */
 	h.ngot = 0;
 	started = GetCurrentTimestamp();
 	if (jobq_try_briefly(WaitForChildren, &h, jobq_settle_lock_wait_ms - budget_used_ms) &&
 		h.ngot > 0)
 	{
-		memcpy(locked + k, h.got, sizeof(int64) * h.ngot);
 		k += h.ngot;
 		qsort(locked, k, sizeof(int64), jobq_id_compare);
 	}
 	/* a wait counts at least 1 ms: a transaction cannot wait without end */
 	budget_used_ms += Max(1, (int) ((GetCurrentTimestamp() - started + 999) / 1000));
 	pfree(held);
-	pfree(h.got);
 	return k;
 }
 

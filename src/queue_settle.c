@@ -32,10 +32,8 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
-#include "guc.h"
 #include "queue_defer.h"
 #include "queue_settle.h"
-#include "shm_bgw.h"
 #include "shm_queue.h"
 #include "spi_plan.h"
 
@@ -565,16 +563,8 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 			SPI_freetuptable(SPI_tuptable);
 			continue;
 		}
-		children = palloc(sizeof(int64) * nchildren);
+		nchildren = jobq_result_ids(&children);
 		locked = palloc(sizeof(int64) * nchildren);
-		for (uint64 r = 0; r < nchildren; r++)
-		{
-			bool		isnull;
-
-			children[r] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
-													  1, &isnull));
-		}
-		SPI_freetuptable(SPI_tuptable);
 		nlocked = jobq_lock_children(children, (int) nchildren, locked);
 		if ((uint64) nlocked < nchildren)
 			jobq_defer_parents(&parent, 1);
@@ -629,8 +619,9 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
 /*
  * Settle the parents ids[] (ascending) again for the background worker:
  * their settling was deferred (see jobq.settle_deferred); what it defers
- * again counts as the worker's try.  The parents are locked FOR SHARE first, so that
- * their outcomes cannot change meanwhile; one another transaction holds is
+ * again counts as the worker's try.  The parents are locked FOR SHARE
+ * first, so that their outcomes cannot change meanwhile; one another
+ * transaction holds is
  * deferred again whole, and one that is gone (purged) has nothing left to
  * settle.  Then the dependents take each parent's outcome now (a parent's
  * retry that passed some over first, then its finish), as far as another
@@ -694,9 +685,7 @@ SettleAgain(const int64 *ids, int n, TimestampTz now)
 		pfree(other);
 	}
 	if (nlocked == 0)
-	{
 		return;
-	}
 	values[0] = jobq_id_array(locked, nlocked);
 
 	/* parents whose dependents were settled with another outcome: retried */
