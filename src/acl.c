@@ -44,6 +44,7 @@
 
 #include "acl.h"
 #include "args.h"
+#include "compat.h"
 #include "guc.h"
 #include "jobq.h"
 #include "spi_plan.h"
@@ -76,7 +77,7 @@ JobqOwner(void)
 	Oid			relid;
 	HeapTuple	tup;
 
-	if (cached_lxid == MyProc->lxid && OidIsValid(cached_owner))
+	if (cached_lxid == MyLocalTransactionId && OidIsValid(cached_owner))
 		return cached_owner;
 	relid = get_relname_relid("job", get_namespace_oid("jobq", false));
 	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
@@ -84,7 +85,7 @@ JobqOwner(void)
 		elog(ERROR, "jobq: table jobq.job is missing");
 	cached_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
 	ReleaseSysCache(tup);
-	cached_lxid = MyProc->lxid;
+	cached_lxid = MyLocalTransactionId;
 	return cached_owner;
 }
 
@@ -441,7 +442,7 @@ static HTAB *
 MayUseCache(Oid role)
 {
 	if (may_use_cache != NULL &&
-		(may_use_lxid != MyProc->lxid ||
+		(may_use_lxid != MyLocalTransactionId ||
 		 may_use_statement != GetCurrentStatementStartTimestamp() ||
 		 may_use_generation != acl_generation ||
 		 may_use_role != role ||
@@ -458,7 +459,7 @@ MayUseCache(Oid role)
 		ctl.entrysize = sizeof(MayUseEntry);
 		may_use_cache = hash_create("jobq may_use_queue answers", 16, &ctl,
 									HASH_ELEM | HASH_STRINGS);
-		may_use_lxid = MyProc->lxid;
+		may_use_lxid = MyLocalTransactionId;
 		may_use_statement = GetCurrentStatementStartTimestamp();
 		may_use_generation = acl_generation;
 		may_use_role = role;

@@ -85,6 +85,7 @@
 
 #include "acl.h"
 #include "args.h"
+#include "compat.h"
 #include "executor.h"
 #include "guc.h"
 #include "queue_depend.h"
@@ -189,7 +190,7 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 				 errhint("The second argument, if any, receives the job: job_id, lease_token, kind, queue, retry_count, max_retries, checkpoint, enqueued_at, lease_expires_at.")));
 	ReleaseSysCache(proctup);
 
-	if (pg_proc_aclcheck(handler, run_as, ACL_EXECUTE) != ACLCHECK_OK)
+	if (object_aclcheck(ProcedureRelationId, handler, run_as, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for function %s", format_procedure(handler)),

@@ -48,6 +48,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "job_insert.h"
 #include "jobq.h"
 
@@ -317,8 +318,8 @@ WriteTarget(JobqTarget *t, EState *estate, int n)
 		{
 			List	   *recheck;
 
-			recheck = ExecInsertIndexTuples(t->rri, t->slots[i], estate,
-											false, false, NULL, NIL);
+			recheck = ExecInsertIndexTuplesCompat(t->rri, t->slots[i], estate,
+												  false, false, NULL, NIL, false);
 			list_free(recheck);
 			ResetPerTupleExprContext(estate);
 		}
@@ -515,7 +516,7 @@ jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
 
 		CHECK_FOR_INTERRUPTS();
 		/* a committed holder (one in progress is waited for) */
-		if (!ExecCheckIndexConstraints(t.rri, slot, estate, &conflict, NIL))
+		if (!ExecCheckIndexConstraintsCompat(t.rri, slot, estate, &conflict, NIL))
 		{
 			*job_id = KeyHolderAt(&t, &conflict);
 			result = JOBQ_KEY_TAKEN;
@@ -533,8 +534,8 @@ jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(t.rel, slot, GetCurrentCommandId(true), 0,
 									   NULL, token);
-		recheck = ExecInsertIndexTuples(t.rri, slot, estate, false, true,
-										&spec_conflict, NIL);
+		recheck = ExecInsertIndexTuplesCompat(t.rri, slot, estate, false, true,
+											  &spec_conflict, NIL, false);
 		table_tuple_complete_speculative(t.rel, slot, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		list_free(recheck);

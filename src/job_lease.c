@@ -59,6 +59,7 @@
 #include "utils/relcache.h"
 #include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "job_lease.h"
 
 /* The columns a claim reads or writes, by table. */
@@ -321,7 +322,7 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 		return false;
 	memset(lr, 0, sizeof(*lr));
 	lr->job = table_open(jobid, RowExclusiveLock);
-	pkeyid = RelationGetPrimaryKeyIndex(lr->job);
+	pkeyid = RelationGetPrimaryKeyIndexCompat(lr->job);
 	ok = PlainTable(lr->job) && OidIsValid(pkeyid) &&
 		FindColumns(lr->job, J_NCOLS, jnames, jtypes, lr->j) &&
 		NullableColumns(lr->job, lr->j);
@@ -427,12 +428,12 @@ UpdateJob(LeaseRels *lr, int64 job_id, JobChange change, void *arg)
 	TM_Result	res;
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
-	bool		update_indexes;
+	JobqUpdateIndexes update_indexes;
 
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, INT8OID, InvalidOid,
 						   lr->pkey_eq, Int64GetDatum(job_id));
 	if (lr->pkey_scan == NULL)
-		lr->pkey_scan = index_beginscan(lr->job, lr->job_pkey, lr->snap, 1, 0);
+		lr->pkey_scan = index_beginscan_compat(lr->job, lr->job_pkey, lr->snap, 1, 0);
 	index_rescan(lr->pkey_scan, &key, 1, NULL, 0);
 	found = index_getnext_slot(lr->pkey_scan, ForwardScanDirection, old);
 	if (!found)
@@ -469,10 +470,9 @@ UpdateJob(LeaseRels *lr, int64 job_id, JobChange change, void *arg)
 			return false;
 	}
 
-	if (update_indexes && lr->job_rri->ri_NumIndices > 0)
+	if (!JOBQ_UPDATE_INDEXES_NONE(update_indexes) && lr->job_rri->ri_NumIndices > 0)
 	{
-		list_free(ExecInsertIndexTuples(lr->job_rri, new, lr->estate, true, false,
-										NULL, NIL));
+		list_free(ExecUpdateIndexTuplesCompat(lr->job_rri, new, lr->estate, update_indexes));
 		ResetPerTupleExprContext(lr->estate);
 	}
 	return true;
@@ -760,7 +760,7 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 		{
 			uint64		nf = 0;
 
-			scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
+			scan = index_beginscan_compat(lr.ready, lr.ready_idx, lr.snap, 2, 0);
 			scan->xs_want_itup = true;
 			index_rescan(scan, keys, 2, NULL, 0);
 			while (nf < (uint64) c->batch - n &&
@@ -784,7 +784,7 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	if (n < (uint64) c->batch)
 	{
 		SetStart(row, &c->start);
-		scan = index_beginscan(lr.ready, lr.ready_idx, lr.snap, 2, 0);
+		scan = index_beginscan_compat(lr.ready, lr.ready_idx, lr.snap, 2, 0);
 		index_rescan(scan, keys, 2, NULL, 0);
 		while (n < (uint64) c->batch && NextReady(c, false, &lr, scan, rslot, &kf, &f))
 			if (TakeReady(&lr, &f, &arg, outcxt, &out[n]))

@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * jobq.h
- *	  What every unit of jobq shares: version shims and hard limits.
+ *	  What every unit of jobq shares: hard limits.
+ *
+ * Version differences live in compat.h.
  *
  * src/README.md maps the files and the direction of their dependencies:
  * processes -> features -> queue operations -> {access control, shared
@@ -14,18 +16,6 @@
 #define JOBQ_H
 
 #include "postgres.h"
-
-/* Version shims: keep PostgreSQL version differences here. */
-#if PG_VERSION_NUM < 150000
-#error "jobq requires PostgreSQL 15 or later"
-#endif
-
-/* Intervals have 'infinity' from PostgreSQL 17 on. */
-#if PG_VERSION_NUM >= 170000
-#define JOBQ_INTERVAL_IS_INFINITY(iv)	INTERVAL_IS_NOEND(iv)
-#else
-#define JOBQ_INTERVAL_IS_INFINITY(iv)	false
-#endif
 
 /*
  * Hard upper bounds of the name limits (bytes); the GUCs jobq.max_name_length

@@ -37,6 +37,7 @@
 
 #include "acl.h"
 #include "args.h"
+#include "compat.h"
 #include "guc.h"
 #include "job_lease.h"
 #include "queue_settings.h"
@@ -572,7 +573,7 @@ static bool claim_callback_registered = false;
 static void
 ClaimOnlyXactCallback(XactEvent event, void *arg)
 {
-	if (claim_lxid != MyProc->lxid)
+	if (claim_lxid != MyLocalTransactionId)
 		return;
 	if (event != XACT_EVENT_PRE_COMMIT)
 	{
@@ -590,7 +591,7 @@ ClaimOnlyXactCallback(XactEvent event, void *arg)
 	 * synchronous_commit asks for more or less than its default.
 	 */
 	if (jobq_async_claim && claim_only && claim_end != InvalidXLogRecPtr &&
-		XactLastRecEnd == claim_end && !IsBackgroundWorker &&
+		XactLastRecEnd == claim_end && !AmBackgroundWorkerProcess() &&
 		synchronous_commit == SYNCHRONOUS_COMMIT_ON)
 		(void) set_config_option("synchronous_commit", "off", PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
@@ -605,9 +606,9 @@ ClaimBegins(void)
 		RegisterXactCallback(ClaimOnlyXactCallback, NULL);
 		claim_callback_registered = true;
 	}
-	if (claim_lxid != MyProc->lxid)
+	if (claim_lxid != MyLocalTransactionId)
 	{
-		claim_lxid = MyProc->lxid;
+		claim_lxid = MyLocalTransactionId;
 		claim_only = XactLastRecEnd == InvalidXLogRecPtr;
 		claim_end = XactLastRecEnd;
 	}

@@ -19,6 +19,7 @@
 #include "storage/proc.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "contain.h"
 #include "guc.h"
 #include "queue_defer.h"
@@ -196,9 +197,9 @@ jobq_lock_children(const int64 *ids, int n, int64 *locked)
 		return k;
 
 	/* what is left of this transaction's budget of waiting (see above) */
-	if (MyProc->lxid != budget_lxid)
+	if (MyLocalTransactionId != budget_lxid)
 	{
-		budget_lxid = MyProc->lxid;
+		budget_lxid = MyLocalTransactionId;
 		budget_used_ms = 0;
 	}
 	if (budget_used_ms >= jobq_settle_lock_wait_ms)

@@ -31,6 +31,7 @@
 
 #include "acl.h"
 #include "args.h"
+#include "compat.h"
 #include "guc.h"
 #include "jobq.h"
 #include "queue_settings.h"
@@ -241,11 +242,7 @@ SettingRetention(FunctionCallInfo fcinfo, int argno, const char *argname,
 				 errmsg("%s is out of range", argname),
 				 errdetail("The %s given was %s; the longest jobq accepts is 1000 years.", argname,
 						   jobq_interval_text(iv)),
-#if PG_VERSION_NUM >= 170000
-				 errhint("Use an interval from 0 up to 1000 years, or 'infinity' to keep the jobs for ever.")));
-#else
-				 errhint("Use an interval from 0 up to 1000 years; 1000 years keeps the jobs for ever in practice (intervals have no 'infinity' before PostgreSQL 17).")));
-#endif
+				 errhint(JOBQ_INTERVAL_INFINITY_HINT)));
 	if (!JOBQ_INTERVAL_IS_INFINITY(iv))
 		SettingInterval(fcinfo, argno, argname, 0, value, null);
 	else

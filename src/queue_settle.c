@@ -32,6 +32,7 @@
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "queue_defer.h"
 #include "queue_settle.h"
 #include "shm_queue.h"
@@ -88,7 +89,7 @@ AnyDependents(const int64 *ids, int n)
 	rel = table_open(relid, AccessShareLock);
 	idx = index_open(idxid, AccessShareLock);
 	snap = RegisterSnapshot(GetLatestSnapshot());
-	scan = index_beginscan(rel, idx, snap, 1, 0);
+	scan = index_beginscan_compat(rel, idx, snap, 1, 0);
 	slot = table_slot_create(rel, NULL);
 	for (int i = 0; i < n && !found; i++)
 	{

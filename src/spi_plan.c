@@ -1,14 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * spi_plan.c
- *	  Saved SPI plans, prepared under a search_path of pg_catalog alone.
+ *	  Saved SPI plans, prepared and run under jobq's own search_path.
  *
  * Every query jobq runs names its own objects with the jobq schema and
  * leaves functions, operators and types to resolve.  They are prepared and
- * executed under an override search path of pg_catalog alone, whatever the
- * caller's search_path holds.  Executing under it matters as much as
- * preparing: PostgreSQL 15's plan cache re-analyzes a saved plan whenever
- * the search path in force differs from the one it was made under.
+ * executed with search_path = pg_catalog, pg_temp, set at a GUC nest level
+ * of their own whatever the caller's search_path holds, so that no object
+ * of the caller's schemas or temporary schema can stand in for one of
+ * PostgreSQL's.  Executing under it matters as much as preparing: the plan
+ * cache re-analyzes a saved plan whenever the search path in force differs
+ * from the one it was made under.
  *
  * Every statement is also planned and executed with jit = off.  A plan
  * made with enable_sort off (the indexed statements) costs about 1e10 when
@@ -31,23 +33,39 @@
 #include "spi_plan.h"
 
 /*
- * Set the planner settings of a jobq statement (jit off; with indexed, no
- * sequential scans, bitmap scans or sorts either) until
- * RestorePlannerSettings; returns the GUC nest level to restore, or -1 when
- * nothing was set.  On error, the (sub)transaction's abort restores them.
+ * The search path of every jobq statement: pg_catalog, and the session's
+ * temporary schema last.  Named last, pg_temp can never capture a name that
+ * pg_catalog has (unnamed, PostgreSQL would search it first for relations
+ * and types), and it is never searched for functions and operators.
+ */
+#define JOBQ_SEARCH_PATH "pg_catalog, pg_temp"
+
+/*
+ * Set the settings of a jobq statement until RestoreStatementSettings: the
+ * search path; with plan, jit off (and with indexed also no sequential
+ * scans, bitmap scans or sorts).  Returns the GUC nest level to restore, or
+ * -1 when nothing needed setting.  On error, the (sub)transaction's abort
+ * restores them.  This is the supported way to pin a search path for a
+ * while (a SET clause of a function does the same); the override search
+ * path of PostgreSQL 15 and 16 is gone in 17.
  */
 static int
-SetPlannerSettings(bool indexed)
+SetStatementSettings(bool plan, bool indexed)
 {
+	bool		path = strcmp(namespace_search_path, JOBQ_SEARCH_PATH) != 0;
+	bool		jit = plan && jit_enabled;
 	int			nestlevel;
 
-	if (!indexed && !jit_enabled)
+	if (!path && !jit && !(plan && indexed))
 		return -1;
 	nestlevel = NewGUCNestLevel();
-	if (jit_enabled)
+	if (path)
+		(void) set_config_option("search_path", JOBQ_SEARCH_PATH, PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	if (jit)
 		(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
-	if (indexed)
+	if (plan && indexed)
 	{
 		(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
@@ -59,24 +77,12 @@ SetPlannerSettings(bool indexed)
 	return nestlevel;
 }
 
-/* Undo SetPlannerSettings. */
+/* Undo SetStatementSettings. */
 static void
-RestorePlannerSettings(int nestlevel)
+RestoreStatementSettings(int nestlevel)
 {
 	if (nestlevel >= 0)
 		AtEOXact_GUC(true, nestlevel);
-}
-
-/* Make pg_catalog alone the search path, until PopOverrideSearchPath. */
-static void
-PushCatalogSearchPath(void)
-{
-	OverrideSearchPath *path = GetOverrideSearchPath(CurrentMemoryContext);
-
-	path->schemas = NIL;
-	path->addCatalog = true;
-	path->addTemp = false;
-	PushOverrideSearchPath(path);
 }
 
 /* Prepare (cursor_options for the plan cache) and save sql, once. */
@@ -85,25 +91,19 @@ PlanCached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
 		   int cursor_options)
 {
 	SPIPlanPtr	plan;
+	int			nestlevel;
 
 	if (*cache != NULL)
 		return *cache;
 
-	PushCatalogSearchPath();
-	PG_TRY();
-	{
-		plan = SPI_prepare_cursor(sql, nargs, argtypes, cursor_options);
-		if (plan == NULL)
-			elog(ERROR, "jobq: SPI_prepare failed: %s",
-				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "jobq: SPI_keepplan failed");
-	}
-	PG_FINALLY();
-	{
-		PopOverrideSearchPath();
-	}
-	PG_END_TRY();
+	nestlevel = SetStatementSettings(false, false);
+	plan = SPI_prepare_cursor(sql, nargs, argtypes, cursor_options);
+	if (plan == NULL)
+		elog(ERROR, "jobq: SPI_prepare failed: %s",
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "jobq: SPI_keepplan failed");
+	RestoreStatementSettings(nestlevel);
 
 	*cache = plan;
 	return plan;
@@ -147,23 +147,14 @@ ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
 		 bool indexed, bool latest)
 {
 	int			rc;
-	int			nestlevel = SetPlannerSettings(indexed);
+	int			nestlevel = SetStatementSettings(true, indexed);
 
-	PushCatalogSearchPath();
-	PG_TRY();
-	{
-		if (latest)
-			rc = SPI_execute_snapshot(plan, values, nulls, GetLatestSnapshot(),
-									  InvalidSnapshot, false, true, 0);
-		else
-			rc = SPI_execute_plan(plan, values, nulls, false, 0);
-	}
-	PG_FINALLY();
-	{
-		PopOverrideSearchPath();
-	}
-	PG_END_TRY();
-	RestorePlannerSettings(nestlevel);
+	if (latest)
+		rc = SPI_execute_snapshot(plan, values, nulls, GetLatestSnapshot(),
+								  InvalidSnapshot, false, true, 0);
+	else
+		rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	RestoreStatementSettings(nestlevel);
 	if (rc != expected)
 		elog(ERROR, "jobq: unexpected SPI result %s",
 			 SPI_result_code_string(rc));
@@ -201,24 +192,15 @@ jobq_spi_exec_latest(SPIPlanPtr plan, Datum *values, const char *nulls, int expe
 	ExecPlan(plan, values, nulls, expected, true, true);
 }
 
-/* Run one SQL text (not kept) under the pg_catalog search path, jit off. */
+/* Run one SQL text (not kept) under jobq's search path, jit off. */
 void
 jobq_spi_exec_sql(const char *sql, bool read_only, int expected)
 {
 	int			rc;
-	int			nestlevel = SetPlannerSettings(false);
+	int			nestlevel = SetStatementSettings(true, false);
 
-	PushCatalogSearchPath();
-	PG_TRY();
-	{
-		rc = SPI_execute(sql, read_only, 0);
-	}
-	PG_FINALLY();
-	{
-		PopOverrideSearchPath();
-	}
-	PG_END_TRY();
-	RestorePlannerSettings(nestlevel);
+	rc = SPI_execute(sql, read_only, 0);
+	RestoreStatementSettings(nestlevel);
 	if (rc != expected)
 		elog(ERROR, "jobq: unexpected SPI result %s",
 			 SPI_result_code_string(rc));
