@@ -15,8 +15,31 @@
 #
 # PG_BIN and PG_CONFIG name the system's PostgreSQL until use_private_pg
 # points them at a private copy of it (see private_pg_tree).
+#
+# PG_MAJOR is the PostgreSQL this machine's Debian release ships (15 on
+# Debian 12, 17 on Debian 13, 18 on unstable: scripts/root.sh), or JOBQ_PG
+# when set; elsewhere, the newest PostgreSQL installed.
 
-PG_MAJOR=15
+_lib_dir=$(dirname "${BASH_SOURCE[0]}")
+# shellcheck source=scripts/root.sh
+. "$_lib_dir/root.sh"
+
+# The PostgreSQL major version to build and run against (see above).
+pick_pg_major() {
+	local v
+	if [ -n "${JOBQ_PG:-}" ]; then
+		echo "$JOBQ_PG"
+	elif v=$(pg_of_release "$(host_release)"); then
+		echo "$v"
+	else
+		v=$(find /usr/lib/postgresql -mindepth 3 -maxdepth 3 -path '*/bin/postgres' 2>/dev/null |
+			sed 's|^/usr/lib/postgresql/\([0-9]*\)/.*|\1|' | sort -n | tail -n 1)
+		[ -n "$v" ] || return 1
+		echo "$v"
+	fi
+}
+PG_MAJOR=$(pick_pg_major) ||
+	{ echo "error: cannot tell which PostgreSQL to use on this machine (not Debian 12 or 13, and none installed): set JOBQ_PG" >&2; exit 1; }
 PG_SYS_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_BIN=$PG_SYS_BIN
 PG_CONFIG=$PG_BIN/pg_config
@@ -171,15 +194,30 @@ quiet_services() {
 # The packages a build needs.
 # shellcheck disable=SC2034
 BUILD_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" make gcc)
+# PostgreSQL 17 and later ship pg_bsd_indent (make check-format) with their
+# server headers; for 15 it is a package of its own.
+[ "$PG_MAJOR" -lt 17 ] && BUILD_PACKAGES+=(pg-bsd-indent)
 
-# The packages the test suites need on top of the build ones.
-# shellcheck disable=SC2034
-# (node and npm: test/examples, the Node library and the bench; git: the bench
-# records the commit; pg-bsd-indent: make check-format; chromium: the
-# dashboard's browser tests.)
-TEST_PACKAGES=("postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
-	clang libclang-rt-14-dev python3 tzdata pgbouncer python3-psycopg python3-yaml
-	nodejs npm git pg-bsd-indent chromium)
+# suite_packages SUITE...: the packages the suites need on top of the build
+# ones, one per line.
+suite_packages() {
+	local s
+	for s in "$@"; do
+		case "$s" in
+			regress | isolation) ;;
+			tap) printf '%s\n' libipc-run-perl pgbouncer ;;
+			pgtap) printf '%s\n' "postgresql-$PG_MAJOR-pgtap" libtap-parser-sourcehandler-pgtap-perl ;;
+			soak) ;;
+			cron) printf '%s\n' clang libclang-rt-dev python3 tzdata ;;
+			cli) printf '%s\n' python3 python3-psycopg ;;
+			examples) printf '%s\n' python3 python3-psycopg python3-yaml nodejs npm pgbouncer ;;
+			clients) printf '%s\n' python3 python3-psycopg nodejs npm pgbouncer ;;
+			web) printf '%s\n' python3 python3-psycopg chromium ;;
+			# the bench records the commit it builds; its contenders run in Node
+			bench) printf '%s\n' git nodejs npm ;;
+		esac
+	done | sort -u
+}
 
 # Copy the source tree $1 into the existing directory $2: the files git knows
 # about (tracked, plus untracked ones that are not ignored), or, outside a git
