@@ -6,7 +6,10 @@
 -- for every internal statement; PostgreSQL 17 removed the override search
 -- path API that 15 used.)
 --
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS jobq CASCADE;
 CREATE EXTENSION jobq;
+RESET client_min_messages;
 \set VERBOSITY terse
 SET jobq.settle_lock_wait = 0;
 
