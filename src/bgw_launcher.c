@@ -590,13 +590,7 @@ LauncherDetach(int code, Datum arg)
 void
 jobq_launcher_main(Datum main_arg)
 {
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	/* a reload signalled before our handler was in place is lost: re-read */
-	ProcessConfigFile(PGC_SIGHUP);
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-	pgstat_report_appname("jobq launcher");
+	jobq_bgw_connect(InvalidOid, "jobq launcher");
 
 	launcher_handles = MemoryContextAllocZero(TopMemoryContext,
 											  sizeof(BackgroundWorkerHandle *) * JobqBgw->nslots);

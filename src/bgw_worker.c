@@ -526,13 +526,7 @@ jobq_worker_main(Datum main_arg)
 	TimestampTz looked_at;
 	uint64		lease_seen;
 
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	/* a reload signalled before our handler was in place is lost: re-read */
-	ProcessConfigFile(PGC_SIGHUP);
-	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
-	pgstat_report_appname("jobq worker");
+	jobq_bgw_connect(DatumGetObjectId(main_arg), "jobq worker");
 
 	memcpy(&one_pass, MyBgworkerEntry->bgw_extra, sizeof(bool));
 	if (!WorkerAttach(one_pass))

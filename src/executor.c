@@ -817,13 +817,7 @@ jobq_executor_main(Datum main_arg)
 	TimestampTz started = GetCurrentTimestamp();
 
 	memcpy(&index, MyBgworkerEntry->bgw_extra, sizeof(int));
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	/* a reload signalled before our handler was in place is lost: re-read */
-	ProcessConfigFile(PGC_SIGHUP);
-	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
-	pgstat_report_appname("jobq executor");
+	jobq_bgw_connect(DatumGetObjectId(main_arg), "jobq executor");
 	in_executor = true;
 	if (!jobq_bgw_executor_attach(index))
 		proc_exit(0);

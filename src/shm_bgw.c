@@ -20,12 +20,16 @@
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
@@ -93,6 +97,51 @@ jobq_bgw_init_struct(BackgroundWorker *bgw, const char *function_name)
 	bgw->bgw_start_time = BgWorkerStart_RecoveryFinished;
 	snprintf(bgw->bgw_library_name, BGW_MAXLEN, "jobq");
 	snprintf(bgw->bgw_function_name, BGW_MAXLEN, "%s", function_name);
+}
+
+/*
+ * Settings a database (ALTER DATABASE ... SET) or postgresql.conf may give
+ * client sessions that must not reach jobq's own processes, and the value
+ * they get there.  A transaction_timeout (PostgreSQL 17 and later)
+ * terminates the process, a worker in the middle of a pass or an executor
+ * in the middle of a handler (whose time limit is its lease); a read-only
+ * or serializable default would stop a worker from doing its work.  A
+ * setting this PostgreSQL does not have is passed over.
+ */
+static const struct
+{
+	const char *name;
+	const char *value;
+}			jobq_process_settings[] =
+
+{
+	{"transaction_timeout", "0"},
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_isolation", "read committed"},
+};
+
+/*
+ * Start a jobq process: the stock signal handlers, the configuration file
+ * (a reload signalled before our handler was in place is lost), a
+ * connection to dbid (InvalidOid: none, for the launcher) as the bootstrap
+ * superuser, its application name and jobq_process_settings.
+ */
+void
+jobq_bgw_connect(Oid dbid, const char *appname)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	ProcessConfigFile(PGC_SIGHUP);
+	if (OidIsValid(dbid))
+		BackgroundWorkerInitializeConnectionByOid(dbid, InvalidOid, 0);
+	else
+		BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname(appname);
+	for (int i = 0; i < lengthof(jobq_process_settings); i++)
+		if (GetConfigOption(jobq_process_settings[i].name, true, false) != NULL)
+			SetConfigOption(jobq_process_settings[i].name,
+							jobq_process_settings[i].value, PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /*
