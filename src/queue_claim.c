@@ -556,13 +556,16 @@ ClaimAttempt(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
  * itself, the claim's included.
  *
  * So the commit of a transaction whose WAL is the claims' alone is made
- * asynchronous (synchronous_commit = off for that commit).  "Alone" is
- * judged by XactLastRecEnd, the end of the last WAL record this backend
- * wrote in the transaction: it must be nothing (0) when the first claim of
- * the transaction begins, must not have moved between one claim's end and
- * the next one's start, and must still be where the last claim left it at
- * commit.  Anything else written in the transaction, before, between or
- * after the claims, keeps the commit synchronous.
+ * asynchronous (synchronous_commit = off for that commit).  "Alone": when
+ * the first claim of the transaction begins, the transaction has no
+ * transaction id yet (it wrote nothing of its own; the backend may have
+ * written WAL that belongs to no transaction, such as pruning a catalog page
+ * it read, which a crash may lose harmlessly); after that XactLastRecEnd,
+ * the end of the last WAL record this backend wrote, must not have moved
+ * between one claim's end and the next one's start, and must still be where
+ * the last claim left it at commit.  Anything else written in the
+ * transaction, before, between or after the claims, keeps the commit
+ * synchronous.
  * ---------------------------------------------------------------- */
 
 static LocalTransactionId claim_lxid = InvalidLocalTransactionId;
@@ -609,7 +612,7 @@ ClaimBegins(void)
 	if (claim_lxid != MyLocalTransactionId)
 	{
 		claim_lxid = MyLocalTransactionId;
-		claim_only = XactLastRecEnd == InvalidXLogRecPtr;
+		claim_only = !TransactionIdIsValid(GetTopTransactionIdIfAny());
 		claim_end = XactLastRecEnd;
 	}
 	else if (XactLastRecEnd != claim_end)

@@ -32,8 +32,9 @@ $node->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'jobq'\n"
 	  . "# PostgreSQL's defaults, restated over PostgreSQL::Test::Cluster's\n"
 	  . "fsync = on\njit = on\nmax_worker_processes = 8\n"
-	  . "# an asynchronous commit stays in WAL buffers for up to 10 s\n"
-	  . "wal_writer_delay = 10s\nwal_writer_flush_after = 0\n");
+	  . "# an asynchronous commit stays in WAL buffers for up to 10 s (from 17\n"
+	  . "# on, wal_writer_flush_after = 0 wakes the WAL writer at every one)\n"
+	  . "wal_writer_delay = 10s\nwal_writer_flush_after = 1GB\n");
 $node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION jobq;
