@@ -29,7 +29,7 @@
 -- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
-SELECT plan(422);
+SELECT plan(426);
 
 SET LOCAL client_min_messages = warning;
 
@@ -477,6 +477,21 @@ SELECT is((SELECT count(*) FROM pg_class c
           'even an administrator cannot write jobq''s tables directly');
 SELECT is(has_schema_privilege('priv_nobody', 'jobq', 'USAGE'), false,
           'a role without a grant has no USAGE on schema jobq');
+
+-- nor lock, cluster or reindex them (PostgreSQL 17's MAINTAIN privilege,
+-- and its role pg_maintain, allow that: jobq grants MAINTAIN to nobody)
+SET ROLE priv_admin;
+SELECT throws_ok('LOCK TABLE jobq.job IN ACCESS EXCLUSIVE MODE', '42501', NULL,
+                 'an administrator cannot lock jobq.job');
+SELECT throws_ok('CLUSTER jobq.job USING job_pkey', '42501', NULL,
+                 'an administrator cannot cluster jobq.job');
+SELECT throws_ok('REINDEX TABLE jobq.ready', '42501', NULL,
+                 'an administrator cannot reindex jobq.ready');
+RESET ROLE;
+SELECT is((SELECT count(*) FROM pg_class c, aclexplode(c.relacl) a
+            WHERE c.relnamespace = 'jobq'::regnamespace AND a.privilege_type = 'MAINTAIN'
+              AND a.grantee <> c.relowner), 0::bigint,
+          'no role but the owner holds MAINTAIN on a jobq relation');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -62,7 +62,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-if ! "${AS[@]}" "$BINDIR/initdb" -D "$DATA" -U postgres -A trust --no-sync >"$WORK/initdb.log" 2>&1; then
+# UTF8 whatever the machine's locale (a minimal Debian has none: SQL_ASCII)
+if ! "${AS[@]}" "$BINDIR/initdb" -D "$DATA" -U postgres -A trust --no-sync -E UTF8 --locale=C >"$WORK/initdb.log" 2>&1; then
 	cat "$WORK/initdb.log" >&2
 	echo "0 passed, 1 failed"
 	exit 1

@@ -72,7 +72,8 @@ done
 # --- the server ------------------------------------------------------------
 
 [ "$(id -u)" = 0 ] && chown postgres: "$TMP"
-as_pg "$BIN/initdb" -D "$TMP/data" -A trust -U postgres --no-sync >"$TMP/initdb.log" 2>&1 ||
+# UTF8 whatever the machine's locale (a minimal Debian has none: SQL_ASCII)
+as_pg "$BIN/initdb" -D "$TMP/data" -A trust -U postgres --no-sync -E UTF8 --locale=C >"$TMP/initdb.log" 2>&1 ||
 	fail_setup "initdb" "$TMP/initdb.log"
 PORT=$(free_port)
 cat >>"$TMP/data/postgresql.conf" <<-EOF
