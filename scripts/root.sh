@@ -189,7 +189,7 @@ root_cleanup() {
 	elif root_mounted_below; then
 		warn "something is still mounted below $RT: not deleting it"
 	else
-		rm -rf "$RT"
+		rm -rf --one-file-system "$RT"
 	fi
 	RT=''
 }
