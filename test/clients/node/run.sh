@@ -215,5 +215,14 @@ fi
 if [ "$failed" -gt 0 ]; then
 	echo "# server log (last 20 lines):"
 	tail -n 20 "$TMP/server.log" | sed 's/^/#   /'
+	if [ "$BOUNCER_OK" = 1 ]; then
+		if kill -0 "$bouncer_pid" 2>/dev/null; then
+			echo "# pgbouncer (pid $bouncer_pid) still runs; its socket: $(ls "$SOCK"/.s.PGSQL."$BOUNCER_PORT" 2>&1)"
+		else
+			echo "# pgbouncer (pid $bouncer_pid) is gone"
+		fi
+		echo "# pgbouncer log (last 30 lines):"
+		tail -n 30 "$TMP/pgbouncer.log" 2>&1 | sed 's/^/#   /'
+	fi
 fi
 finish
