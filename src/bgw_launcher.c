@@ -105,13 +105,19 @@ static void LauncherEnforceExecutorLimits(TimestampTz now);
 static char *StateText(void);
 static void StateSave(char *text);
 
-/* Register the launcher (from _PG_init, when preloaded). */
+/*
+ * Register the launcher (from _PG_init, when preloaded).  Not in a server
+ * that pg_upgrade started (binary-upgrade mode): a worker there would fire
+ * schedules and reap leases in the old cluster after pg_upgrade read its
+ * control file, and the new cluster would inherit rows whose transaction
+ * and multixact ids it never assigned.
+ */
 void
 jobq_launcher_register(void)
 {
 	BackgroundWorker bgw;
 
-	if (!process_shared_preload_libraries_in_progress)
+	if (!process_shared_preload_libraries_in_progress || IsBinaryUpgrade)
 		return;
 	jobq_bgw_init_struct(&bgw, "jobq_launcher_main");
 	bgw.bgw_restart_time = 5;
