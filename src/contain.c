@@ -29,8 +29,15 @@
  * costs that unit a short wait and a retry next round, never the worker a
  * stall.
  *
- * State: the table of failing units is private to the process that runs
- * them.
+ * A pass of the worker spends at most jobq.pass_budget on its duties other
+ * than reaping and firing: jobq_budget_start sets a deadline, long work
+ * (settling deferred dependents, a cascade of cancelled dependents,
+ * pruning) asks jobq_budget_spent between its chunks and leaves the rest
+ * for the next pass, and jobq_budget_end removes it.  Outside a budget (a
+ * client's own call) nothing is ever spent: a client pays for its own work.
+ *
+ * State: the table of failing units and the budget's deadline are private
+ * to the process that runs them.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,6 +51,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #include "contain.h"
 
@@ -252,4 +260,28 @@ jobq_try_briefly(JobqUnitFn fn, void *arg, int lock_timeout_ms)
 		ReThrowError(edata);
 	FreeErrorData(edata);
 	return false;
+}
+
+/* The deadline of the budget in force (0: none). */
+static TimestampTz budget_deadline = 0;
+
+/* Give the work from now on a budget of ms milliseconds. */
+void
+jobq_budget_start(int ms)
+{
+	budget_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+}
+
+/* No budget from now on. */
+void
+jobq_budget_end(void)
+{
+	budget_deadline = 0;
+}
+
+/* Is there a budget, and is it spent? */
+bool
+jobq_budget_spent(void)
+{
+	return budget_deadline != 0 && GetCurrentTimestamp() >= budget_deadline;
 }

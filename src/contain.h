@@ -15,5 +15,8 @@ extern bool jobq_run_unit(const char *unit, JobqUnitFn fn, void *arg);
 extern void jobq_require_writable(const char *cmdname);
 extern bool jobq_try_units(JobqUnitFn fn, void *arg);
 extern bool jobq_try_briefly(JobqUnitFn fn, void *arg, int lock_timeout_ms);
+extern void jobq_budget_start(int ms);
+extern void jobq_budget_end(void);
+extern bool jobq_budget_spent(void);
 
 #endif							/* JOBQ_CONTAIN_H */

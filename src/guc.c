@@ -59,6 +59,7 @@ int			jobq_executors = 2;
 char	   *jobq_databases = NULL;
 int			jobq_naptime_ms = 1000;
 int			jobq_settle_lock_wait_ms = 10;
+int			jobq_pass_budget_ms = 200;
 int			jobq_reap_batch = 500;
 int			jobq_prune_interval_s = 60;
 int			jobq_prune_batch = 500;
@@ -156,6 +157,14 @@ jobq_guc_init(void)
 							"Another settle commits in that time; a dependent held longer is left to the background worker. 0: never wait.",
 							&jobq_settle_lock_wait_ms,
 							10, 0, 1000,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("jobq.pass_budget",
+							"How long a jobq worker's pass may spend on work other than reaping leases and firing schedules.",
+							"Settling deferred dependents, cascades, pruning and the rest stop when it is spent and resume next pass.",
+							&jobq_pass_budget_ms,
+							200, 10, 60000,
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -22,6 +22,7 @@ extern bool jobq_async_claim;
 extern int	jobq_idempotency_retention;
 extern int	jobq_misfire_grace_s;
 extern int	jobq_settle_lock_wait_ms;
+extern int	jobq_pass_budget_ms;
 extern int	jobq_misfire_max_fires;
 extern int	jobq_executors;
 extern char *jobq_databases;
