@@ -677,8 +677,15 @@ CREATE TABLE jobq.dependency (
 );
 COMMENT ON TABLE jobq.dependency IS
     'one row per (parent, child) dependency; parent_status is the parent''s outcome once it finished (NULL before)';
-CREATE INDEX dependency_child_idx ON jobq.dependency (child_id);
-COMMENT ON INDEX jobq.dependency_child_idx IS 'the parents of a job, for jobq.parent_results';
+CREATE INDEX dependency_child_idx ON jobq.dependency (child_id, parent_id);
+COMMENT ON INDEX jobq.dependency_child_idx IS
+    'the parents of a job (jobq.parent_results, a retried or unblocked dependent), in parent order';
+-- The edges still to settle, so that settling a parent (or resuming one a
+-- budget cut short) reads only those, however many it settled before.
+CREATE INDEX dependency_unsettled_idx ON jobq.dependency (parent_id, child_id)
+    WHERE parent_status IS NULL;
+COMMENT ON INDEX jobq.dependency_unsettled_idx IS
+    'the dependencies whose parent has not finished yet (or whose settling is under way), by parent';
 
 CREATE TABLE jobq.dependent (
     job_id            bigint PRIMARY KEY,
@@ -696,41 +703,47 @@ COMMENT ON TABLE jobq.dependent IS
 -- nor the reaper): a child still held after jobq.settle_lock_wait is left
 -- unsettled and its parent noted here; the background worker settles it
 -- again at retry_at, backing off by attempts (src/queue_defer.c).
+-- A settle or retry that a background pass's budget (jobq.pass_budget) cut
+-- short leaves the rest here too, due at once.
 CREATE TABLE jobq.settle_deferred (
     parent_id   bigint PRIMARY KEY,
     retry_at    timestamptz NOT NULL,
-    attempts    integer NOT NULL
+    attempts    integer NOT NULL,
+    retried     boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE jobq.settle_deferred IS
-    'parents whose dependents could not all be settled when they finished or were retried (a dependent was locked): the background worker settles them again at retry_at';
+    'parents whose dependents could not all be settled when they finished or were retried (a dependent was locked, or a background pass ran out of time): the background worker settles them again at retry_at';
+COMMENT ON COLUMN jobq.settle_deferred.retried IS
+    'a retry of the parent passed dependents over: the worker gives them the retry''s treatment';
 SELECT pg_catalog.pg_extension_config_dump('jobq.dependency', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.dependent', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.settle_deferred', '');
 
 -- enqueue and enqueue_many gain depends_on and on_parent_failure after all
 -- their arguments.  A function's arguments cannot be altered, so both are
--- re-created; every grantee of EXECUTE on the old ones (PUBLIC and grant
--- options included) gets it on the new ones.
+-- re-created; every grantee of EXECUTE on an old one (PUBLIC and grant
+-- options included) gets it on the new one of the same name, and no one
+-- else.  Between the DROP and the GRANT the grantees are kept by OID (0:
+-- PUBLIC), never by name: a role name may hold any character (a queue
+-- administrator with CREATEROLE can make one), so names are never joined
+-- and split; each GRANT names its role with %I.  The list rides in a
+-- setting of this transaction as JSON: [{"proname", "grantee", "grantable"}].
 DO $$
-DECLARE
-    grantees text;
 BEGIN
-    SELECT pg_catalog.string_agg(DISTINCT
-               CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                    ELSE pg_catalog.quote_ident(r.rolname) END
-               OPERATOR(pg_catalog.||)
-               CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END, ';')
-      INTO grantees
-      FROM pg_catalog.pg_proc p
-     CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-     WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-             'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::pg_catalog.regprocedure,
-             'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text)'::pg_catalog.regprocedure]::pg_catalog.oid[])
-       AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-       AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-       AND (a.grantee OPERATOR(pg_catalog.=) 0 OR r.oid IS NOT NULL);
-    PERFORM pg_catalog.set_config('jobq_upgrade.enqueue_grantees', COALESCE(grantees, ''), true);
+    PERFORM pg_catalog.set_config('jobq_upgrade.enqueue_grantees', COALESCE((
+        SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                   'proname', g.proname, 'grantee', g.grantee, 'grantable', g.grantable)
+                   ORDER BY g.proname, g.grantee)::pg_catalog.text
+          FROM (SELECT p.proname, a.grantee, pg_catalog.bool_or(a.is_grantable) AS grantable
+                  FROM pg_catalog.pg_proc p
+                 CROSS JOIN LATERAL pg_catalog.aclexplode(
+                           COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                 WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                         'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::pg_catalog.regprocedure,
+                         'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text)'::pg_catalog.regprocedure]::pg_catalog.oid[])
+                   AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+                   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+                 GROUP BY p.proname, a.grantee) g), '[]'), true);
 END
 $$;
 
@@ -776,14 +789,27 @@ REVOKE ALL ON FUNCTION
 
 DO $$
 DECLARE
-    grantee text;
+    g record;
 BEGIN
-    FOREACH grantee IN ARRAY pg_catalog.string_to_array(COALESCE(
-            pg_catalog.current_setting('jobq_upgrade.enqueue_grantees', true), ''), ';') LOOP
-        EXECUTE 'GRANT EXECUTE ON FUNCTION'
-            ' jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text),'
-            ' jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)'
-            ' TO ' OPERATOR(pg_catalog.||) grantee;
+    FOR g IN
+        SELECT CASE WHEN e.proname OPERATOR(pg_catalog.=) 'enqueue' THEN
+                       'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text)'
+                   ELSE
+                       'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)'
+               END AS fn,
+               e.grantee, r.rolname, e.grantable
+          FROM pg_catalog.jsonb_to_recordset(COALESCE(
+                   pg_catalog.current_setting('jobq_upgrade.enqueue_grantees', true), '[]')::pg_catalog.jsonb)
+               AS e(proname pg_catalog.text, grantee pg_catalog.oid, grantable pg_catalog.bool)
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.grantee
+    LOOP
+        IF g.grantee OPERATOR(pg_catalog.=) 0 THEN
+            -- the keyword, not a role named "PUBLIC"; PUBLIC has no grant option
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', g.fn);
+        ELSIF g.rolname IS NOT NULL THEN
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I%s', g.fn, g.rolname,
+                                      CASE WHEN g.grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END IF;
     END LOOP;
 END
 $$;
