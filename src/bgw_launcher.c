@@ -240,6 +240,21 @@ LauncherStartWorker(int i, const char *dbname, bool one_pass)
 	return true;
 }
 
+/* Did a CREATE EXTENSION jobq commit there since a worker found none? */
+static bool
+SlotCreated(JobqDbSlot *slot)
+{
+	return !slot->has_jobq && slot->no_extension_at != 0 &&
+		slot->wake_at > slot->no_extension_at;
+}
+
+/* Has the database jobq, or may it have (not probed yet, or created since)? */
+static bool
+SlotMayHaveJobq(JobqDbSlot *slot)
+{
+	return slot->has_jobq || slot->no_extension_at == 0 || SlotCreated(slot);
+}
+
 /*
  * Does the database of slot i want a worker now?  Its own worker, when it
  * has none; in the shared pool, a pass when something is due: its next
@@ -344,6 +359,7 @@ LauncherCycle(void)
 	TimestampTz now = GetCurrentTimestamp();
 	ListCell   *lc;
 	int			nserved = 0;
+	int			exec_need;
 	int			nprocs;
 	int			ncand = 0;
 	bool		pool;
@@ -400,11 +416,36 @@ LauncherCycle(void)
 			jobq_bgw_slot_reset(&JobqBgw->slots[i], db->dbid);
 		}
 		db->slot = i;
-		if (JobqBgw->slots[i].has_jobq || JobqBgw->slots[i].no_extension_at == 0)
+		if (SlotMayHaveJobq(&JobqBgw->slots[i]))
 			nserved++;
 	}
 
-	pool = nserved > jobq_max_workers;
+	/*
+	 * Workers of their own while they fit with room for an executor when one
+	 * runs or is wanted; else the shared pool, whose workers leave after a
+	 * pass, so that executors get places and no database waits behind them.
+	 */
+	exec_need = 0;
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (!OidIsValid(slot->dbid))
+			continue;
+		if (slot->executors_wanted)
+			exec_need = 1;
+		for (int e = 0; e < JOBQ_MAX_EXECUTORS; e++)
+			if (slot->executor_pid[e] != 0)
+				exec_need = 1;
+	}
+	pool = nserved + exec_need > jobq_max_workers;
+	if (pool && !JobqBgw->pool_mode)
+	{
+		/* workers of their own leave after their round: wake them for it */
+		for (int i = 0; i < JobqBgw->nslots; i++)
+			if (JobqBgw->slots[i].latch != NULL)
+				SetLatch(JobqBgw->slots[i].latch);
+	}
 	JobqBgw->pool_mode = pool;
 
 	/* the processes that run, and the workers started that have not attached */
@@ -430,8 +471,8 @@ LauncherCycle(void)
 			continue;
 		}
 		wants = SlotWants(slot, now, pool, &due);
-		if (slot->has_jobq)
-			LauncherNoteLate(slot, db->name, wants, due, now);
+		if (slot->has_jobq || SlotCreated(slot))
+			LauncherNoteLate(slot, db->name, wants, SlotCreated(slot) ? slot->wake_at : due, now);
 		if (!wants)
 			continue;
 		/* a worker that keeps failing is started again at this pace */
@@ -447,6 +488,11 @@ LauncherCycle(void)
 	}
 	qsort(cand, ncand, sizeof(JobqCandidate), CandidateCompare);
 
+	/*
+	 * With workers of their own, executors give their places to databases
+	 * that wait (shm_bgw.c); in the pool they leave one place to the passes
+	 */
+	JobqBgw->dbs_waiting = !pool && ncand > jobq_max_workers - nprocs;
 	for (int c = 0; c < ncand && nprocs < jobq_max_workers; c++)
 	{
 		if (!LauncherStartWorker(cand[c].slot, cand[c].name, pool))
@@ -504,7 +550,7 @@ StateText(void)
 			continue;
 		if (slot->has_jobq)
 			appendStringInfo(&buf, "%u 1\n", slot->dbid);
-		else if (slot->no_extension_at != 0)
+		else if (slot->no_extension_at != 0 && !SlotCreated(slot))
 			appendStringInfo(&buf, "%u 0\n", slot->dbid);
 	}
 	return buf.data;

@@ -151,6 +151,21 @@ jobq_service_status(PG_FUNCTION_ARGS)
 				values[3] = IntervalPGetDatum(delay);
 				nulls[3] = false;
 			}
+
+			/*
+			 * The launcher saw the database wait for a place (late_since): a
+			 * database it has not served since a CREATE EXTENSION jobq, too
+			 */
+			if (slot->late_since != 0 && slot->late_since < now &&
+				strcmp(served_by, "own worker") != 0 &&
+				(nulls[3] || DatumGetIntervalP(values[3])->time < now - slot->late_since))
+			{
+				Interval   *delay = palloc0(sizeof(Interval));
+
+				delay->time = now - slot->late_since;
+				values[3] = IntervalPGetDatum(delay);
+				nulls[3] = false;
+			}
 		}
 		LWLockRelease(JobqBgwLock);
 	}

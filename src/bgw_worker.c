@@ -282,13 +282,23 @@ WorkerExtensionPresent(bool *usable)
 
 /*
  * One round of work; false when the extension is gone.  *next_due gets the
- * earliest next schedule fire (0: none).
+ * earliest next schedule fire (0: none); *unfinished is set when the
+ * round's budget ran out with work left.
  *
  * Every duty is split into units that fail alone (contain.c): a schedule,
  * the expired leases of a queue, the finished jobs of a queue, the expired
  * keys.  A unit's error is logged once and the round goes on; what a client
  * holds locked is skipped and comes back next round.  Nothing a tenant does
  * to its own queue or schedule stops or stalls the round for the others.
+ *
+ * Firing due schedules and reaping expired leases come first and are done
+ * whole, every round; the cascades of dependents they cause settle within
+ * jobq.pass_budget, and leave the rest deferred.  Then the other duties
+ * (settling deferred dependents, pruning) share a budget of
+ * jobq.pass_budget of their own: each does at least one batch, stops at a
+ * batch boundary once the budget is spent, and goes on next round.  So a
+ * round is bounded whatever a tenant piles up, and a worker of the shared
+ * pool leaves the database to the others after one.
  */
 /*
  * The earliest retry of a deferred workflow settle that the last round left
@@ -298,7 +308,7 @@ WorkerExtensionPresent(bool *usable)
 static TimestampTz settle_due = 0;
 
 static bool
-WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
+WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 {
 	static JobqIdSet failed_schedules = {NULL, 0, 0, NULL};
 	int64		reaped = 0;
@@ -310,10 +320,14 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 	bool		usable;
 	bool		has_handlers = false;
 
+	*unfinished = false;
 	if (RecoveryInProgress() || !WorkerExtensionPresent(&usable))
 		return false;
 	if (!usable)
 		return true;
+
+	/* the budget of the cascades that firing and reaping cause */
+	jobq_budget_start(jobq_pass_budget_ms);
 
 	/* fire due schedules, batch by batch; a failing one waits a round */
 	failed_schedules.cxt = TopMemoryContext;
@@ -324,6 +338,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		if (!WorkerLockExtension())
 		{
 			WorkerEndStep();
+			jobq_budget_end();
 			return false;
 		}
 		SPI_connect();
@@ -350,6 +365,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		if (!WorkerLockExtension())
 		{
 			WorkerEndStep();
+			jobq_budget_end();
 			return false;
 		}
 		SPI_connect();
@@ -358,6 +374,9 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		WorkerEndStep();
 		CHECK_FOR_INTERRUPTS();
 	} while (more);
+
+	/* the other duties, within a budget of their own */
+	jobq_budget_start(jobq_pass_budget_ms);
 
 	/* settle dependents whose settling a held row deferred */
 	settle_due = 0;
@@ -369,6 +388,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		if (!WorkerLockExtension())
 		{
 			WorkerEndStep();
+			jobq_budget_end();
 			return false;
 		}
 		SPI_connect();
@@ -380,18 +400,21 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 		if (next_retry != 0 && (*next_due == 0 || next_retry < *next_due))
 			*next_due = next_retry;
 		CHECK_FOR_INTERRUPTS();
-	} while (more);
+	} while (more && !jobq_budget_spent());
+	if (more)
+		*unfinished = true;
 
 	now = GetCurrentTimestamp();
-	if (TimestampDifferenceExceeds(*last_prune, now, jobq_prune_interval_s * 1000))
+	if (!jobq_budget_spent() &&
+		TimestampDifferenceExceeds(*last_prune, now, jobq_prune_interval_s * 1000))
 	{
-		*last_prune = now;
 		do
 		{
 			WorkerBeginStep("jobq: pruning finished jobs");
 			if (!WorkerLockExtension())
 			{
 				WorkerEndStep();
+				jobq_budget_end();
 				return false;
 			}
 			SPI_connect();
@@ -399,8 +422,14 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due)
 			SPI_finish();
 			WorkerEndStep();
 			CHECK_FOR_INTERRUPTS();
-		} while (more);
+		} while (more && !jobq_budget_spent());
+		/* the prune is done when it ran out of rows, not of budget */
+		if (more)
+			*unfinished = true;
+		else
+			*last_prune = now;
 	}
+	jobq_budget_end();
 
 	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 	JobqBgw->slots[MySlot].last_cycle_at = GetCurrentTimestamp();
@@ -525,6 +554,7 @@ jobq_worker_main(Datum main_arg)
 	bool		usable;
 	TimestampTz looked_at;
 	uint64		lease_seen;
+	bool		unfinished;
 
 	jobq_bgw_connect(DatumGetObjectId(main_arg), "jobq worker");
 
@@ -585,7 +615,7 @@ jobq_worker_main(Datum main_arg)
 			proc_exit(0);
 		}
 		lease_seen = pg_atomic_read_u64(&JobqBgw->slots[MySlot].lease_due);
-		if (!WorkerRound(&last_prune, &next_due))
+		if (!WorkerRound(&last_prune, &next_due, &unfinished))
 		{
 			LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 			JobqBgw->slots[MySlot].no_extension_at = looked_at;
@@ -595,7 +625,8 @@ jobq_worker_main(Datum main_arg)
 				ereport(LOG, (errmsg("jobq worker exiting: the extension is no longer installed")));
 			proc_exit(0);
 		}
-		WorkerNoteNextDue(last_prune, next_due, lease_seen, looked_at);
+		/* work left over: due again at once (after the others, in the pool) */
+		WorkerNoteNextDue(last_prune, unfinished ? looked_at : next_due, lease_seen, looked_at);
 
 		/*
 		 * one pass in the shared pool, or a worker of its own that the pool
@@ -603,6 +634,8 @@ jobq_worker_main(Datum main_arg)
 		 */
 		if (one_pass || JobqBgw->pool_mode)
 			proc_exit(0);
+		if (unfinished)
+			continue;
 
 		/*
 		 * Sleep until the database next needs a round: its next schedule
@@ -673,7 +706,7 @@ WorkerStartExecutors(void)
 		LWLockAcquire(JobqBgwLock, LW_SHARED);
 		running = JobqBgw->slots[MySlot].executor_pid[i] != 0;
 		/* executors come out of the same budget as the workers */
-		room = jobq_bgw_processes() + started < jobq_max_workers;
+		room = jobq_bgw_executor_room(started);
 		LWLockRelease(JobqBgwLock);
 		if (!running && executor_handles[i] != NULL)
 		{

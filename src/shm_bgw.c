@@ -304,9 +304,10 @@ ExecutorDetach(int code, Datum arg)
 }
 
 /*
- * Should this executor, idle, leave?  In the shared pool always; with
- * workers of their own when the budget of jobq.max_workers is full and
- * another database's handler jobs wait for a place.
+ * Should this executor, idle, leave?  In the shared pool always, and when a
+ * database waits for a worker; with workers of their own when the budget of
+ * jobq.max_workers is full and another database's handler jobs wait for a
+ * place.
  */
 bool
 jobq_bgw_executor_should_leave(void)
@@ -316,7 +317,7 @@ jobq_bgw_executor_should_leave(void)
 	if (JobqBgw == NULL)
 		return false;
 	LWLockAcquire(JobqBgwLock, LW_SHARED);
-	leave = JobqBgw->pool_mode;
+	leave = JobqBgw->pool_mode || JobqBgw->dbs_waiting;
 	if (!leave && jobq_bgw_processes() >= jobq_max_workers)
 	{
 		for (int i = 0; i < JobqBgw->nslots; i++)
@@ -326,6 +327,22 @@ jobq_bgw_executor_should_leave(void)
 	}
 	LWLockRelease(JobqBgwLock);
 	return leave;
+}
+
+/*
+ * May one more executor start, with starting ones started and not yet
+ * attached (JobqBgwLock held)?  Executors come out of jobq.max_workers,
+ * never while a database waits for a worker, and in the shared pool leave
+ * one place to the workers' passes, so that reaping and firing in every
+ * database always have one.
+ */
+bool
+jobq_bgw_executor_room(int starting)
+{
+	int			reserve = (JobqBgw->pool_mode && jobq_max_workers > 1) ? 1 : 0;
+
+	return !JobqBgw->dbs_waiting &&
+		jobq_bgw_processes() + starting < jobq_max_workers - reserve;
 }
 
 static int	MyExecutorIndex = -1;
@@ -354,7 +371,7 @@ jobq_bgw_executor_attach(int index)
 		 * the one that would exceed jobq.max_workers leaves at once, and its
 		 * database waits for a place to free up.
 		 */
-		if (jobq_bgw_processes() >= jobq_max_workers)
+		if (!jobq_bgw_executor_room(0))
 			slot->executors_wanted = true;
 		else if (slot->executor_pid[index] == 0)
 		{

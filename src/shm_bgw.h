@@ -78,6 +78,7 @@ typedef struct JobqBgwShared
 	TimestampTz launcher_started_at;
 	TimestampTz launcher_cycle_at;	/* when it last looked at pg_database */
 	bool		pool_mode;		/* databases outnumber jobq.max_workers */
+	bool		dbs_waiting;	/* a database due found no place last cycle */
 	int			nslots;
 	JobqDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } JobqBgwShared;
@@ -98,6 +99,7 @@ extern bool jobq_bgw_executor_should_leave(void);
 
 /* the budget of jobq.max_workers (JobqBgwLock held) */
 extern int	jobq_bgw_processes(void);
+extern bool jobq_bgw_executor_room(int starting);
 extern void jobq_bgw_slot_reset(JobqDbSlot *slot, Oid dbid);
 
 /* a claim took leases ending at expires */
