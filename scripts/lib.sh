@@ -197,6 +197,9 @@ BUILD_PACKAGES=("postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" make gc
 # PostgreSQL 17 and later ship pg_bsd_indent (make check-format) with their
 # server headers; for 15 it is a package of its own.
 [ "$PG_MAJOR" -lt 17 ] && BUILD_PACKAGES+=(pg-bsd-indent)
+# Debian's PostgreSQL 18 has its LLVM JIT in a package of its own, which
+# apt installs as a recommendation: a stock server has it (jit = on).
+[ "$PG_MAJOR" -ge 18 ] && BUILD_PACKAGES+=("postgresql-$PG_MAJOR-jit")
 
 # suite_packages SUITE...: the packages the suites need on top of the build
 # ones, one per line.
