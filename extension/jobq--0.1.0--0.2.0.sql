@@ -677,9 +677,8 @@ CREATE TABLE jobq.dependency (
 );
 COMMENT ON TABLE jobq.dependency IS
     'one row per (parent, child) dependency; parent_status is the parent''s outcome once it finished (NULL before)';
-CREATE INDEX dependency_child_idx ON jobq.dependency (child_id, parent_id);
-COMMENT ON INDEX jobq.dependency_child_idx IS
-    'the parents of a job (jobq.parent_results, a retried or unblocked dependent), in parent order';
+CREATE INDEX dependency_child_idx ON jobq.dependency (child_id);
+COMMENT ON INDEX jobq.dependency_child_idx IS 'the parents of a job, for jobq.parent_results';
 -- The edges still to settle, so that settling a parent (or resuming one a
 -- budget cut short) reads only those, however many it settled before.
 CREATE INDEX dependency_unsettled_idx ON jobq.dependency (parent_id, child_id)

@@ -164,16 +164,20 @@ ROLLBACK TO SAVEPOINT s;
 COMMIT;
 SELECT count(*) AS kept FROM jobq.job WHERE job_id >= :gone_parent;
 
--- a tenant may depend only on jobs of queues it holds a capability on, and
--- sees results only of parents whose queue it may work on
+-- a tenant may depend only on jobs of queues it may work on or administer
+-- (enqueue alone is refused: it would let a producer hang dependents on
+-- the queue's jobs), and sees results only of parents whose queue it may
+-- work on
 CREATE ROLE wf_tenant;
 SELECT jobq.grant('tenant_q', 'wf_tenant', 'enqueue');
+SELECT jobq.grant('tenant_adm', 'wf_tenant', 'administer');
 -- (other roles' grants on the queue: the capability checks run statements)
 CREATE ROLE wf_other1;
 CREATE ROLE wf_other2;
 CREATE ROLE wf_other3;
 SELECT count(jobq.grant('tenant_q', r::regrole, 'work')) FROM unnest(ARRAY['wf_other1', 'wf_other2', 'wf_other3']) r;
 SELECT job_id AS secret FROM jobq.enqueue('secret', queue => 'private') \gset
+SELECT job_id AS adm FROM jobq.enqueue('adm', queue => 'tenant_adm') \gset
 SET ROLE wf_tenant;
 -- a job of a queue the role may not use, and one that does not exist: the
 -- same error, naming neither the queue nor whether the job exists
@@ -181,11 +185,26 @@ SELECT * FROM jobq.enqueue('mine', queue => 'tenant_q', depends_on => ARRAY[:sec
 SELECT * FROM jobq.enqueue('mine', queue => 'tenant_q', depends_on => ARRAY[9999999]);
 SELECT job_id AS mine FROM jobq.enqueue('mine', queue => 'tenant_q') \gset
 SELECT job_id AS mine0 FROM jobq.enqueue('mine', queue => 'tenant_q') \gset
+-- enqueue alone on the parents' queue: 42501, whatever the child's queue
+\set VERBOSITY sqlstate
+SELECT * FROM jobq.enqueue('mine2', queue => 'tenant_q', depends_on => ARRAY[:mine, :mine0]);
+SELECT * FROM jobq.enqueue('mine2', queue => 'tenant_adm', depends_on => ARRAY[:mine]);
+\set VERBOSITY default
+SELECT * FROM jobq.enqueue('mine2', queue => 'tenant_q', depends_on => ARRAY[:mine0]);
+-- administer on the parent's queue: allowed
+SELECT job_id AS on_adm FROM jobq.enqueue('on_adm', queue => 'tenant_q', depends_on => ARRAY[:adm]) \gset
+SELECT status FROM jobq.jobs WHERE job_id = :on_adm;
+RESET ROLE;
+-- work on it: allowed
+SELECT jobq.grant('tenant_q', 'wf_tenant', 'work');
+SET ROLE wf_tenant;
 SELECT job_id AS mine2 FROM jobq.enqueue('mine2', queue => 'tenant_q', depends_on => ARRAY[:mine, :mine0]) \gset
 SELECT count(*) AS visible FROM jobq.parent_results(:c);
 SELECT count(*) AS visible FROM jobq.workflow_jobs(:a);
 SELECT job_id IN (:mine, :mine0) AS is_mine, status FROM jobq.parent_results(:mine2);
 RESET ROLE;
+-- enqueue only again: the outcomes, not the results
+SELECT jobq.revoke('tenant_q', 'wf_tenant', 'work');
 SELECT jobq.complete(job_id, lease_token, '{"secret": 1}') FROM jobq.claim('tenant_q', kinds => ARRAY['mine'], batch => 2);
 SET ROLE wf_tenant;
 SELECT status, result FROM jobq.parent_results(:mine2);

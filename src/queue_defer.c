@@ -58,10 +58,14 @@ jobq_id_array(const int64 *ids, int n)
  * next one backs off from 20 ms to jobq.naptime: each parent by its own
  * count, so that one tenant's long hold slows no other's.  A deferral from
  * outside the worker (something new happened to the parent) starts the
- * count again.
+ * count again.  retried marks a parent whose retry passed dependents over
+ * (jobq_parent_retried): the worker gives them the retry's treatment, and
+ * unblocks those it kept blocked, for marked parents only (an unmarked
+ * parent has nothing of the kind to do).
  */
 static bool defer_again = false;
 static SPIPlanPtr plan_defer;
+static SPIPlanPtr plan_resume;
 
 /* Are the deferrals from now on the worker's tries again (see above)? */
 void
@@ -70,43 +74,59 @@ jobq_defer_again_set(bool again)
 	defer_again = again;
 }
 
-static void
-Defer(int64 *parents, int n, bool again)
+/* Sort and deduplicate the n ids in place; how many are left. */
+static int
+DistinctIds(int64 *ids, int n)
 {
-	Oid			types[4] = {INT8ARRAYOID, TIMESTAMPTZOID, BOOLOID, INT4OID};
-	Datum		values[4];
 	int			k = 0;
+
+	qsort(ids, n, sizeof(int64), jobq_id_compare);
+	for (int i = 0; i < n; i++)
+		if (k == 0 || ids[k - 1] != ids[i])
+			ids[k++] = ids[i];
+	return k;
+}
+
+/* Note the parents parents[] in jobq.settle_deferred (see above). */
+static void
+Defer(int64 *parents, int n, bool again, bool retried)
+{
+	Oid			types[5] = {INT8ARRAYOID, TIMESTAMPTZOID, BOOLOID, INT4OID, BOOLOID};
+	Datum		values[5];
+	int			k;
 
 	if (n == 0)
 		return;
-	qsort(parents, n, sizeof(int64), jobq_id_compare);
-	for (int i = 0; i < n; i++)
-		if (k == 0 || parents[k - 1] != parents[i])
-			parents[k++] = parents[i];
+	k = DistinctIds(parents, n);
 	values[0] = jobq_id_array(parents, k);
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
 	values[2] = BoolGetDatum(again);
 	values[3] = Int32GetDatum(jobq_naptime_ms);
+	values[4] = BoolGetDatum(retried);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_defer,
-										   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts)"
-										   " SELECT u.id, $2 + interval '10 ms', 0 FROM unnest($1) AS u(id)"
+										   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts, retried)"
+										   " SELECT u.id, $2 + interval '10 ms', 0, $5 FROM unnest($1) AS u(id)"
 										   " ON CONFLICT (parent_id) DO UPDATE SET"
 										   " attempts = CASE WHEN $3 THEN least(s.attempts + 1, 1000000) ELSE 0 END,"
 										   " retry_at = CASE WHEN $3 THEN $2 + least($4::float8,"
 										   " 10 * power(2, least(s.attempts + 1, 20))) * interval '1 ms'"
-										   " ELSE least(s.retry_at, excluded.retry_at) END",
-										   4, types),
+										   " ELSE least(s.retry_at, excluded.retry_at) END,"
+										   " retried = s.retried OR excluded.retried",
+										   5, types),
 						 values, NULL, SPI_OK_INSERT);
 	/* a first deferral wakes the worker at commit; its own tries back off */
 	if (!again)
 		jobq_bgw_wake_worker_at_commit();
 }
 
-/* Defer the parents parents[] (sorted and deduplicated in place). */
+/*
+ * Defer the parents parents[] (sorted and deduplicated in place); retried:
+ * a retry of theirs passed dependents over (see above).
+ */
 void
-jobq_defer_parents(int64 *parents, int n)
+jobq_defer_parents(int64 *parents, int n, bool retried)
 {
-	Defer(parents, n, defer_again);
+	Defer(parents, n, defer_again, retried);
 }
 
 /* The worker's try on the parents ids[] failed: count it, and back off. */
@@ -116,8 +136,40 @@ jobq_defer_again(const int64 *ids, int n)
 	int64	   *copy = palloc(sizeof(int64) * Max(n, 1));
 
 	memcpy(copy, ids, sizeof(int64) * n);
-	Defer(copy, n, true);
+	Defer(copy, n, true, false);
 	pfree(copy);
+}
+
+/*
+ * A settle or a retry that ran out of its budget (a background pass's,
+ * jobq_budget_spent) hands what it has not done to the next pass: the
+ * parents parents[] (sorted and deduplicated in place) are due again now,
+ * with their count of tries as it is (nothing was held), and marked
+ * retried when it is a retry's treatment they still need.  Due after the
+ * start of the pass that defers them, they outlive its clean-up (the
+ * worker deletes only the rows that were due when it began).
+ */
+void
+jobq_defer_resume(int64 *parents, int n, bool retried)
+{
+	Oid			types[3] = {INT8ARRAYOID, TIMESTAMPTZOID, BOOLOID};
+	Datum		values[3];
+	int			k;
+
+	if (n == 0)
+		return;
+	k = DistinctIds(parents, n);
+	values[0] = jobq_id_array(parents, k);
+	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	values[2] = BoolGetDatum(retried);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_resume,
+										   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts, retried)"
+										   " SELECT u.id, $2, 0, $3 FROM unnest($1) AS u(id)"
+										   " ON CONFLICT (parent_id) DO UPDATE SET retry_at = excluded.retry_at,"
+										   " retried = s.retried OR excluded.retried",
+										   3, types),
+						 values, NULL, SPI_OK_INSERT);
+	jobq_bgw_wake_worker_at_commit();
 }
 
 /*

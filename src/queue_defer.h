@@ -16,7 +16,8 @@ extern Datum jobq_id_array(const int64 *ids, int n);
 
 /* SPI must be connected, as the extension owner. */
 extern int	jobq_lock_children(const int64 *ids, int n, int64 *locked);
-extern void jobq_defer_parents(int64 *parents, int n);
+extern void jobq_defer_parents(int64 *parents, int n, bool retried);
+extern void jobq_defer_resume(int64 *parents, int n, bool retried);
 extern void jobq_defer_again_set(bool again);
 extern void jobq_defer_again(const int64 *ids, int n);
 extern int	jobq_result_ids(int64 **out);

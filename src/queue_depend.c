@@ -40,7 +40,9 @@
 #include "acl.h"
 #include "args.h"
 #include "guc.h"
+#include "queue_decide.h"
 #include "queue_depend.h"
+#include "queue_edges.h"
 #include "queue_settle.h"
 #include "spi_plan.h"
 
@@ -53,7 +55,6 @@ static SPIPlanPtr plan_record;
 static SPIPlanPtr plan_lock_at_commit;
 static SPIPlanPtr plan_lock_nowait;
 static SPIPlanPtr plan_lock_wait;
-static SPIPlanPtr plan_lost_parent;
 static SPIPlanPtr plan_parents_json;
 
 /*
@@ -143,23 +144,70 @@ FinishedStatus(const char *status)
 	return 0;
 }
 
-/* The permission error for a parent the caller may not depend on (or that it cannot see). */
+/*
+ * The permission error for a parent the caller may not depend on (or that
+ * it cannot see); queue, when the caller may see the parent's queue (it
+ * holds enqueue there), is named in the detail.
+ */
 static void
-NoParent(int64 id)
+NoParent(int64 id, const char *queue)
 {
+	if (queue != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to depend on job %lld", (long long) id),
+				 errdetail("Its queue \"%s\" grants this role enqueue only.", queue),
+				 errhint("Depending on a job needs the work or administer capability on its"
+						 " queue (jobq.grant).")));
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied to depend on job %lld", (long long) id),
-			 errhint("A job may depend only on existing jobs of queues its role holds a capability"
-					 " on (jobq.grant).")));
+			 errhint("A job may depend only on existing jobs of queues its role may work on"
+					 " or administer (jobq.grant).")));
+}
+
+/* What a caller may do with the jobs of one queue, for jobq_parents_read. */
+typedef struct QueueRight
+{
+	char	   *queue;
+	bool		work;			/* work or administer */
+	bool		enqueue;		/* enqueue (only asked when not work) */
+} QueueRight;
+
+/*
+ * The caller's right over queue, asked once per queue of a call (the
+ * parents of a fan-in are mostly in one queue).
+ */
+static QueueRight *
+RightOver(List **rights, Oid caller, const char *queue)
+{
+	ListCell   *lc;
+	QueueRight *r;
+
+	foreach(lc, *rights)
+	{
+		r = (QueueRight *) lfirst(lc);
+		if (strcmp(r->queue, queue) == 0)
+			return r;
+	}
+	r = palloc(sizeof(QueueRight));
+	r->queue = pstrdup(queue);
+	r->work = jobq_may(caller, queue, JOBQ_CAP_WORK);
+	r->enqueue = !r->work && jobq_may(caller, queue, JOBQ_CAP_ENQUEUE);
+	*rights = lappend(*rights, r);
+	return r;
 }
 
 /*
- * Read p's parents: check that each exists and that caller holds a
- * capability on its queue, and note their outcomes.  A parent that does
- * not exist is 23503 for a caller who sees every queue; for anyone else it
- * is the same 42501 as a parent in a queue they may not use, so that job
- * ids and queue names of others cannot be probed.
+ * Read p's parents: check that each exists and that caller may work on (or
+ * administer) its queue, and note their outcomes.  Every dependent costs
+ * the parent's tenant: it is settled in the transaction that finishes the
+ * parent (that tenant's worker's complete, or the reaper), so enqueue alone
+ * is not enough, or a producer could hang any number of dependents on
+ * another tenant's jobs and slow down each of their completions.  A
+ * parent that does not exist is 23503 for a caller who sees every queue;
+ * for anyone else it is the same 42501 as a parent in a queue they may not
+ * use, so that job ids and queue names of others cannot be probed.
  */
 void
 jobq_parents_read(JobqParents *p, Oid caller)
@@ -170,6 +218,7 @@ jobq_parents_read(JobqParents *p, Oid caller)
 	uint64		nrows;
 	uint64		k = 0;
 	bool		sees_all;
+	List	   *rights = NIL;
 
 	if (!jobq_depend_installed())
 		ereport(ERROR,
@@ -208,9 +257,15 @@ jobq_parents_read(JobqParents *p, Oid caller)
 					 errmsg("depends_on names job %lld, which does not exist", (long long) p->ids[i]),
 					 errhint("Parents must exist when the job is enqueued: enqueue them first"
 							 " (in the same transaction is fine).")));
-		if (queue == NULL ||
-			(!jobq_may(caller, queue, JOBQ_CAP_ENQUEUE) && !jobq_may(caller, queue, JOBQ_CAP_WORK)))
-			NoParent(p->ids[i]);
+		if (queue == NULL)
+			NoParent(p->ids[i], NULL);
+		if (!sees_all)
+		{
+			QueueRight *right = RightOver(&rights, caller, queue);
+
+			if (!right->work)
+				NoParent(p->ids[i], right->enqueue ? queue : NULL);
+		}
 		if (FinishedStatus(status) != 0)
 		{
 			p->statuses[i] = CStringGetTextDatum(status);
@@ -326,6 +381,7 @@ SettleAtCommit(void)
 	SPITupleTable *tt;
 	uint64		nrows;
 	int			i = 0;
+	JobqReader *reader;
 
 	foreach(lc, commit_parents)
 		parents[n++] = *(RememberedParent *) lfirst(lc);
@@ -376,26 +432,25 @@ SettleAtCommit(void)
 	 * A parent gone meanwhile (purged or pruned, so it had finished) with a
 	 * dependency of ours still unsettled: its outcome is unknown.  (One whose
 	 * dependency rows a rolled-back subtransaction took along is of no
-	 * concern.)
+	 * concern.)  A probe of the job's primary key per parent, and for a
+	 * parent gone one of the index of unsettled edges.
 	 */
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_lost_parent,
-										   "SELECT d.parent_id FROM jobq.dependency d"
-										   " WHERE d.parent_id = ANY ($1) AND d.parent_status IS NULL"
-										   " AND NOT EXISTS (SELECT FROM jobq.job j WHERE j.job_id = d.parent_id)"
-										   " LIMIT 1",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	reader = jobq_reader_open();
+	for (int k = 0; k < nids; k++)
 	{
-		bool		isnull;
+		JobqEdge	e;
 
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("parent job %lld was deleted before the transaction that depends on it committed",
-						(long long) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-																SPI_tuptable->tupdesc, 1, &isnull))),
-				 errhint("A finished job can be pruned or purged at any time; retry the transaction.")));
+		if (jobq_job_status(reader, ids[k]) != 0)
+			continue;
+		jobq_edges_from(reader, JOBQ_UNSETTLED_OF_PARENT, ids[k], PG_INT64_MIN);
+		if (jobq_edges_next(reader, &e))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("parent job %lld was deleted before the transaction that depends on it committed",
+							(long long) ids[k]),
+					 errhint("A finished job can be pruned or purged at any time; retry the transaction.")));
 	}
+	jobq_reader_close(reader);
 	jobq_parents_finished(ids, nids, now);
 	jobq_owner_end(&saved);
 	PopActiveSnapshot();

@@ -2,60 +2,65 @@
  *
  * queue_settle.c
  *	  Workflows, the finishing side: settling the dependents of jobs that
- *	  finished (unblocked, or cancelled in turn), what a retried parent gives
- *	  back, and what a retried dependent waits for.
+ *	  finished (unblocked, or cancelled in turn), what a retried parent
+ *	  gives back, what a retried dependent waits for, and the background
+ *	  worker's settling again of deferred parents.
  *
  * Every path that ends a job (complete, complete_many, fail for good, lease
  * expired for good, cancel) calls jobq_parents_finished; retry calls
- * jobq_parent_retried.  The dependents of a finished job are found through
- * jobq.dependency's primary key (parent_id, child_id) under the latest
- * snapshot, so a REPEATABLE READ completion sees dependencies committed
- * after its snapshot was taken; settling is O(children), a few statements
- * per round whatever their number, and locks the children's counters in
- * child order.  How the enqueue side closes the race with a parent that
- * finishes meanwhile is in queue_depend.c.  A database still at 0.1.0 has
- * no such tables and pays one catalog lookup.
+ * jobq_parent_retried.  How the enqueue side closes the race with a parent
+ * that finishes meanwhile is in queue_depend.c.
+ *
+ * Settling reads jobq.dependency and the jobs it names by index probes
+ * under the latest snapshot (queue_edges.c), so that a REPEATABLE READ
+ * completion sees dependencies committed after its snapshot was taken, and
+ * so that each read costs the rows it concerns whatever the statistics say.
+ * It writes edges by the row versions it read (ctid = ANY), and jobs and
+ * counters through arrays of ids joined to their primary keys: statements
+ * whose plans have nothing to choose that reads more.  A settle is
+ * O(children): chunks of JOBQ_SETTLE_CHUNK edges, a few statements each,
+ * the chunk's children locked in child order.
+ *
+ * Budget.  Inside a budget (a background pass: jobq_budget_start), a
+ * settle or a retry's treatment that finds the budget spent at a chunk
+ * boundary stops there and hands the rest to the next pass through
+ * jobq.settle_deferred (jobq_defer_resume): the parents whose edges it has
+ * not settled yet, and the dependents it cancelled (or blocked again) whose
+ * own dependents it has not reached.  So a cascade down a chain of 1,000
+ * jobs takes several passes, none spending much more than its budget on
+ * it, and a pass that settles deferred parents again always makes progress
+ * (SettleProgressOwed).  A client's own complete, fail, cancel or
+ * retry has no budget and settles its whole cascade.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/genam.h"
-#include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "executor/tuptable.h"
 #include "miscadmin.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
-#include "utils/snapmgr.h"
 
-#include "compat.h"
+#include "contain.h"
 #include "queue_defer.h"
+#include "queue_edges.h"
 #include "queue_settle.h"
-#include "shm_queue.h"
 #include "spi_plan.h"
 
-/* Edges settled per statement: a parent with a million children settles in chunks. */
-#define JOBQ_SETTLE_CHUNK	10000
-
-static SPIPlanPtr plan_settle_edges;
-static SPIPlanPtr plan_take_edges;
-static SPIPlanPtr plan_count_down;
-static SPIPlanPtr plan_unblock;
-static SPIPlanPtr plan_cancel;
-static SPIPlanPtr plan_retried_children;
 static SPIPlanPtr plan_retried;
 static SPIPlanPtr plan_retry_child;
 static SPIPlanPtr plan_retry_count;
-static SPIPlanPtr plan_retry_bad;
 static SPIPlanPtr plan_again_lock;
 static SPIPlanPtr plan_again_exists;
+static SPIPlanPtr plan_again_unmark;
 static SPIPlanPtr plan_again_ready;
-static SPIPlanPtr plan_again_retried;
-static SPIPlanPtr plan_again_held;
+
+/*
+ * Set while the worker settles deferred parents again, until a chunk has
+ * been done: a pass must make progress whatever it spent before.
+ */
+static bool progress_owed = false;
 
 /* Does this database have the dependency tables (0.2.0 on)? */
 bool
@@ -66,444 +71,390 @@ jobq_depend_installed(void)
 	return OidIsValid(nsp) && OidIsValid(get_relname_relid("dependency", nsp));
 }
 
+/* A pass that settles deferred parents again owes progress (see above). */
+static void
+SettleProgressOwed(bool owed)
+{
+	progress_owed = owed;
+}
+
 /*
- * Is any of ids[] a parent?  One probe of jobq.dependency's primary key per
- * id, under the latest snapshot (see the file header), without a statement:
- * this runs in every completion.
+ * Is the budget of the background pass this runs in spent (never, outside
+ * one), and no chunk owed?  A chunk done pays what was owed.
  */
 static bool
-AnyDependents(const int64 *ids, int n)
+OutOfBudget(bool chunk_done)
 {
-	Oid			nsp = get_namespace_oid("jobq", true);
-	Oid			relid = OidIsValid(nsp) ? get_relname_relid("dependency", nsp) : InvalidOid;
-	Oid			idxid = OidIsValid(nsp) ? get_relname_relid("dependency_pkey", nsp) : InvalidOid;
-	Relation	rel;
-	Relation	idx;
-	Snapshot	snap;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
-	bool		found = false;
-
-	if (!OidIsValid(relid) || !OidIsValid(idxid) || n == 0)
-		return false;
-	rel = table_open(relid, AccessShareLock);
-	idx = index_open(idxid, AccessShareLock);
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	scan = index_beginscan_compat(rel, idx, snap, 1, 0);
-	slot = table_slot_create(rel, NULL);
-	for (int i = 0; i < n && !found; i++)
-	{
-		ScanKeyData key;
-
-		ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(ids[i]));
-		index_rescan(scan, &key, 1, NULL, 0);
-		found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	}
-	ExecDropSingleTupleTableSlot(slot);
-	index_endscan(scan);
-	UnregisterSnapshot(snap);
-	index_close(idx, AccessShareLock);
-	table_close(rel, AccessShareLock);
-	return found;
+	if (chunk_done)
+		progress_owed = false;
+	return !progress_owed && jobq_budget_spent();
 }
 
-/*
- * Blocked jobs ids[] (ascending) to pending, into jobq.ready (due) or
- * jobq.scheduled, noted for the claim positions; the others (cancelled
- * meanwhile) are left alone, and so is one with a stale edge: settled with
- * an outcome its parent no longer has (the parent was retried, and its
- * retry passed this job over: see jobq_parent_retried).  Such a parent is
- * always in jobq.settle_deferred (the retry noted it in the same
- * transaction), which keeps the check cheap, and the worker's settling of
- * it (jobq_settle_again) needs this job's row lock to mend the edge, so it
- * cannot miss a count that reached 0 meanwhile.
- */
-void
-jobq_unblock_all(const int64 *ids, int n, TimestampTz now)
+/* One jobq_parents_finished: its reader, and the parents it defers. */
+typedef struct SettleState
 {
-	Oid			types[2] = {INT8ARRAYOID, TIMESTAMPTZOID};
-	Datum		values[2];
-	SPITupleTable *tt;
+	JobqReader *reader;
+	TimestampTz now;
+	int64	   *held;			/* parents of children another transaction
+								 * holds */
+	int			nheld;
+	int			capheld;
+} SettleState;
 
-	if (n == 0)
-		return;
-	values[0] = jobq_id_array(ids, n);
-	values[1] = TimestampTzGetDatum(now);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_unblock,
-										   "WITH j AS (UPDATE jobq.job SET status = 'pending', updated_at = $2"
-										   " WHERE job_id = ANY ($1) AND status = 'blocked'"
-										   " AND NOT EXISTS (SELECT FROM jobq.settle_deferred s"
-										   " JOIN jobq.dependency d ON d.parent_id = s.parent_id"
-										   " JOIN jobq.job p ON p.job_id = s.parent_id"
-										   " WHERE d.child_id = jobq.job.job_id AND d.parent_status IS NOT NULL"
-										   " AND d.parent_status IS DISTINCT FROM CASE WHEN p.status"
-										   " IN ('completed', 'failed', 'cancelled') THEN p.status END)"
-										   " RETURNING job_id, queue, kind, priority, concurrency_key, run_at),"
-										   " r AS (INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id,"
-										   " kind, concurrency_key) SELECT queue, -priority, run_at, job_id, kind,"
-										   " concurrency_key FROM j WHERE run_at <= $2),"
-										   " s AS (INSERT INTO jobq.scheduled (queue, priority, run_at, job_id,"
-										   " kind, concurrency_key) SELECT queue, priority, run_at, job_id, kind,"
-										   " concurrency_key FROM j WHERE run_at > $2)"
-										   " SELECT queue, priority, run_at, job_id FROM j",
-										   2, types),
-						 values, NULL, SPI_OK_SELECT);
-	tt = SPI_tuptable;
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-		char	   *queue = SPI_getvalue(tt->vals[r], tt->tupdesc, 1);
-		int32		priority = DatumGetInt32(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
-		TimestampTz run_at = DatumGetTimestampTz(SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &isnull));
-		JobqClaimPos pos = {-priority, run_at,
-		DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 4, &isnull))};
-
-		if (run_at <= now)
-			jobq_state_note_ready(queue, &pos);
-		else
-			jobq_state_note_scheduled(queue, run_at);
-		pfree(queue);
-	}
-	SPI_freetuptable(tt);
-}
-
-/*
- * Blocked jobs ids[] (ascending) cancelled because their parents bad[] did
- * not complete; *next gets those that were (the others were not blocked
- * any more), whose own dependents are to be settled in turn.
- */
-int
-jobq_cancel_all(const int64 *ids, const int64 *bad, int n, TimestampTz now, int64 *next)
-{
-	Oid			types[3] = {INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZOID};
-	Datum		values[3];
-	int			nnext = 0;
-
-	if (n == 0)
-		return 0;
-	values[0] = jobq_id_array(ids, n);
-	values[1] = jobq_id_array(bad, n);
-	values[2] = TimestampTzGetDatum(now);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_cancel,
-										   "WITH j AS (UPDATE jobq.job j SET status = 'cancelled', finished_at = $3,"
-										   " updated_at = $3, last_error = 'parent job ' || u.bad || ' did not complete'"
-										   " FROM unnest($1, $2) AS u(id, bad)"
-										   " WHERE j.job_id = u.id AND j.status = 'blocked' RETURNING j.job_id, u.bad)"
-										   " UPDATE jobq.dependent t SET failed_parent = j.bad FROM j"
-										   " WHERE t.job_id = j.job_id RETURNING t.job_id",
-										   3, types),
-						 values, NULL, SPI_OK_UPDATE_RETURNING);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-
-		next[nnext++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-													SPI_tuptable->tupdesc, 1, &isnull));
-	}
-	SPI_freetuptable(SPI_tuptable);
-	return nnext;
-}
-
-/* An edge a settle took: its child, its parent, whether the parent completed. */
-typedef struct SettledEdge
-{
-	int64		child;
-	int64		parent;
-	bool		completed;
-} SettledEdge;
-
-/* qsort comparator for settled edges, by child. */
-static int
-EdgeCompare(const void *a, const void *b)
-{
-	return jobq_id_compare(&((const SettledEdge *) a)->child, &((const SettledEdge *) b)->child);
-}
-
-/* The position a settle's chunks have reached, (child, parent) order. */
-typedef struct SettleCursor
-{
-	int64		child;
-	int64		parent;
-	int64	   *deferred;		/* parents of children that were locked */
-	int			ndeferred;
-	int			cap;
-} SettleCursor;
-
+/* Note parent, whose child another transaction holds, for deferral. */
 static void
-CursorDefer(SettleCursor *cur, int64 parent)
+NoteHeld(SettleState *st, int64 parent)
 {
-	if (cur->ndeferred >= cur->cap)
+	if (st->nheld >= st->capheld)
 	{
-		cur->cap = Max(16, cur->cap * 2);
-		cur->deferred = cur->deferred ? repalloc_huge(cur->deferred, sizeof(int64) * cur->cap)
-			: palloc(sizeof(int64) * cur->cap);
+		st->capheld = Max(16, st->capheld * 2);
+		st->held = st->held ? repalloc_huge(st->held, sizeof(int64) * st->capheld)
+			: palloc(sizeof(int64) * st->capheld);
 	}
-	cur->deferred[cur->ndeferred++] = parent;
+	st->held[st->nheld++] = parent;
 }
 
 /*
- * One chunk (up to JOBQ_SETTLE_CHUNK edges past *cur; *more when there may
- * be more) of a round of jobq_parents_finished over the parents ids[]: the
- * unsettled edges of those parents that have finished, and their children,
- * locked in child order (two rounds sharing children cannot deadlock) and
- * without waiting: a child another transaction holds is passed over and
- * its parent deferred.  The edges of the children locked take their
- * parents' outcomes, each child's counter goes down by its edges, and the
- * children are decided: cancelled (a parent did not complete and they do
- * not run on failure) or unblocked (no parent left).  Returns how many
- * were cancelled, their ids in *next (palloc'd).
+ * One chunk of a round over the finished parents round[] (ascending, n of
+ * them, their outcomes in outcomes[]): up to JOBQ_SETTLE_CHUNK unsettled
+ * edges from (round[*pi], child *after) on, read through
+ * dependency_unsettled_idx; *pi and *after end where the chunk did, *more
+ * when the round may have more.  The chunk's children are locked in child
+ * order (two settles sharing children cannot deadlock within a chunk)
+ * without waiting: a child another transaction holds is passed over and its
+ * parent deferred.  Then the edges of the children locked are taken
+ * (jobq_take_edges).  Returns how many were cancelled, their ids in *next.
  */
 static int
-SettleChunk(const int64 *ids, int n, TimestampTz now, SettleCursor *cur,
-			int64 **next, bool *more)
+SettleChunk(SettleState *st, const int64 *round, const char *outcomes, int n,
+			int *pi, int64 *after, int64 **next, bool *more)
 {
-	Oid			types[2] = {INT8ARRAYOID, INT4ARRAYOID};
-	Oid			cand_types[4] = {INT8ARRAYOID, INT4OID, INT8OID, INT8OID};
-	Oid			edge_types[2] = {INT8ARRAYOID, INT8ARRAYOID};
-	Datum		values[4];
-	SPITupleTable *tt;
-	uint64		ncand;
-	int64	   *cand_child;
-	int64	   *cand_parent;
+	JobqSettledEdge *cand = palloc(sizeof(JobqSettledEdge) * JOBQ_SETTLE_CHUNK);
+	int			ncand = 0;
 	int64	   *distinct;
 	int			ndistinct = 0;
 	int64	   *locked;
 	int			nlocked;
 	int			nedges = 0;
-	uint64		nsettled;
-	SettledEdge *edges;
-	int64	   *children;
-	Datum	   *counts;
-	int64	   *bad;
-	int			nchildren = 0;
-	int64	   *unblock;
-	int			nunblock = 0;
-	int64	   *cancel;
-	int64	   *cancel_bad;
-	int			ncancel = 0;
+	int			ncancelled;
 
 	*next = NULL;
-	values[0] = jobq_id_array(ids, n);
-	values[1] = Int32GetDatum(JOBQ_SETTLE_CHUNK);
-	values[2] = Int64GetDatum(cur->child);
-	values[3] = Int64GetDatum(cur->parent);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_settle_edges,
-										   "SELECT e.child_id, e.parent_id FROM jobq.dependency e"
-										   " JOIN jobq.job p ON p.job_id = e.parent_id"
-										   " WHERE e.parent_id = ANY ($1) AND e.parent_status IS NULL"
-										   " AND p.status IN ('completed', 'failed', 'cancelled')"
-										   " AND (e.child_id, e.parent_id) > ($3, $4)"
-										   " ORDER BY e.child_id, e.parent_id LIMIT $2",
-										   4, cand_types),
-						 values, NULL, SPI_OK_SELECT);
-	tt = SPI_tuptable;
-	ncand = SPI_processed;
-	*more = ncand >= JOBQ_SETTLE_CHUNK;
+	jobq_reader_refresh(st->reader);
+	while (*pi < n && ncand < JOBQ_SETTLE_CHUNK)
+	{
+		JobqEdge	e;
+
+		jobq_edges_from(st->reader, JOBQ_UNSETTLED_OF_PARENT, round[*pi], *after);
+		while (ncand < JOBQ_SETTLE_CHUNK && jobq_edges_next(st->reader, &e))
+		{
+			cand[ncand].child = e.child;
+			cand[ncand].parent = e.parent;
+			cand[ncand].tid = e.tid;
+			cand[ncand++].outcome = outcomes[*pi];
+			*after = e.child;
+		}
+		if (ncand >= JOBQ_SETTLE_CHUNK)
+			break;				/* this parent may have more */
+		(*pi)++;
+		*after = PG_INT64_MIN;
+	}
+	jobq_edges_done(st->reader);
+	*more = *pi < n;
 	if (ncand == 0)
 	{
-		SPI_freetuptable(tt);
+		pfree(cand);
 		return 0;
 	}
-	cand_child = palloc(sizeof(int64) * ncand);
-	cand_parent = palloc(sizeof(int64) * ncand);
-	distinct = palloc(sizeof(int64) * ncand);
-	for (uint64 r = 0; r < ncand; r++)
-	{
-		bool		isnull;
-
-		cand_child[r] = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
-		cand_parent[r] = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
-		if (ndistinct == 0 || distinct[ndistinct - 1] != cand_child[r])
-			distinct[ndistinct++] = cand_child[r];
-	}
-	SPI_freetuptable(tt);
-	cur->child = cand_child[ncand - 1];
-	cur->parent = cand_parent[ncand - 1];
 
 	/* the children to settle, locked; the edges of the others wait */
+	qsort(cand, ncand, sizeof(JobqSettledEdge), jobq_edge_compare);
+	distinct = palloc(sizeof(int64) * ncand);
+	for (int i = 0; i < ncand; i++)
+		if (ndistinct == 0 || distinct[ndistinct - 1] != cand[i].child)
+			distinct[ndistinct++] = cand[i].child;
 	locked = palloc(sizeof(int64) * ndistinct);
 	nlocked = jobq_lock_children(distinct, ndistinct, locked);
-	for (uint64 r = 0, i = 0; r < ncand; r++)
+	for (int r = 0, i = 0; r < ncand; r++)
 	{
-		while (i < (uint64) nlocked && locked[i] < cand_child[r])
+		while (i < nlocked && locked[i] < cand[r].child)
 			i++;
-		if (i < (uint64) nlocked && locked[i] == cand_child[r])
-		{
-			cand_child[nedges] = cand_child[r];
-			cand_parent[nedges++] = cand_parent[r];
-		}
+		if (i < nlocked && locked[i] == cand[r].child)
+			cand[nedges++] = cand[r];
 		else
-			CursorDefer(cur, cand_parent[r]);
+			NoteHeld(st, cand[r].parent);
 	}
-	if (nedges == 0)
-		return 0;
-	values[0] = jobq_id_array(cand_child, nedges);
-	values[1] = jobq_id_array(cand_parent, nedges);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_take_edges,
-										   "UPDATE jobq.dependency d SET parent_status = p.status"
-										   " FROM unnest($1, $2) AS u(child, parent), jobq.job p"
-										   " WHERE d.parent_id = u.parent AND d.child_id = u.child"
-										   " AND d.parent_status IS NULL AND p.job_id = u.parent"
-										   " RETURNING d.child_id, d.parent_id, d.parent_status = 'completed'",
-										   2, edge_types),
-						 values, NULL, SPI_OK_UPDATE_RETURNING);
-	tt = SPI_tuptable;
-	nsettled = SPI_processed;
-	if (nsettled == 0)
-	{
-		SPI_freetuptable(tt);
-		return 0;
-	}
-	edges = palloc(sizeof(SettledEdge) * nsettled);
-	for (uint64 r = 0; r < nsettled; r++)
-	{
-		bool		isnull;
-
-		edges[r].child = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
-		edges[r].parent = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
-		edges[r].completed = DatumGetBool(SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &isnull));
-	}
-	SPI_freetuptable(tt);
-	qsort(edges, nsettled, sizeof(SettledEdge), EdgeCompare);
-
-	/*
-	 * per child: how many of its parents finished, the first that did not
-	 * complete
-	 */
-	children = palloc(sizeof(int64) * nsettled);
-	counts = palloc(sizeof(Datum) * nsettled);
-	bad = palloc(sizeof(int64) * nsettled);
-	for (uint64 r = 0; r < nsettled; r++)
-	{
-		if (nchildren == 0 || children[nchildren - 1] != edges[r].child)
-		{
-			children[nchildren] = edges[r].child;
-			counts[nchildren] = Int32GetDatum(0);
-			bad[nchildren++] = 0;
-		}
-		counts[nchildren - 1] = Int32GetDatum(DatumGetInt32(counts[nchildren - 1]) + 1);
-		if (!edges[r].completed &&
-			(bad[nchildren - 1] == 0 || edges[r].parent < bad[nchildren - 1]))
-			bad[nchildren - 1] = edges[r].parent;
-	}
-
-	values[0] = jobq_id_array(children, nchildren);
-	values[1] = PointerGetDatum(construct_array(counts, nchildren, INT4OID, 4, true, TYPALIGN_INT));
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_count_down,
-										   "UPDATE jobq.dependent t SET parents_left = t.parents_left - u.n"
-										   " FROM unnest($1, $2) AS u(id, n) WHERE t.job_id = u.id"
-										   " RETURNING t.job_id, t.parents_left, t.on_parent_failure = 'run'",
-										   2, types),
-						 values, NULL, SPI_OK_UPDATE_RETURNING);
-	tt = SPI_tuptable;
-	unblock = palloc(sizeof(int64) * nchildren);
-	cancel = palloc(sizeof(int64) * nchildren);
-	cancel_bad = palloc(sizeof(int64) * nchildren);
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-		int64		child = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
-		int32		left = DatumGetInt32(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
-		bool		run = DatumGetBool(SPI_getbinval(tt->vals[r], tt->tupdesc, 3, &isnull));
-		int64	   *at = bsearch(&child, children, nchildren, sizeof(int64), jobq_id_compare);
-		int64		b = at ? bad[at - children] : 0;
-
-		if (b != 0 && !run)
-		{
-			cancel[ncancel] = child;
-			cancel_bad[ncancel++] = b;
-		}
-		else if (left == 0)
-			unblock[nunblock++] = child;
-	}
-	SPI_freetuptable(tt);
-
-	/* in child order, as the counters were locked */
-	qsort(unblock, nunblock, sizeof(int64), jobq_id_compare);
-	jobq_unblock_all(unblock, nunblock, now);
-	if (ncancel > 1)
-	{
-		/* sort the pairs by child */
-		SettledEdge *pairs = palloc(sizeof(SettledEdge) * ncancel);
-
-		for (int i = 0; i < ncancel; i++)
-		{
-			pairs[i].child = cancel[i];
-			pairs[i].parent = cancel_bad[i];
-		}
-		qsort(pairs, ncancel, sizeof(SettledEdge), EdgeCompare);
-		for (int i = 0; i < ncancel; i++)
-		{
-			cancel[i] = pairs[i].child;
-			cancel_bad[i] = pairs[i].parent;
-		}
-	}
-	*next = palloc(sizeof(int64) * Max(ncancel, 1));
-	ncancel = jobq_cancel_all(cancel, cancel_bad, ncancel, now, *next);
-	pfree(edges);
-	pfree(cand_child);
-	pfree(cand_parent);
+	ncancelled = nedges > 0 ? jobq_take_edges(cand, nedges, st->now, next) : 0;
+	pfree(cand);
 	pfree(distinct);
 	pfree(locked);
-	pfree(children);
-	pfree(counts);
-	pfree(bad);
-	pfree(unblock);
-	pfree(cancel);
-	pfree(cancel_bad);
-	return ncancel;
+	return ncancelled;
+}
+
+/*
+ * The jobs ids[] that have finished, sorted and deduplicated into *out
+ * (palloc'd), their outcomes into *outcomes; how many.
+ */
+static int
+FinishedOf(SettleState *st, const int64 *ids, int n, int64 **out, char **outcomes)
+{
+	int64	   *sorted = palloc(sizeof(int64) * Max(n, 1));
+	int			k = 0;
+
+	memcpy(sorted, ids, sizeof(int64) * n);
+	qsort(sorted, n, sizeof(int64), jobq_id_compare);
+	*out = palloc(sizeof(int64) * Max(n, 1));
+	*outcomes = palloc(Max(n, 1));
+	jobq_reader_refresh(st->reader);
+	for (int i = 0; i < n; i++)
+	{
+		char		s;
+
+		if (i > 0 && sorted[i] == sorted[i - 1])
+			continue;
+		s = jobq_job_status(st->reader, sorted[i]);
+		if (JOBQ_FINISHED(s))
+		{
+			(*out)[k] = sorted[i];
+			(*outcomes)[k++] = s;
+		}
+	}
+	pfree(sorted);
+	return k;
 }
 
 /*
  * Settle the dependents of the jobs ids[] that have finished (the others
  * are passed over), round after round: the dependents a round cancels
  * settle their own in the next.  The parents of dependents another
- * transaction holds are deferred to the background worker.  SPI
- * connected, as the extension owner.
+ * transaction holds are deferred to the background worker, and so is the
+ * rest of the cascade once a background pass's budget is spent (see the
+ * file header).  SPI connected, as the extension owner.
  */
 void
 jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 {
+	SettleState st = {0};
 	int64	   *round;
-	int			nround = n;
-	SettleCursor cur = {0, 0, NULL, 0, 0};
+	char	   *outcomes;
+	int			nround;
 
-	if (!AnyDependents(ids, n))
+	if (!jobq_any_dependents(ids, n))
 		return;
-	round = palloc(sizeof(int64) * Max(n, 1));
-	memcpy(round, ids, sizeof(int64) * n);
+	st.reader = jobq_reader_open();
+	st.now = now;
+	nround = FinishedOf(&st, ids, n, &round, &outcomes);
+	if (nround > 0 && OutOfBudget(false))
+	{
+		jobq_defer_resume(round, nround, false);
+		nround = 0;
+	}
 	while (nround > 0)
 	{
 		int64	   *cancelled = NULL;
 		int			ncancelled = 0;
+		int			pi = 0;
+		int64		after = PG_INT64_MIN;
 		bool		more;
+		bool		spent;
+		bool		cut = false;
 
 		/* the round's edges a chunk at a time: memory stays bounded */
-		cur.child = cur.parent = 0;
 		do
 		{
 			int64	   *next;
 			int			k;
 
 			CHECK_FOR_INTERRUPTS();
-			k = SettleChunk(round, nround, now, &cur, &next, &more);
+			k = SettleChunk(&st, round, outcomes, nround, &pi, &after, &next, &more);
 			if (k > 0)
 			{
-				cancelled = cancelled ? repalloc(cancelled, sizeof(int64) * (ncancelled + k))
+				cancelled = cancelled ? repalloc_huge(cancelled, sizeof(int64) * (ncancelled + k))
 					: palloc(sizeof(int64) * k);
 				memcpy(cancelled + ncancelled, next, sizeof(int64) * k);
 				ncancelled += k;
 			}
 			if (next)
 				pfree(next);
-		} while (more);
+			spent = OutOfBudget(true);
+			cut = (more || ncancelled > 0) && spent;
+		} while (more && !cut);
+		if (cut)
+		{
+			/* the rest of this round, and the next one, for the next pass */
+			if (more)
+				jobq_defer_resume(round + pi, nround - pi, false);
+			jobq_defer_resume(cancelled, ncancelled, false);
+			ncancelled = 0;
+		}
 		pfree(round);
+		pfree(outcomes);
 		round = cancelled;
 		nround = ncancelled;
+		outcomes = palloc(Max(nround, 1));
+		if (nround > 0)
+		{
+			qsort(round, nround, sizeof(int64), jobq_id_compare);
+			memset(outcomes, 'x', nround);
+		}
 	}
-	jobq_defer_parents(cur.deferred, cur.ndeferred);
-	if (cur.deferred)
-		pfree(cur.deferred);
+	pfree(outcomes);
+	jobq_defer_parents(st.held, st.nheld, false);
+	jobq_reader_close(st.reader);
+}
+
+/*
+ * What a retry gives back, from the parents ids[] on (see
+ * jobq_parent_retried), breadth first: the parents still to look at are a
+ * queue in an array (a long chain brings back one job a step).  Each
+ * parent's edges are walked in child order, a chunk of children at a time.
+ */
+static void
+ParentsRetried(const int64 *ids, int n, TimestampTz now)
+{
+	Oid			types[5] = {TIMESTAMPTZOID, INT8ARRAYOID, INT8ARRAYOID, TIDARRAYOID, INT8OID};
+	JobqReader *reader = jobq_reader_open();
+	int64	   *children = palloc(sizeof(int64) * JOBQ_SETTLE_CHUNK);
+	int64	   *locked = palloc(sizeof(int64) * JOBQ_SETTLE_CHUNK);
+	int64	   *others = palloc(sizeof(int64) * JOBQ_SETTLE_CHUNK);
+	ItemPointerData *tids = palloc(sizeof(ItemPointerData) * JOBQ_SETTLE_CHUNK);
+	uint64		cap = Max(64, n);
+	int64	   *todo = palloc(sizeof(int64) * cap);
+	uint64		head = 0;
+	uint64		tail = n;
+	bool		cut = false;
+
+	memcpy(todo, ids, sizeof(int64) * n);
+	while (head < tail && !cut)
+	{
+		int64		parent = todo[head];
+		int64		after = PG_INT64_MIN;
+		bool		more = true;
+
+		while (more)
+		{
+			Datum		values[5];
+			char		status;
+			char		outcome;
+			int			nchildren = 0;
+			int			nlocked;
+			int			nedges;
+			JobqEdge	e;
+
+			CHECK_FOR_INTERRUPTS();
+			if (OutOfBudget(false))
+			{
+				/* this parent and those after it, for the next pass */
+				jobq_defer_resume(todo + head, (int) (tail - head), true);
+				cut = true;
+				break;
+			}
+
+			/*
+			 * The dependents that have not run whose edge took an outcome the
+			 * parent no longer has
+			 */
+			jobq_reader_refresh(reader);
+			status = jobq_job_status(reader, parent);
+			if (status == 0)
+				break;			/* gone (purged): nothing to give back */
+			outcome = JOBQ_FINISHED(status) ? status : 0;
+			jobq_edges_from(reader, JOBQ_EDGES_OF_PARENT, parent, after);
+			while (nchildren < JOBQ_SETTLE_CHUNK && jobq_edges_next(reader, &e))
+			{
+				char		s;
+
+				after = e.child;
+				if (e.outcome == 0 || e.outcome == outcome)
+					continue;
+				s = jobq_job_status(reader, e.child);
+				if (s == 'b' || s == 'x')
+					children[nchildren++] = e.child;
+			}
+			more = nchildren >= JOBQ_SETTLE_CHUNK;
+			jobq_edges_done(reader);
+			(void) OutOfBudget(true);
+			if (nchildren == 0)
+				break;
+
+			/* those another transaction holds are left for the worker */
+			nlocked = jobq_lock_children(children, nchildren, locked);
+			if (nlocked < nchildren)
+				jobq_defer_parents(&parent, 1, true);
+			if (nlocked == 0)
+				continue;
+
+			/*
+			 * The edges as they are now (they change only under the child's
+			 * lock: one changed since it was read is passed over), and each
+			 * child's first other parent that did not complete
+			 */
+			jobq_reader_refresh(reader);
+			nedges = 0;
+			for (int i = 0; i < nlocked; i++)
+			{
+				JobqEdge	edge;
+
+				if (!jobq_edge_of(reader, parent, locked[i], &edge) || edge.outcome == 0)
+					continue;
+				locked[nedges] = locked[i];
+				tids[nedges] = edge.tid;
+				others[nedges] = 0;
+				jobq_edges_from(reader, JOBQ_EDGES_OF_CHILD, locked[i], 0);
+				while (jobq_edges_next(reader, &e))
+					if (e.parent != parent && (e.outcome == 'f' || e.outcome == 'x') &&
+						(others[nedges] == 0 || e.parent < others[nedges]))
+						others[nedges] = e.parent;
+				nedges++;
+			}
+			if (nedges == 0)
+				continue;
+			values[0] = TimestampTzGetDatum(now);
+			values[1] = jobq_id_array(locked, nedges);
+			values[2] = jobq_id_array(others, nedges);
+			values[3] = jobq_tid_array(tids, nedges);
+			values[4] = Int64GetDatum(parent);
+			jobq_spi_exec_latest(jobq_plan_generic(&plan_retried,
+												   "WITH c AS (SELECT u.id AS child_id, u.edge, j.status,"
+												   " t.failed_parent = $5 AND t.on_parent_failure = 'cancel' AS by_it,"
+												   " nullif(u.other, 0) AS other"
+												   " FROM unnest($2, $3, $4) AS u(id, other, edge)"
+												   " JOIN jobq.dependent t ON t.job_id = u.id"
+												   " JOIN jobq.job j ON j.job_id = u.id"
+												   " WHERE j.status IN ('blocked', 'cancelled')"
+												   " FOR NO KEY UPDATE OF t, j),"
+												   " e AS (UPDATE jobq.dependency d SET parent_status = NULL"
+												   " WHERE d.ctid = ANY (ARRAY(SELECT edge FROM c))),"
+												   " t AS (UPDATE jobq.dependent t SET parents_left = t.parents_left + 1,"
+												   " failed_parent = CASE WHEN c.by_it THEN c.other ELSE t.failed_parent END"
+												   " FROM c WHERE t.job_id = c.child_id)"
+												   " UPDATE jobq.job j SET status = 'blocked', finished_at = NULL,"
+												   " last_error = NULL, updated_at = $1 FROM c"
+												   " WHERE j.job_id = c.child_id AND c.status = 'cancelled' AND c.by_it"
+												   " AND c.other IS NULL RETURNING j.job_id",
+												   5, types),
+								 values, NULL, SPI_OK_UPDATE_RETURNING);
+			if (tail + SPI_processed > cap)
+			{
+				cap = Max(cap * 2, tail + SPI_processed);
+				todo = repalloc_huge(todo, sizeof(int64) * cap);
+			}
+			for (uint64 r = 0; r < SPI_processed; r++)
+			{
+				bool		isnull;
+
+				todo[tail++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+														   SPI_tuptable->tupdesc, 1, &isnull));
+			}
+			SPI_freetuptable(SPI_tuptable);
+		}
+		head++;
+	}
+	jobq_reader_close(reader);
+	pfree(todo);
+	pfree(children);
+	pfree(locked);
+	pfree(others);
+	pfree(tids);
 }
 
 /*
@@ -515,106 +466,124 @@ jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
  * own dependents cancelled because of it.  One cancelled otherwise stays
  * cancelled (a jobq.retry of it then waits for this parent), and one that
  * is pending, running or finished is left as it is.  The children are
- * found first and then driven from their ids, so that no plan walks
- * jobq.job; those another transaction holds are left for the background
- * worker (jobq.settle_deferred), and until then none of them unblocks (see
- * jobq_unblock_all).  The parents still to look at are a queue in an array
- * (a long chain brings back one job a step).  SPI connected, as the
- * extension owner.
+ * found through the parent's edges and then driven from their ids, so that
+ * no plan walks jobq.job; those another transaction holds are left for the
+ * background worker (jobq.settle_deferred, marked retried), and until then
+ * none of them unblocks (see jobq_unblock_all).  Inside a budget, the rest
+ * is left to the next pass at a chunk boundary (see the file header).  SPI
+ * connected, as the extension owner.
  */
 void
 jobq_parent_retried(int64 job_id, TimestampTz now)
 {
-	Oid			types[3] = {INT8OID, TIMESTAMPTZOID, INT8ARRAYOID};
-	int64	   *todo;
-	uint64		head = 0;
-	uint64		tail = 0;
-	uint64		cap = 64;
-
-	if (!AnyDependents(&job_id, 1))
+	if (!jobq_any_dependents(&job_id, 1))
 		return;
-	todo = palloc(sizeof(int64) * cap);
-	todo[tail++] = job_id;
-	while (head < tail)
+	ParentsRetried(&job_id, 1, now);
+}
+
+/*
+ * The blocked dependents of the parents ids[] (marked retried in
+ * jobq.settle_deferred) that wait for no parent any more: a retry kept them
+ * blocked though nothing was left to wait for (see jobq_unblock_all).  Those
+ * another transaction holds are deferred again with their parents.
+ */
+static void
+ReadyAgain(JobqReader *reader, const int64 *ids, int n, TimestampTz now)
+{
+	Oid			types[1] = {INT8ARRAYOID};
+	JobqSettledEdge *pairs = NULL;
+	int			npairs = 0;
+	int			cap = 0;
+	int64	   *children;
+	int			nchildren = 0;
+
+	jobq_reader_refresh(reader);
+	for (int i = 0; i < n; i++)
 	{
-		Datum		values[3];
-		int64		parent = todo[head++];
-		int64	   *children;
-		int64	   *locked;
-		uint64		nchildren;
-		int			nlocked;
+		JobqEdge	e;
+
+		jobq_edges_from(reader, JOBQ_EDGES_OF_PARENT, ids[i], PG_INT64_MIN);
+		while (jobq_edges_next(reader, &e))
+		{
+			if (e.outcome == 0)
+				continue;
+			if (npairs >= cap)
+			{
+				cap = Max(64, cap * 2);
+				pairs = pairs ? repalloc_huge(pairs, sizeof(JobqSettledEdge) * cap)
+					: palloc(sizeof(JobqSettledEdge) * cap);
+			}
+			pairs[npairs].child = e.child;
+			pairs[npairs++].parent = e.parent;
+		}
+	}
+	if (npairs == 0)
+		return;
+	qsort(pairs, npairs, sizeof(JobqSettledEdge), jobq_edge_compare);
+	children = palloc(sizeof(int64) * npairs);
+	for (int i = 0; i < npairs; i++)
+		if (nchildren == 0 || children[nchildren - 1] != pairs[i].child)
+			children[nchildren++] = pairs[i].child;
+
+	for (int start = 0; start < nchildren; start += JOBQ_SETTLE_CHUNK)
+	{
+		int			k = Min(JOBQ_SETTLE_CHUNK, nchildren - start);
+		Datum		values[1];
+		int64	   *ready;
+		int			nready;
+		int64	   *free_ids;
+		int			nfree;
 
 		CHECK_FOR_INTERRUPTS();
-		values[0] = Int64GetDatum(parent);
-		values[1] = TimestampTzGetDatum(now);
-		jobq_spi_exec_latest(jobq_plan_generic(&plan_retried_children,
-											   "SELECT d.child_id FROM jobq.job p"
-											   " JOIN jobq.dependency d ON d.parent_id = p.job_id"
-											   " JOIN jobq.job j ON j.job_id = d.child_id"
-											   " WHERE p.job_id = $1 AND d.parent_status IS NOT NULL"
-											   " AND d.parent_status IS DISTINCT FROM CASE WHEN p.status"
-											   " IN ('completed', 'failed', 'cancelled') THEN p.status END"
-											   " AND j.status IN ('blocked', 'cancelled')"
-											   " ORDER BY d.child_id",
-											   1, types),
-							 values, NULL, SPI_OK_SELECT);
-		nchildren = SPI_processed;
-		if (nchildren == 0)
+		if (start > 0 && OutOfBudget(false))
 		{
-			SPI_freetuptable(SPI_tuptable);
-			continue;
+			/* the parents of the rest, for the next pass */
+			int64	   *rest = palloc(sizeof(int64) * npairs);
+			int			nrest = 0;
+
+			for (int i = 0; i < npairs; i++)
+				if (pairs[i].child >= children[start])
+					rest[nrest++] = pairs[i].parent;
+			jobq_defer_resume(rest, nrest, true);
+			break;
 		}
-		nchildren = jobq_result_ids(&children);
-		locked = palloc(sizeof(int64) * nchildren);
-		nlocked = jobq_lock_children(children, (int) nchildren, locked);
-		if ((uint64) nlocked < nchildren)
-			jobq_defer_parents(&parent, 1);
-		if (nlocked == 0)
-		{
-			pfree(children);
-			pfree(locked);
-			continue;
-		}
-		values[2] = jobq_id_array(locked, nlocked);
-		jobq_spi_exec_latest(jobq_plan_generic(&plan_retried,
-											   "WITH c AS (SELECT u.id AS child_id, j.status,"
-											   " t.failed_parent = $1 AND t.on_parent_failure = 'cancel' AS by_it,"
-											   " (SELECT min(o.parent_id) FROM jobq.dependency o WHERE o.child_id = u.id"
-											   " AND o.parent_id <> $1 AND o.parent_status IN ('failed', 'cancelled'))"
-											   " AS other FROM unnest($3) AS u(id)"
+		values[0] = jobq_id_array(children + start, k);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_again_ready,
+											   "SELECT t.job_id FROM unnest($1) AS u(id)"
 											   " JOIN jobq.dependent t ON t.job_id = u.id"
 											   " JOIN jobq.job j ON j.job_id = u.id"
-											   " JOIN jobq.dependency e ON e.parent_id = $1 AND e.child_id = u.id"
-											   " WHERE j.status IN ('blocked', 'cancelled')"
-											   " AND e.parent_status IS NOT NULL FOR NO KEY UPDATE OF t, j),"
-											   " e AS (UPDATE jobq.dependency d SET parent_status = NULL FROM c"
-											   " WHERE d.parent_id = $1 AND d.child_id = c.child_id),"
-											   " t AS (UPDATE jobq.dependent t SET parents_left = t.parents_left + 1,"
-											   " failed_parent = CASE WHEN c.by_it THEN c.other ELSE t.failed_parent END"
-											   " FROM c WHERE t.job_id = c.child_id)"
-											   " UPDATE jobq.job j SET status = 'blocked', finished_at = NULL,"
-											   " last_error = NULL, updated_at = $2 FROM c"
-											   " WHERE j.job_id = c.child_id AND c.status = 'cancelled' AND c.by_it"
-											   " AND c.other IS NULL RETURNING j.job_id",
-											   3, types),
-							 values, NULL, SPI_OK_UPDATE_RETURNING);
-		if (tail + SPI_processed > cap)
+											   " WHERE t.parents_left = 0 AND j.status = 'blocked'",
+											   1, types),
+							 values, NULL, SPI_OK_SELECT);
+		nready = jobq_result_ids(&ready);
+		qsort(ready, nready, sizeof(int64), jobq_id_compare);
+		free_ids = palloc(sizeof(int64) * Max(nready, 1));
+		nfree = jobq_lock_children(ready, nready, free_ids);
+		if (nfree < nready)
 		{
-			cap = Max(cap * 2, tail + SPI_processed);
-			todo = repalloc_huge(todo, sizeof(int64) * cap);
-		}
-		for (uint64 r = 0; r < SPI_processed; r++)
-		{
-			bool		isnull;
+			/* the parents of those held */
+			int64	   *held = palloc(sizeof(int64) * npairs);
+			int			nheld = 0;
 
-			todo[tail++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-													   SPI_tuptable->tupdesc, 1, &isnull));
+			for (int i = 0, j = 0; i < npairs; i++)
+			{
+				if (!bsearch(&pairs[i].child, ready, nready, sizeof(int64), jobq_id_compare))
+					continue;
+				while (j < nfree && free_ids[j] < pairs[i].child)
+					j++;
+				if (j >= nfree || free_ids[j] != pairs[i].child)
+					held[nheld++] = pairs[i].parent;
+			}
+			jobq_defer_parents(held, nheld, true);
+			pfree(held);
 		}
-		SPI_freetuptable(SPI_tuptable);
-		pfree(children);
-		pfree(locked);
+		jobq_unblock_all(free_ids, nfree, now);
+		(void) OutOfBudget(true);
+		pfree(ready);
+		pfree(free_ids);
 	}
-	pfree(todo);
+	pfree(children);
+	pfree(pairs);
 }
 
 /*
@@ -622,31 +591,30 @@ jobq_parent_retried(int64 job_id, TimestampTz now)
  * their settling was deferred (see jobq.settle_deferred); what it defers
  * again counts as the worker's try.  The parents are locked FOR SHARE
  * first, so that their outcomes cannot change meanwhile; one another
- * transaction holds is
- * deferred again whole, and one that is gone (purged) has nothing left to
- * settle.  Then the dependents take each parent's outcome now (a parent's
- * retry that passed some over first, then its finish), as far as another
- * transaction holds none of them (the rest is deferred again), and those
- * that wait for no parent any more and are still blocked (see
- * jobq_unblock_all) are unblocked.  SPI connected, as the extension owner.
+ * transaction holds is deferred again whole, and one that is gone (purged)
+ * has nothing left to settle.  Then, for a parent marked retried, its
+ * dependents are given the retry's treatment now (jobq_parent_retried); the
+ * dependents of the finished parents take their outcomes (as far as another
+ * transaction holds none of them: the rest is deferred again); and the
+ * dependents of parents marked retried that wait for no parent any more and
+ * are still blocked are unblocked.  SPI connected, as the extension owner.
  */
 static void
 SettleAgain(const int64 *ids, int n, TimestampTz now)
 {
 	Oid			types[1] = {INT8ARRAYOID};
-	Oid			three[3] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
+	Oid			two[2] = {INT8ARRAYOID, INT8ARRAYOID};
 	Datum		values[1];
-	Datum		pair[3];
+	Datum		pair[2];
 	int64	   *locked;
 	int64	   *finished;
+	int64	   *retried;
 	int			nlocked = 0;
 	int			nfinished = 0;
+	int			nretried = 0;
 	int64	   *other;
 	int			nother;
-	int64	   *children;
-	int			nchildren;
-	int64	   *free_children;
-	int			nfree;
+	JobqReader *reader;
 
 	if (n == 0)
 		return;
@@ -659,6 +627,7 @@ SettleAgain(const int64 *ids, int n, TimestampTz now)
 						 values, NULL, SPI_OK_SELECT);
 	locked = palloc(sizeof(int64) * n);
 	finished = palloc(sizeof(int64) * n);
+	retried = palloc(sizeof(int64) * n);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
@@ -679,71 +648,48 @@ SettleAgain(const int64 *ids, int n, TimestampTz now)
 		jobq_spi_exec_latest(jobq_plan_generic(&plan_again_exists,
 											   "SELECT job_id FROM jobq.job WHERE job_id = ANY ($1)"
 											   " AND job_id <> ALL ($2) ORDER BY job_id",
-											   2, three),
+											   2, two),
 							 pair, NULL, SPI_OK_SELECT);
 		nother = jobq_result_ids(&other);
-		jobq_defer_parents(other, nother);
+		jobq_defer_parents(other, nother, false);
 		pfree(other);
 	}
 	if (nlocked == 0)
 		return;
-	values[0] = jobq_id_array(locked, nlocked);
 
-	/* parents whose dependents were settled with another outcome: retried */
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_retried,
-										   "SELECT DISTINCT p.job_id FROM jobq.job p"
-										   " JOIN jobq.dependency d ON d.parent_id = p.job_id"
-										   " WHERE p.job_id = ANY ($1) AND d.parent_status IS NOT NULL"
-										   " AND d.parent_status IS DISTINCT FROM CASE WHEN p.status"
-										   " IN ('completed', 'failed', 'cancelled') THEN p.status END"
-										   " ORDER BY p.job_id",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	nother = jobq_result_ids(&other);
-	for (int i = 0; i < nother; i++)
-		jobq_parent_retried(other[i], now);
-	pfree(other);
-	jobq_parents_finished(finished, nfinished, now);
-
-	/* dependents a retry kept blocked though nothing was left to wait for */
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_again_ready,
-										   "SELECT DISTINCT d.child_id FROM jobq.dependency d"
-										   " JOIN jobq.dependent t ON t.job_id = d.child_id"
-										   " JOIN jobq.job j ON j.job_id = d.child_id"
-										   " WHERE d.parent_id = ANY ($1) AND t.parents_left = 0"
-										   " AND j.status = 'blocked' ORDER BY d.child_id",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	nchildren = jobq_result_ids(&children);
-	free_children = palloc(sizeof(int64) * Max(nchildren, 1));
-	nfree = jobq_lock_children(children, nchildren, free_children);
-	if (nfree < nchildren)
+	/* the parents marked retried, unmarked (what is left marks them again) */
+	reader = jobq_reader_open();
+	for (int i = 0; i < nlocked; i++)
 	{
-		/* the parents of those held */
-		pair[0] = values[0];
-		pair[1] = jobq_id_array(children, nchildren);
-		pair[2] = jobq_id_array(free_children, nfree);
-		jobq_spi_exec_latest(jobq_plan_generic(&plan_again_held,
-											   "SELECT DISTINCT d.parent_id FROM jobq.dependency d"
-											   " WHERE d.parent_id = ANY ($1) AND d.child_id = ANY ($2)"
-											   " AND d.child_id <> ALL ($3)",
-											   3, three),
-							 pair, NULL, SPI_OK_SELECT);
-		nother = jobq_result_ids(&other);
-		jobq_defer_parents(other, nother);
-		pfree(other);
+		bool		marked;
+
+		if (jobq_is_deferred(reader, locked[i], &marked) && marked)
+			retried[nretried++] = locked[i];
 	}
-	jobq_unblock_all(free_children, nfree, now);
-	pfree(children);
-	pfree(free_children);
+	if (nretried > 0)
+	{
+		values[0] = jobq_id_array(retried, nretried);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_again_unmark,
+											   "UPDATE jobq.settle_deferred SET retried = false"
+											   " WHERE parent_id = ANY ($1)",
+											   1, types),
+							 values, NULL, SPI_OK_UPDATE);
+		ParentsRetried(retried, nretried, now);
+	}
+	jobq_parents_finished(finished, nfinished, now);
+	if (nretried > 0)
+		ReadyAgain(reader, retried, nretried, now);
+	jobq_reader_close(reader);
 	pfree(locked);
 	pfree(finished);
+	pfree(retried);
 }
 
 void
 jobq_settle_again(const int64 *ids, int n, TimestampTz now)
 {
 	jobq_defer_again_set(true);
+	SettleProgressOwed(true);
 	PG_TRY();
 	{
 		SettleAgain(ids, n, now);
@@ -751,6 +697,7 @@ jobq_settle_again(const int64 *ids, int n, TimestampTz now)
 	PG_FINALLY();
 	{
 		jobq_defer_again_set(false);
+		SettleProgressOwed(false);
 	}
 	PG_END_TRY();
 }
@@ -765,20 +712,28 @@ jobq_settle_again(const int64 *ids, int n, TimestampTz now)
 bool
 jobq_retry_blocks(int64 job_id)
 {
-	Oid			types[1] = {INT8OID};
+	Oid			edge_types[2] = {TIDARRAYOID, TEXTOID};
 	Oid			count_types[2] = {INT8OID, INT4OID};
-	Datum		values[1];
+	static const char outcomes[] = {0, 'c', 'f', 'x'};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
 	Datum		counts[2];
 	bool		isnull;
 	int32		left;
 	bool		cancel_mode;
-	Datum		bad;
+	int64		bad = 0;
 	int64	   *reset;
 	int			nreset = 0;
+	JobqReader *reader;
+	JobqEdge	e;
+	JobqEdge   *changed = NULL;
+	char	   *to = NULL;
+	int			nchanged = 0;
+	int			cap = 0;
+	ItemPointerData *tids;
 
 	if (!jobq_depend_installed())
 		return false;
-	values[0] = Int64GetDatum(job_id);
 
 	/*
 	 * Edges settled with an outcome their parent no longer has: a parent
@@ -788,25 +743,59 @@ jobq_retry_blocks(int64 job_id)
 	 * takes its new outcome.  A parent whose finish is under way (its row is
 	 * not locked here: that would make this retry wait for another role's
 	 * transaction) may not see the edge just reset, so those parents are
-	 * deferred: the worker settles them once they have finished.
+	 * deferred: the worker settles them once they have finished.  The edges
+	 * change only under this job's lock, which the caller holds: they are
+	 * written by the row versions read, one statement per new outcome.
 	 */
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_retry_child,
-										   "UPDATE jobq.dependency d SET parent_status = CASE WHEN p.status"
-										   " IN ('completed', 'failed', 'cancelled') THEN p.status END"
-										   " FROM jobq.job p WHERE d.child_id = $1 AND p.job_id = d.parent_id"
-										   " AND d.parent_status IS NOT NULL AND d.parent_status IS DISTINCT FROM"
-										   " CASE WHEN p.status IN ('completed', 'failed', 'cancelled') THEN p.status END"
-										   " RETURNING d.parent_id, d.parent_status IS NULL",
-										   1, types),
-						 values, NULL, SPI_OK_UPDATE_RETURNING);
-	reset = palloc(sizeof(int64) * Max(SPI_processed, 1));
-	for (uint64 r = 0; r < SPI_processed; r++)
-		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull)))
+	reader = jobq_reader_open();
+	jobq_edges_from(reader, JOBQ_EDGES_OF_CHILD, job_id, 0);
+	while (jobq_edges_next(reader, &e))
+	{
+		char		s;
+		char		outcome;
+
+		if (e.outcome == 0)
+			continue;
+		s = jobq_job_status(reader, e.parent);
+		outcome = JOBQ_FINISHED(s) ? s : 0;
+		if (s == 0 || outcome == e.outcome)
+			continue;
+		if (nchanged >= cap)
+		{
+			cap = Max(16, cap * 2);
+			changed = changed ? repalloc_huge(changed, sizeof(JobqEdge) * cap) : palloc(sizeof(JobqEdge) * cap);
+			to = to ? repalloc_huge(to, cap) : palloc(cap);
+		}
+		to[nchanged] = outcome;
+		changed[nchanged++] = e;
+	}
+	reset = palloc(sizeof(int64) * Max(nchanged, 1));
+	tids = palloc(sizeof(ItemPointerData) * Max(nchanged, 1));
+	for (int o = 0; o < lengthof(outcomes) && nchanged > 0; o++)
+	{
+		int			k = 0;
+
+		for (int i = 0; i < nchanged; i++)
+			if (to[i] == outcomes[o])
+				tids[k++] = changed[i].tid;
+		if (k == 0)
+			continue;
+		values[0] = jobq_tid_array(tids, k);
+		values[1] = outcomes[o] == 0 ? (Datum) 0 : CStringGetTextDatum(jobq_outcome_name(outcomes[o]));
+		nulls[1] = outcomes[o] == 0 ? 'n' : ' ';
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_retry_child,
+											   "UPDATE jobq.dependency SET parent_status = $2"
+											   " WHERE ctid = ANY ($1) AND parent_status IS NOT NULL"
+											   " RETURNING parent_id",
+											   2, edge_types),
+							 values, nulls, SPI_OK_UPDATE_RETURNING);
+		for (uint64 r = 0; r < SPI_processed && outcomes[o] == 0; r++)
 			reset[nreset++] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
 														  SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_freetuptable(SPI_tuptable);
-	jobq_defer_parents(reset, nreset);
-	counts[0] = values[0];
+		SPI_freetuptable(SPI_tuptable);
+	}
+	jobq_defer_parents(reset, nreset, false);
+	counts[0] = Int64GetDatum(job_id);
 	counts[1] = Int32GetDatum(nreset);
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_retry_count,
 										   "UPDATE jobq.dependent t SET parents_left = t.parents_left + $2,"
@@ -815,23 +804,28 @@ jobq_retry_blocks(int64 job_id)
 										   2, count_types),
 						 counts, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed == 0)
+	{
+		jobq_reader_close(reader);
 		return false;
+	}
 	left = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	cancel_mode = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	SPI_freetuptable(SPI_tuptable);
-	if (!cancel_mode)
-		return left > 0;
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_retry_bad,
-										   "SELECT min(parent_id) FROM jobq.dependency WHERE child_id = $1"
-										   " AND parent_status IN ('failed', 'cancelled')",
-										   1, types),
-						 values, NULL, SPI_OK_SELECT);
-	bad = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (!isnull)
+	if (cancel_mode)
+	{
+		/* the first parent that did not complete, if any */
+		jobq_reader_refresh(reader);
+		jobq_edges_from(reader, JOBQ_EDGES_OF_CHILD, job_id, 0);
+		while (jobq_edges_next(reader, &e))
+			if ((e.outcome == 'f' || e.outcome == 'x') && (bad == 0 || e.parent < bad))
+				bad = e.parent;
+	}
+	jobq_reader_close(reader);
+	if (bad != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job %lld cannot run: its parent job %lld did not complete",
-						(long long) job_id, (long long) DatumGetInt64(bad)),
+						(long long) job_id, (long long) bad),
 				 errhint("Retry the parent: the jobs cancelled because of it come back with it.")));
 	return left > 0;
 }

@@ -13,14 +13,12 @@
 
 #include "datatype/timestamp.h"
 
+#include "queue_decide.h"
 #include "queue_defer.h"
 
 extern bool jobq_depend_installed(void);
 
 /* SPI must be connected, as the extension owner. */
-extern void jobq_unblock_all(const int64 *ids, int n, TimestampTz now);
-extern int	jobq_cancel_all(const int64 *ids, const int64 *bad, int n, TimestampTz now,
-							int64 *next);
 extern void jobq_parents_finished(const int64 *ids, int n, TimestampTz now);
 extern void jobq_parent_retried(int64 job_id, TimestampTz now);
 extern bool jobq_retry_blocks(int64 job_id);

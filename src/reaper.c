@@ -318,13 +318,28 @@ jobq_reap(PG_FUNCTION_ARGS)
 	jobq_require_writable("jobq.reap()");
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
-	n = jobq_reap_expired(batch, &more);
+
+	/*
+	 * As a worker's pass does: reaping, with its cascades within
+	 * jobq.pass_budget (what is left is deferred), then settling deferred
+	 * dependents within a budget of its own; a later call goes on.  The
+	 * budget ends on every path, lest a later call of this session defer its
+	 * own cascade.
+	 */
+	PG_TRY();
 	{
 		TimestampTz next_retry;
 
-		/* and what the worker does with them: settle deferred dependents */
+		jobq_budget_start(jobq_pass_budget_ms);
+		n = jobq_reap_expired(batch, &more);
+		jobq_budget_start(jobq_pass_budget_ms);
 		(void) jobq_settle_deferred(batch, &more, &next_retry);
 	}
+	PG_FINALLY();
+	{
+		jobq_budget_end();
+	}
+	PG_END_TRY();
 	jobq_owner_end(&saved);
 	PG_RETURN_INT64(n);
 }

@@ -159,15 +159,15 @@ is($node->safe_psql('postgres', q{SELECT status FROM jobq.jobs WHERE kind = 'cal
 is($node->safe_psql('postgres',
 	q{SELECT count(*) FROM jobq.claim('fan', kinds => ARRAY['callback'])}), '1', 'and is claimed');
 
-# Tenants: bob's job waits for one of alice's (bob may enqueue in her
-# queue, so he may depend on its jobs), and bob keeps his own job locked in
+# Tenants: bob's job waits for one of alice's (bob may work on her queue,
+# so he may depend on its jobs), and bob keeps his own job locked in
 # an open transaction.  Alice's worker completes her job without waiting
 # for bob (a statement_timeout would end a wait), and so does the reaper
 # when it expires another of her leases; bob's job runs once he lets go.
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice; CREATE ROLE bob;
 	SELECT jobq.grant('ta', 'alice', 'enqueue'), jobq.grant('ta', 'alice', 'work'),
-	       jobq.grant('ta', 'bob', 'enqueue'), jobq.grant('tb', 'bob', 'enqueue'),
+	       jobq.grant('ta', 'bob', 'work'), jobq.grant('tb', 'bob', 'enqueue'),
 	       jobq.grant('tb', 'bob', 'work'), jobq.grant('tb', 'bob', 'administer');
 	CREATE TABLE public.alice_jobs (job_id bigint);
 	GRANT ALL ON public.alice_jobs TO alice;

@@ -1,0 +1,55 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue_edges.h
+ *	  Workflows: jobq.dependency, and the jobs and deferred parents it names,
+ *	  read by index probes without a statement (queue_edges.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_QUEUE_EDGES_H
+#define JOBQ_QUEUE_EDGES_H
+
+#include "postgres.h"
+
+#include "storage/itemptr.h"
+
+/*
+ * A job's status, or a dependency's parent_status, as one letter: 0 none
+ * (no such job; an edge not settled), else the first letter of the status,
+ * 'x' for cancelled.
+ */
+#define JOBQ_FINISHED(s)	((s) == 'c' || (s) == 'f' || (s) == 'x')
+
+/* Which edges a walk reads. */
+typedef enum JobqEdgeWalk
+{
+	JOBQ_EDGES_OF_PARENT,		/* a parent's, in child order */
+	JOBQ_UNSETTLED_OF_PARENT,	/* a parent's not settled, in child order */
+	JOBQ_EDGES_OF_CHILD			/* a child's */
+} JobqEdgeWalk;
+
+/* One jobq.dependency row. */
+typedef struct JobqEdge
+{
+	int64		parent;
+	int64		child;
+	char		outcome;		/* parent_status, as a letter (0: NULL) */
+	ItemPointerData tid;		/* the row version read */
+} JobqEdge;
+
+typedef struct JobqReader JobqReader;
+
+extern bool jobq_any_dependents(const int64 *ids, int n);
+extern JobqReader *jobq_reader_open(void);
+extern void jobq_reader_refresh(JobqReader *r);
+extern void jobq_reader_close(JobqReader *r);
+extern void jobq_edges_from(JobqReader *r, JobqEdgeWalk walk, int64 key, int64 after);
+extern bool jobq_edges_next(JobqReader *r, JobqEdge *edge);
+extern void jobq_edges_done(JobqReader *r);
+extern bool jobq_edge_of(JobqReader *r, int64 parent, int64 child, JobqEdge *edge);
+extern Datum jobq_tid_array(const ItemPointerData *tids, int n);
+extern char jobq_job_status(JobqReader *r, int64 job_id);
+extern bool jobq_is_deferred(JobqReader *r, int64 parent_id, bool *retried);
+extern char jobq_status_letter(const char *status, int len);
+
+#endif							/* JOBQ_QUEUE_EDGES_H */
