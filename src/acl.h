@@ -31,4 +31,8 @@ extern bool jobq_may(Oid role, const char *queue, JobqCapability cap);
 extern void jobq_require(Oid role, const char *queue, JobqCapability cap);
 extern void jobq_acl_set_handler_role(Oid role);
 
+/* jobq.may_use_queue(queue) and jobq.may(queue, capability), for C callers too */
+extern Datum jobq_may_use_queue(PG_FUNCTION_ARGS);
+extern Datum jobq_may_sql(PG_FUNCTION_ARGS);
+
 #endif							/* JOBQ_ACL_H */

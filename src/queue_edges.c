@@ -5,25 +5,29 @@
  *	  read by index probes without a statement.
  *
  * Settling reads the edges of given parents (or of a given child), the
- * status of given jobs and whether a parent is deferred, nothing else.  As
- * statements these reads had generic plans, and the statistics chose them:
- * once another tenant's parent of 150,000 children had been analyzed
- * (n_distinct(parent_id) = 1), "the unsettled edges of these parents, in
- * child order" walked the whole child index at every settle, and "the
- * children of this parent" scanned it whole once per parent a retry
- * brought back.  Here every read descends the index whose leading columns
- * are the key it is given: a parent's edges through jobq.dependency's
- * primary key (parent_id, child_id), its unsettled edges through the
- * partial index dependency_unsettled_idx (the primary key with a filter
- * where that index is missing), a child's through dependency_child_idx,
- * jobs and deferred parents through their primary keys.  A read so costs
- * the rows it returns, whatever the statistics say.
+ * status of given jobs and whether a parent is deferred; the workflow
+ * functions (workflow.c) the same edges, whole job rows and a dependent's
+ * on_parent_failure.  As statements these reads had generic plans, and
+ * the statistics chose them: once another tenant's parent of 150,000
+ * children had been analyzed (n_distinct(parent_id) = 1), "the unsettled
+ * edges of these parents, in child order" walked the whole child index at
+ * every settle, and "the children of this parent" scanned it whole once
+ * per parent a retry brought back.  Here every read descends the index
+ * whose leading columns are the key it is given: a parent's edges through
+ * jobq.dependency's primary key (parent_id, child_id), its unsettled edges
+ * through the partial index dependency_unsettled_idx (the primary key with
+ * a filter where that index is missing), a child's through
+ * dependency_child_idx, jobs, dependents and deferred parents through
+ * their primary keys.  A read so costs the rows it returns, whatever the
+ * statistics say.
  *
  * A reader reads under the latest snapshot, as a foreign key's check does,
  * whatever the isolation level (see queue_settle.c), taken after a
  * CommandCounterIncrement so that it sees what this transaction wrote so
  * far, with statements or straight into the tables (job_lease.c).
- * jobq_reader_refresh takes a new one after further writes.
+ * jobq_reader_refresh takes a new one after further writes.  The workflow
+ * functions read under the snapshot of the statement that calls them
+ * instead, as a STABLE SQL function would (jobq_reader_open_at).
  *
  * Each edge comes with the row version read (its ctid), and settling
  * writes edges by those (UPDATE ... WHERE ctid = ANY): a statement over a
@@ -45,6 +49,7 @@
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -65,19 +70,23 @@ typedef struct EdgeProbe
 struct JobqReader
 {
 	Oid			nsp;
+	MemoryContext cxt;			/* where the probes' slots and scans live */
 	Snapshot	snap;
 	EdgeProbe	by_parent;		/* dependency_pkey */
 	EdgeProbe	unsettled;		/* dependency_unsettled_idx */
 	EdgeProbe	by_child;		/* dependency_child_idx */
 	EdgeProbe	jobs;			/* job_pkey */
 	EdgeProbe	deferred;		/* settle_deferred_pkey */
+	EdgeProbe	dependents;		/* dependent_pkey */
 	EdgeProbe  *walk;			/* the probe jobq_edges_next reads */
 	bool		walk_unsettled; /* skip settled edges */
+	bool		fixed;			/* opened at a given snapshot: no refresh */
 	AttrNumber	dep_parent;
 	AttrNumber	dep_child;
 	AttrNumber	dep_status;
 	AttrNumber	job_status;
 	AttrNumber	deferred_retried;
+	AttrNumber	dependent_mode;
 };
 
 /*
@@ -122,18 +131,29 @@ jobq_any_dependents(const int64 *ids, int n)
 	return found;
 }
 
+/* The statuses jobq knows, and their letters (see queue_edges.h). */
+static const char *const status_names[] = {"completed", "failed", "cancelled", "pending",
+"running", "blocked"};
+static const char status_letters[] = {'c', 'f', 'x', 'p', 'r', 'b'};
+
 /* The letter of a status (see queue_edges.h); '?' for one jobq does not know. */
 char
 jobq_status_letter(const char *status, int len)
 {
-	static const char *const names[] = {"completed", "failed", "cancelled", "pending",
-	"running", "blocked"};
-	static const char letters[] = {'c', 'f', 'x', 'p', 'r', 'b'};
-
-	for (int i = 0; i < lengthof(names); i++)
-		if (strlen(names[i]) == len && memcmp(names[i], status, len) == 0)
-			return letters[i];
+	for (int i = 0; i < lengthof(status_names); i++)
+		if (strlen(status_names[i]) == len && memcmp(status_names[i], status, len) == 0)
+			return status_letters[i];
 	return '?';
+}
+
+/* The status a letter stands for; NULL for 0 and for '?'. */
+const char *
+jobq_status_name(char letter)
+{
+	for (int i = 0; i < lengthof(status_letters); i++)
+		if (status_letters[i] == letter)
+			return status_names[i];
+	return NULL;
 }
 
 /* A new reader (SPI connected or not; jobq 0.2.0 installed). */
@@ -143,7 +163,24 @@ jobq_reader_open(void)
 	JobqReader *r = palloc0(sizeof(JobqReader));
 
 	r->nsp = get_namespace_oid("jobq", false);
+	r->cxt = CurrentMemoryContext;
 	jobq_reader_refresh(r);
+	return r;
+}
+
+/*
+ * A new reader under snap (the calling statement's, say), for reading only:
+ * it is never refreshed.
+ */
+JobqReader *
+jobq_reader_open_at(Snapshot snap)
+{
+	JobqReader *r = palloc0(sizeof(JobqReader));
+
+	r->nsp = get_namespace_oid("jobq", false);
+	r->cxt = CurrentMemoryContext;
+	r->snap = RegisterSnapshot(snap);
+	r->fixed = true;
 	return r;
 }
 
@@ -153,6 +190,7 @@ ProbeOpen(JobqReader *r, EdgeProbe *p, const char *relname, const char *idxname)
 {
 	Oid			relid;
 	Oid			idxid;
+	MemoryContext old;
 
 	if (p->rel != NULL)
 		return true;
@@ -164,20 +202,42 @@ ProbeOpen(JobqReader *r, EdgeProbe *p, const char *relname, const char *idxname)
 		elog(ERROR, "jobq: relation jobq.%s is missing", relname);
 	p->rel = table_open(relid, AccessShareLock);
 	p->idx = index_open(idxid, AccessShareLock);
+	old = MemoryContextSwitchTo(r->cxt);
 	p->slot = table_slot_create(p->rel, NULL);
+	MemoryContextSwitchTo(old);
 	return true;
 }
 
 /*
  * Position p's scan on the nkeys keys (begun under the reader's snapshot;
- * a probe is always given the same number of keys).
+ * a probe is always given the same number of keys).  Slots and scans live
+ * in the reader's memory context, so a caller may reset its own between
+ * probes.
  */
 static void
 ProbeSeek(JobqReader *r, EdgeProbe *p, ScanKey keys, int nkeys)
 {
+	MemoryContext old = MemoryContextSwitchTo(r->cxt);
+
 	if (p->scan == NULL)
 		p->scan = index_beginscan_compat(p->rel, p->idx, r->snap, nkeys, 0);
 	index_rescan(p->scan, keys, nkeys, NULL, 0);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The next row of p's scan into its slot; false at the end.  In the
+ * reader's memory context too: the index access method may allocate what
+ * its scan keeps (B-tree's dead items to mark).
+ */
+static bool
+ProbeNext(JobqReader *r, EdgeProbe *p)
+{
+	MemoryContext old = MemoryContextSwitchTo(r->cxt);
+	bool		found = index_getnext_slot(p->scan, ForwardScanDirection, p->slot);
+
+	MemoryContextSwitchTo(old);
+	return found;
 }
 
 /* End p's scan (it is begun again under the next snapshot). */
@@ -206,11 +266,14 @@ ProbeClose(EdgeProbe *p)
 void
 jobq_reader_refresh(JobqReader *r)
 {
+	if (r->fixed)
+		elog(ERROR, "jobq: a reader opened at a snapshot cannot be refreshed");
 	ProbeEndScan(&r->by_parent);
 	ProbeEndScan(&r->unsettled);
 	ProbeEndScan(&r->by_child);
 	ProbeEndScan(&r->jobs);
 	ProbeEndScan(&r->deferred);
+	ProbeEndScan(&r->dependents);
 	r->walk = NULL;
 	if (r->snap != NULL)
 		UnregisterSnapshot(r->snap);
@@ -227,6 +290,7 @@ jobq_reader_close(JobqReader *r)
 	ProbeClose(&r->by_child);
 	ProbeClose(&r->jobs);
 	ProbeClose(&r->deferred);
+	ProbeClose(&r->dependents);
 	if (r->snap != NULL)
 		UnregisterSnapshot(r->snap);
 	pfree(r);
@@ -293,7 +357,7 @@ jobq_edges_next(JobqReader *r, JobqEdge *edge)
 
 	if (p == NULL)
 		return false;
-	while (index_getnext_slot(p->scan, ForwardScanDirection, p->slot))
+	while (ProbeNext(r, p))
 	{
 		bool		isnull;
 		Datum		status = slot_getattr(p->slot, r->dep_status, &isnull);
@@ -353,28 +417,92 @@ jobq_edges_done(JobqReader *r)
 	r->walk = NULL;
 }
 
-/* The status of job job_id as a letter; 0 when there is no such job. */
-char
-jobq_job_status(JobqReader *r, int64 job_id)
+/* Open the probe of jobq.job's primary key. */
+static void
+JobsOpen(JobqReader *r)
 {
-	ScanKeyData key;
-	bool		isnull;
-	Datum		status;
-	text	   *t;
-
 	if (!ProbeOpen(r, &r->jobs, "job", "job_pkey"))
 		elog(ERROR, "jobq: index jobq.job_pkey is missing");
 	if (r->job_status == InvalidAttrNumber)
 		r->job_status = ColumnOf(r->jobs.rel, "status");
+}
+
+/*
+ * The row of job job_id, NULL when there is no such job.  The slot is the
+ * reader's: it holds the row until the next probe of jobq.job.
+ */
+TupleTableSlot *
+jobq_job_row(JobqReader *r, int64 job_id)
+{
+	ScanKeyData key;
+
+	JobsOpen(r);
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(job_id));
 	ProbeSeek(r, &r->jobs, &key, 1);
-	if (!index_getnext_slot(r->jobs.scan, ForwardScanDirection, r->jobs.slot))
+	if (!ProbeNext(r, &r->jobs))
+		return NULL;
+	return r->jobs.slot;
+}
+
+/*
+ * The attribute number of jobq.job's column name in the rows jobq_job_row
+ * returns; an error unless it is of type type.
+ */
+AttrNumber
+jobq_job_column(JobqReader *r, const char *name, Oid type)
+{
+	AttrNumber	att;
+
+	JobsOpen(r);
+	att = ColumnOf(r->jobs.rel, name);
+	if (TupleDescAttr(RelationGetDescr(r->jobs.rel), att - 1)->atttypid != type)
+		elog(ERROR, "jobq: column %s of jobq.job is not of type %s", name, format_type_be(type));
+	return att;
+}
+
+/* The status of job job_id as a letter; 0 when there is no such job. */
+char
+jobq_job_status(JobqReader *r, int64 job_id)
+{
+	TupleTableSlot *slot = jobq_job_row(r, job_id);
+	bool		isnull;
+	Datum		status;
+	text	   *t;
+
+	if (slot == NULL)
 		return 0;
-	status = slot_getattr(r->jobs.slot, r->job_status, &isnull);
+	status = slot_getattr(slot, r->job_status, &isnull);
 	if (isnull)
 		return '?';
 	t = DatumGetTextPP(status);
 	return jobq_status_letter(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
+/*
+ * Does job child run when a parent fails (jobq.dependent's
+ * on_parent_failure = 'run')?  False for a job without parents.
+ */
+bool
+jobq_runs_on_failure(JobqReader *r, int64 child)
+{
+	ScanKeyData key;
+	bool		isnull;
+	Datum		mode;
+	text	   *t;
+
+	if (!ProbeOpen(r, &r->dependents, "dependent", "dependent_pkey"))
+		elog(ERROR, "jobq: index jobq.dependent_pkey is missing");
+	if (r->dependent_mode == InvalidAttrNumber)
+		r->dependent_mode = ColumnOf(r->dependents.rel, "on_parent_failure");
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(child));
+	ProbeSeek(r, &r->dependents, &key, 1);
+	if (!ProbeNext(r, &r->dependents))
+		return false;
+	mode = slot_getattr(r->dependents.slot, r->dependent_mode, &isnull);
+	if (isnull)
+		return false;
+	t = DatumGetTextPP(mode);
+	return VARSIZE_ANY_EXHDR(t) == 3 && memcmp(VARDATA_ANY(t), "run", 3) == 0;
 }
 
 /*
@@ -393,7 +521,7 @@ jobq_is_deferred(JobqReader *r, int64 parent_id, bool *retried)
 		r->deferred_retried = ColumnOf(r->deferred.rel, "retried");
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(parent_id));
 	ProbeSeek(r, &r->deferred, &key, 1);
-	if (!index_getnext_slot(r->deferred.scan, ForwardScanDirection, r->deferred.slot))
+	if (!ProbeNext(r, &r->deferred))
 		return false;
 	if (retried != NULL)
 	{

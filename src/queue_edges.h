@@ -11,7 +11,9 @@
 
 #include "postgres.h"
 
+#include "executor/tuptable.h"
 #include "storage/itemptr.h"
+#include "utils/snapshot.h"
 
 /*
  * A job's status, or a dependency's parent_status, as one letter: 0 none
@@ -41,6 +43,7 @@ typedef struct JobqReader JobqReader;
 
 extern bool jobq_any_dependents(const int64 *ids, int n);
 extern JobqReader *jobq_reader_open(void);
+extern JobqReader *jobq_reader_open_at(Snapshot snap);
 extern void jobq_reader_refresh(JobqReader *r);
 extern void jobq_reader_close(JobqReader *r);
 extern void jobq_edges_from(JobqReader *r, JobqEdgeWalk walk, int64 key, int64 after);
@@ -49,7 +52,11 @@ extern void jobq_edges_done(JobqReader *r);
 extern bool jobq_edge_of(JobqReader *r, int64 parent, int64 child, JobqEdge *edge);
 extern Datum jobq_tid_array(const ItemPointerData *tids, int n);
 extern char jobq_job_status(JobqReader *r, int64 job_id);
+extern TupleTableSlot *jobq_job_row(JobqReader *r, int64 job_id);
+extern AttrNumber jobq_job_column(JobqReader *r, const char *name, Oid type);
+extern bool jobq_runs_on_failure(JobqReader *r, int64 child);
 extern bool jobq_is_deferred(JobqReader *r, int64 parent_id, bool *retried);
 extern char jobq_status_letter(const char *status, int len);
+extern const char *jobq_status_name(char letter);
 
 #endif							/* JOBQ_QUEUE_EDGES_H */

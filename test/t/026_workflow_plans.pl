@@ -29,6 +29,17 @@
 # while it had no edges) the generic plans went wrong too, as hash joins
 # over whole tables.  The times are printed (note), not checked.
 #
+# Before those, the workflow reads, as the tenant: jobq.workflow_jobs and
+# jobq.workflow_status of a 300-job chain and of a fan-out of 200 with a
+# fan-in callback, jobq.parent_results of a job with 3 parents, the view
+# jobq.workflows over all of the tenant's workflows.  Each costs in "crowd"
+# at most twice what it costs in "empty", plus 100 buffers, and the
+# functions at most 20 buffers per job they read, plus 100, in both; the
+# rows they return are checked too.  As SQL
+# functions, whose plans the statistics chose, workflow_jobs of the chain
+# took 255,626 buffers and 3.8 s in "crowd" (9,399 in "empty"),
+# parent_results 3,049 (104), the view 2.9 million and 27 s (114,777).
+#
 # Then the budget of a background pass: with jobq.pass_budget at its least,
 # the worker reaps a lease whose job heads a 1,000-job chain; the cascade
 # stops at the budget, leaves the rest in jobq.settle_deferred, due at once,
@@ -118,6 +129,21 @@ my $jobs = q{
 	                                 depends_on => ARRAY[i.id])
 	 WHERE i.name LIKE 'fan%';
 	INSERT INTO public.ids SELECT 'reap' || g, public.chain('reap' || g, 1001, 0) FROM generate_series(1, 2) g;
+	-- read by the workflow functions: a chain of 300, a fan-out of 200 with
+	-- a fan-in callback, a job with 3 parents that completed with results
+	INSERT INTO public.ids SELECT 'wchain', public.chain('wchain', 300, NULL, 'wlink');
+	INSERT INTO public.ids SELECT 'wfan', job_id FROM jobq.enqueue('wfan', queue => 't');
+	INSERT INTO public.ids
+	SELECT 'wfanin', job_id FROM jobq.enqueue('wfanin', queue => 'tc', on_parent_failure => 'run',
+	       depends_on => ARRAY(SELECT job_id FROM public.ids i,
+	                                  LATERAL jobq.enqueue_many('wpart', array_fill('{}'::jsonb, ARRAY[200]),
+	                                                            queue => 'tc', depends_on => ARRAY[i.id])
+	                            WHERE i.name = 'wfan'));
+	INSERT INTO public.ids SELECT 'wkid', job_id FROM jobq.enqueue('wkid', queue => 'tc',
+	       depends_on => ARRAY(SELECT job_id FROM jobq.enqueue_many('wparent', array_fill('{}'::jsonb, ARRAY[3]),
+	                                                               queue => 't')));
+	SELECT count(jobq.complete(job_id, lease_token, jsonb_build_object('part', job_id)))
+	  FROM jobq.claim('t', kinds => ARRAY['wparent'], batch => 3);
 };
 foreach my $db (qw(empty crowd))
 {
@@ -191,7 +217,58 @@ sub operations
 	return \%cost;
 }
 
+# the workflow functions and view on the tenant's workflows in $db, as the
+# tenant, which may see all of them
+sub reads
+{
+	my ($db) = @_;
+	my %cost;
+	my ($chain, $fan, $kid) = map { id_of($db, $_) } qw(wchain wfan wkid);
+	$cost{'jobs chain'} = measure($db, 'jobschain', "SELECT count(*) FROM jobq.workflow_jobs($chain)");
+	$cost{'status chain'} = measure($db, 'statuschain', "SELECT * FROM jobq.workflow_status($chain)");
+	$cost{'jobs fan'} = measure($db, 'jobsfan', "SELECT count(*) FROM jobq.workflow_jobs($fan)");
+	$cost{'status fan'} = measure($db, 'statusfan', "SELECT * FROM jobq.workflow_status($fan)");
+	$cost{parents} = measure($db, 'parents', "SELECT * FROM jobq.parent_results($kid)");
+	$cost{workflows} = measure($db, 'workflows', 'SELECT count(*) FROM jobq.workflows');
+	return \%cost;
+}
+
 my %cost;
+foreach my $db (qw(empty crowd))
+{
+	reads($db);
+	$cost{$db} = reads($db);
+	# what the tenant sees, the same in both
+	my ($chain, $fan, $kid) = map { id_of($db, $_) } qw(wchain wfan wkid);
+	$session{$db}->query_safe('SET ROLE tenant');
+	my $seen = $session{$db}->query_safe(qq{
+		SELECT (SELECT count(*) || ' ' || min(job_id) || ' ' || max(job_id) || ' ' || count(DISTINCT kind)
+		          FROM jobq.workflow_jobs($chain)) || ' / '
+		    || (SELECT string_agg(x::text, ' ') FROM jobq.workflow_status($fan) s,
+		               LATERAL (VALUES (s.total), (s.blocked), (s.pending), (s.can_finish::int)) v(x)) || ' / '
+		    || (SELECT string_agg(kind || ' ' || status || ' ' || (result->>'part' = job_id::text), ', '
+		                          ORDER BY job_id) FROM jobq.parent_results($kid))});
+	$session{$db}->query_safe('RESET ROLE');
+	is($seen, "300 $chain " . ($chain + 299) . ' 2 / 202 201 1 1 / '
+		  . join(', ', ('wparent completed true') x 3),
+		"$db: the workflow functions' rows");
+}
+# the jobs each read concerns
+my %read_jobs = ('jobs chain' => 300, 'status chain' => 300, 'jobs fan' => 202, 'status fan' => 202,
+	parents => 4);
+foreach my $op ('jobs chain', 'status chain', 'jobs fan', 'status fan', 'parents', 'workflows')
+{
+	my ($e, $c) = ($cost{empty}{$op}, $cost{crowd}{$op});
+	note sprintf('%-12s  empty: %7d buffers, %8.1f ms   crowd: %7d buffers, %8.1f ms',
+		$op, $e->[0], $e->[1], $c->[0], $c->[1]);
+	cmp_ok($c->[0], '<=', 2 * $e->[0] + 100,
+		"$op costs about the same among another tenant's 150,000 edges (buffers: $c->[0] there, $e->[0] without)");
+	next unless $read_jobs{$op};
+	my $bound = 20 * $read_jobs{$op} + 100;
+	cmp_ok(($e->[0] > $c->[0] ? $e->[0] : $c->[0]), '<=', $bound,
+		"$op costs the jobs it reads ($read_jobs{$op}), at most $bound buffers, in both");
+}
+
 foreach my $db (qw(empty crowd))
 {
 	operations($db, 1);
