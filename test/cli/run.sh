@@ -192,11 +192,95 @@ run resume "${P}nosuch"
 check "resume a queue that does not exist: 1, not created" rc_and_has 1 "no queue \"${P}nosuch\""
 check "the unknown queue was not created" [ -z "$(q "SELECT 1 FROM jobq.queue WHERE name = '${P}nosuch'")" ]
 run pause "${P}new"
-check "pause a new queue creates it paused" rc_and_has 0 "did not exist; created it, paused"
+check "pause of an unknown queue: 1" rc_and_has 1 "no queue \"${P}new\""
+check "and the queue was not created" [ -z "$(q "SELECT 1 FROM jobq.queue WHERE name = '${P}new'")" ]
+run pause "${P}new" --create
+check "pause --create makes a new queue, paused" rc_and_line 0 "queue \"${P}new\" created, paused"
+check "it is paused" [ "$(q "SELECT paused FROM jobq.queues WHERE queue = '${P}new'")" = t ]
+run pause --bogus "${P}new"
+check "pause with an unknown option: usage error" rc_and_has 2 'unknown option "--bogus"'
+
+# --- configure, purge --------------------------------------------------------
+
+run configure "${P}typo" --lease '1 minute'
+check "configure of an unknown queue: 1" rc_and_has 1 "no queue \"${P}typo\""
+check "and the queue was not created" [ -z "$(q "SELECT 1 FROM jobq.queue WHERE name = '${P}typo'")" ]
+run configure "${P}q" --lease '2 minutes' --max-concurrency 7
+check "configure" rc_and_line 0 "queue \"${P}q\" configured"
+check "the settings changed, the others stayed" \
+	[ "$(q "SELECT lease, max_concurrency, max_retries, rate_limit FROM jobq.queues WHERE queue = '${P}q'")" = "00:02:00|7|1|1000" ]
+run configure "${P}conf" --create --max-retries 0
+check "configure --create" rc_and_line 0 "queue \"${P}conf\" created"
+check "the new queue has the setting" [ "$(q "SELECT max_retries FROM jobq.queues WHERE queue = '${P}conf'")" = 0 ]
+run configure "${P}q" --max-retries many
+check "configure with a non-number: usage error" rc_and_has 2 '--max-retries is a whole number, not "many"'
+run configure "${P}q" --lease 'not an interval'
+check "configure with a bad interval: database error 3" rc_and_has 3 "invalid input syntax for type interval"
+run configure "${P}q" --backoff-base '1 hour' --backoff-cap '1 second'
+check "configure that breaks a rule: 3, the server's message" rc_and_has 3 "backoff"
+check "nothing changed" [ "$(q "SELECT lease, backoff_base FROM jobq.queues WHERE queue = '${P}q'")" = "00:02:00|00:00:00" ]
+run configure "${P}q"
+check "configure with no setting: usage error" rc_and_has 2 "name at least one setting"
+run configure "${P}q" --colour blue
+check "configure with an unknown setting: usage error" rc_and_has 2 'unknown option "--colour"'
+q "SELECT jobq.configure('${P}q', lease => '5 minutes', max_concurrency => 0)" >/dev/null
+
+D1=$(q "SELECT job_id FROM jobq.enqueue('${P}p', queue => '${P}conf')")
+q "SELECT jobq.cancel($D1)" >/dev/null
+run purge "${P}conf" cancelled </dev/null
+check "purge asks; no answer: 1" rc_and_has 1 "not confirmed; nothing changed"
+check "the prompt says how many" has "Delete 1 cancelled job of queue \"${P}conf\""
+check "the job is still there" [ "$(q "SELECT count(*) FROM jobq.job WHERE job_id = $D1")" = 1 ]
+out=$(echo y | "$JOBQ" purge "${P}conf" cancelled 2>&1)
+rc=$?
+check "purge confirmed" rc_and_has 0 "1 cancelled job of queue \"${P}conf\" deleted"
+check "the job is gone" [ "$(q "SELECT count(*) FROM jobq.job WHERE job_id = $D1")" = 0 ]
+run purge "${P}conf" cancelled
+check "purge with nothing to delete" rc_and_line 0 "no cancelled jobs of queue \"${P}conf\" to purge"
+run purge "${P}conf" running
+check "purge of running jobs: usage error" rc_and_has 2 "completed, failed or cancelled"
+run purge "${P}typo" failed --yes
+check "purge of an unknown queue: 1" rc_and_has 1 "no queue \"${P}typo\""
+
+# --- drop-queue --------------------------------------------------------------
+
+q "SELECT jobq.configure('${P}drop')" >/dev/null
+E1=$(q "SELECT job_id FROM jobq.enqueue('${P}d', queue => '${P}drop')")
+E2=$(q "SELECT job_id FROM jobq.enqueue('${P}d', queue => '${P}drop')")
+q "SELECT jobq.schedule('${P}drop-s', '0 0 1 1 *', '${P}d', queue => '${P}drop')" >/dev/null
+TOKE=$(q "SELECT lease_token FROM jobq.claim('${P}drop', worker_id => 'cli-drop') WHERE job_id = $E1")
+run drop-queue "${P}drop" --yes
+check "drop-queue while a job runs: 1 with the server's message" \
+	rc_and_has 1 "queue \"${P}drop\" has 1 running job"
+check "and says what --force does" has "\-\-force fences their workers"
+check "nothing was dropped" \
+	[ "$(q "SELECT count(*) FROM jobq.queue WHERE name = '${P}drop'")|$(q "SELECT status FROM jobq.job WHERE job_id = $E1")" = "1|running" ]
+run drop-queue "${P}drop" --force </dev/null
+check "drop-queue --force asks first; no answer: 1" rc_and_has 1 "not confirmed; nothing changed"
+check "the prompt says what goes" has "Drop queue \"${P}drop\" with its 1 unfinished, 1 running, 0 finished jobs (their workers fenced), 1 schedules"
+out=$(echo no | "$JOBQ" drop-queue "${P}drop" --force 2>&1)
+rc=$?
+check "answered no: 1" rc_and_has 1 "not confirmed"
+check "the queue, its jobs and its schedule are still there" \
+	[ "$(q "SELECT (SELECT count(*) FROM jobq.queue WHERE name = '${P}drop')
+	              + (SELECT count(*) FROM jobq.job WHERE queue = '${P}drop')
+	              + (SELECT count(*) FROM jobq.schedule WHERE queue = '${P}drop')")" = 4 ]
+out=$(echo y | "$JOBQ" drop-queue "${P}drop" --force 2>&1)
+rc=$?
+check "drop-queue --force, confirmed" rc_and_has 0 "queue \"${P}drop\" dropped; 2 jobs removed"
+check "the queue, its jobs and its schedule are gone" \
+	[ "$(q "SELECT (SELECT count(*) FROM jobq.queue WHERE name = '${P}drop')
+	              + (SELECT count(*) FROM jobq.job WHERE job_id IN ($E1, $E2))
+	              + (SELECT count(*) FROM jobq.schedule WHERE queue = '${P}drop')")" = 0 ]
+check "the fenced worker's token no longer works" [ "$(q "SELECT jobq.complete($E1, $TOKE)")" = f ]
+run drop-queue "${P}drop" --yes
+check "drop-queue of an unknown queue: 1" rc_and_has 1 "no queue \"${P}drop\""
+run drop-queue
+check "drop-queue without a queue: usage error" rc_and_has 2 "usage: jobq drop-queue QUEUE"
 
 # user input is data, never SQL
 EVIL="${P}x'); DROP TABLE jobq.job; --"
-run pause "$EVIL"
+run pause "$EVIL" --create
 check "a queue name with quotes and a semicolon is a name" rc_is 0
 check "that queue exists under its exact name" \
 	[ "$(q "SELECT count(*) FROM jobq.queue WHERE name = \$\$$EVIL\$\$")" = 1 ]
