@@ -278,6 +278,42 @@ check "drop-queue of an unknown queue: 1" rc_and_has 1 "no queue \"${P}drop\""
 run drop-queue
 check "drop-queue without a queue: usage error" rc_and_has 2 "usage: jobq drop-queue QUEUE"
 
+# --- discard -----------------------------------------------------------------
+
+q "SELECT jobq.configure('${P}dis', max_retries => 0)" >/dev/null
+F1=$(q "SELECT job_id FROM jobq.enqueue('${P}dis', queue => '${P}dis')")
+TOKF=$(q "SELECT lease_token FROM jobq.claim('${P}dis') WHERE job_id = $F1")
+q "SELECT jobq.fail($F1, $TOKF, 'boom')" >/dev/null
+F2=$(q "SELECT job_id FROM jobq.enqueue('${P}dis', queue => '${P}dis')")
+q "SELECT jobq.cancel($F2)" >/dev/null
+F3=$(q "SELECT job_id FROM jobq.enqueue('${P}dis', queue => '${P}dis')")
+F4=$(q "SELECT job_id FROM jobq.enqueue('${P}dis', queue => '${P}dis')")
+F5=$(q "SELECT job_id FROM jobq.enqueue('${P}dis', queue => '${P}dis', depends_on => ARRAY[$F4],
+                                        on_parent_failure => 'run')")
+q "SELECT jobq.cancel($F4)" >/dev/null
+run discard "$F1" "$F2"
+check "discard a failed and a cancelled job" rc_is 0
+check "says so for the first" has "^job $F1: discarded$"
+check "and for the second" has "^job $F2: discarded$"
+check "both are gone, with their history" \
+	[ "$(q "SELECT (SELECT count(*) FROM jobq.job WHERE job_id IN ($F1, $F2))
+	              + (SELECT count(*) FROM jobq.attempt WHERE job_id IN ($F1, $F2))")" = 0 ]
+run discard "$F3"
+check "discard a pending job: 1" rc_and_has 1 "job $F3 is pending; only failed or cancelled jobs can be discarded"
+check "it is still pending" [ "$(q "SELECT status FROM jobq.job WHERE job_id = $F3")" = pending ]
+run discard "$F4"
+check "discard a parent whose dependent has not finished: 1, the server's message" \
+	rc_and_has 1 "job $F4 has dependents that have not finished"
+check "it is still there" [ "$(q "SELECT status FROM jobq.job WHERE job_id = $F4")" = cancelled ]
+run discard 999999999999 "$F3"
+check "discard of jobs that cannot go: 1, each named" \
+	eval 'rc_and_has 1 "no job 999999999999" && has "job $F3 is pending"'
+run discard "$F5" abc
+check "discard with a bad id: usage error, nothing done" rc_and_has 2 'a job id is a positive integer, not "abc"'
+check "the good id's job was not touched" [ "$(q "SELECT status FROM jobq.job WHERE job_id = $F5")" = pending ]
+run discard
+check "discard without an id: usage error" rc_and_has 2 "usage: jobq discard ID"
+
 # user input is data, never SQL
 EVIL="${P}x'); DROP TABLE jobq.job; --"
 run pause "$EVIL" --create
