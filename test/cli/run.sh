@@ -23,6 +23,7 @@ JOBQ=${JOBQ:-$ROOT/bin/jobq}
 PSQL=${PSQL:-psql}
 export PSQL
 P=cli_$$_
+export P
 passed=0
 failed=0
 out=
@@ -58,6 +59,16 @@ rc_is() { [ "$rc" -eq "$1" ]; }
 has() { printf '%s\n' "$out" | grep -q -- "$1"; }
 rc_and_has() { rc_is "$1" && has "$2"; }
 rc_and_line() { rc_is "$1" && printf '%s\n' "$out" | grep -q -x -- "$2"; }
+# json_is EXPR: the output is one JSON document d for which the Python
+# expression EXPR holds (P is the test's prefix)
+json_is() {
+	printf '%s' "$out" | python3 -c '
+import json, os, sys
+d = json.load(sys.stdin)
+P = os.environ["P"]
+sys.exit(0 if eval(sys.argv[1]) else 1)' "$1"
+}
+rc_and_json() { rc_is "$1" && json_is "$2"; }
 
 cleanup() {
 	[ -n "${locker_pid:-}" ] && kill "$locker_pid" 2>/dev/null
@@ -122,6 +133,14 @@ check "stats lists the queue with two ready jobs" \
 run queues
 check "queues shows the settings and the rate limit" \
 	rc_and_has 0 "^ ${P}q *| f *| *1 | 00:05:00 | 00:00:00 \.\. 00:00:00 +/-[0-9.]* *|.*| 1000 per 00:01:00 | closed"
+run stats --json
+check "stats --json: the queue_stats rows, by their column names" \
+	rc_and_json 0 '[(r["ready"], r["running"], r["paused"], r["breaker_state"]) for r in d if r["queue"] == P + "q"] == [(2, 0, False, "closed")]'
+run queues --json
+check "queues --json: intervals as ISO 8601" \
+	rc_and_json 0 '[(r["lease"], r["rate_limit"], r["rate_period"]) for r in d if r["queue"] == P + "q"] == [("PT5M", 1000, "PT1M")]'
+run queues --json extra
+check "queues with another argument: usage error" rc_and_has 2 "takes no arguments but --json"
 
 # --- show --------------------------------------------------------------------
 
@@ -129,6 +148,11 @@ run show "$A"
 check "show: the job" rc_and_has 0 "^kind *| ${P}mail$"
 check "show: its payload" has '^payload *| {"to": "ann"}$'
 check "show: an attempts table" has "attempt | outcome"
+run show "$A" --json
+check "show --json: the job and its attempts" \
+	rc_and_json 0 'd["job"]["job_id"] == '"$A"' and d["job"]["payload"] == {"to": "ann"} and d["attempts"] == []'
+run show --json --key "${P}mail" "${P}key"
+check "show --json --key" rc_and_json 0 'd["job"]["job_id"] == '"$A"
 run show 999999999999
 check "show of a job that does not exist: 1" rc_and_has 1 "no job 999999999999"
 run show --key "${P}mail" "${P}key"
@@ -146,6 +170,9 @@ run show "$A"
 check "show: the failed attempt with its error" \
 	rc_and_has 0 "^ *1 | failed *| cli-w1 *|.*| smtp said 451"
 check "show: the running attempt" has "^ *2 | running *| cli-w2 "
+run show --json "$A"
+check "show --json: the attempts in order, with their errors" \
+	rc_and_json 0 '[(a["attempt"], a["outcome"], a["worker_id"], a["error"]) for a in d["attempts"]] == [(1, "failed", "cli-w1", "smtp said 451"), (2, "running", "cli-w2", None)]'
 
 # --- cancel, retry, retry-failed, dead ---------------------------------------
 
@@ -167,6 +194,17 @@ run dead --kind "${P}mail"
 check "dead lists the failed job" rc_and_has 0 "^ *$B | ${P}q *| ${P}mail *| *1 |.*| mailbox full$"
 run kinds --queue "${P}q"
 check "kinds: one failed, two failed attempts" rc_and_has 0 "^ ${P}mail *| *0 | *1 | *1.000 | *2 | *0 | *1 |"
+run kinds --json --queue "${P}q"
+check "kinds --json" rc_and_json 0 '[(k["kind"], k["failed"], k["failed_attempts"]) for k in d] == [(P + "mail", 1, 2)]'
+run kinds --queue "${P}typo"
+check "kinds of an unknown queue: 1" rc_and_has 1 "no queue \"${P}typo\""
+run dead --json --kind "${P}mail"
+check "dead --json: the dead_letter rows" \
+	rc_and_json 0 '[(j["job_id"], j["status"], j["last_error"]) for j in d] == [('"$B"', "failed", "mailbox full")]'
+run dead --json --kind "${P}nothing"
+check "dead --json with nothing: an empty list" rc_and_json 0 'd == []'
+run dead --queue "${P}typo"
+check "dead of an unknown queue: 1" rc_and_has 1 "no queue \"${P}typo\""
 run kinds 'not an interval'
 check "kinds with a bad period: database error 3" rc_and_has 3 "invalid input syntax for type interval"
 run retry-failed --kind "${P}other"
@@ -313,6 +351,9 @@ check "discard with a bad id: usage error, nothing done" rc_and_has 2 'a job id 
 check "the good id's job was not touched" [ "$(q "SELECT status FROM jobq.job WHERE job_id = $F5")" = pending ]
 run discard
 check "discard without an id: usage error" rc_and_has 2 "usage: jobq discard ID"
+run workflow "$F4" --json
+check "workflow --json: the status and every job" \
+	rc_and_json 0 'd["status"]["total"] == 2 and d["status"]["cancelled"] == 1 and [j["job_id"] for j in d["jobs"]] == ['"$F4, $F5"']'
 
 # user input is data, never SQL
 EVIL="${P}x'); DROP TABLE jobq.job; --"
@@ -337,6 +378,9 @@ check "health with nothing critical exits 0" rc_is 0
 check "and prints no critical check" \
 	eval '! printf "%s\n" "$out" | grep -q -E "^ [a-z_]+ +\| critical +\|"'
 check "the worker check is ok" has "^ worker *| ok *|"
+run health --json --grace '1000 years' --oldest-pending '1000 years'
+check "health --json: not critical, exit 0" \
+	rc_and_json 0 'd["critical"] is False and {c["check_name"]: c["status"] for c in d["checks"]}["worker"] == "ok"'
 run health --grace 'not an interval'
 check "health with a bad interval: database error 3" rc_is 3
 run health --xmin
@@ -359,6 +403,9 @@ run health --grace 0
 check "health: the expired lease is critical" \
 	rc_and_has 1 "^ expired_leases *| critical *| [0-9]* running jobs with a lease expired"
 check "health: the hint says how to reap now" has "^expired_leases: .*SELECT jobq.reap()"
+run health --json --grace 0
+check "health --json: critical, exit 1" \
+	rc_and_json 1 'd["critical"] is True and {c["check_name"]: c["status"] for c in d["checks"]}["expired_leases"] == "critical"'
 echo "COMMIT;" >&"${LOCKER[1]}"
 exec {LOCKER[1]}>&-
 wait "$locker_pid" 2>/dev/null
