@@ -78,6 +78,8 @@ cleanup() {
 	          unnest(ARRAY['completed', 'failed', 'cancelled']) s
 	    WHERE starts_with(name, '$P');
 	   DELETE FROM jobq.idempotency_key WHERE starts_with(kind, '$P');
+	   DELETE FROM jobq.schedule WHERE starts_with(name, '$P');
+	   DELETE FROM jobq.app_worker WHERE starts_with(worker_id, '$P');
 	   DELETE FROM jobq.queue WHERE starts_with(name, '$P');" >/dev/null 2>&1
 }
 
@@ -354,6 +356,69 @@ check "discard without an id: usage error" rc_and_has 2 "usage: jobq discard ID"
 run workflow "$F4" --json
 check "workflow --json: the status and every job" \
 	rc_and_json 0 'd["status"]["total"] == 2 and d["status"]["cancelled"] == 1 and [j["job_id"] for j in d["jobs"]] == ['"$F4, $F5"']'
+
+# --- schedules ---------------------------------------------------------------
+
+run schedules add "${P}nightly" '0 2 * * *' "${P}export" --queue "${P}q" \
+	--payload '{"format": "csv"}' --timezone Europe/Paris --misfire skip --priority high
+check "schedules add" rc_and_has 0 "^schedule \"${P}nightly\" created; next fire: "
+check "the schedule has every setting" \
+	[ "$(q "SELECT cron, kind, queue, payload, timezone, misfire, priority, paused FROM jobq.schedules WHERE name = '${P}nightly'")" \
+		= "0 2 * * *|${P}export|${P}q|{\"format\": \"csv\"}|Europe/Paris|skip|20|f" ]
+run schedules
+check "schedules lists it" rc_and_has 0 "^ ${P}nightly *| 0 2 \* \* \* | Europe/Paris | ${P}export *| ${P}q *| *20 | active *| skip "
+run schedules --json
+check "schedules --json: the jobq.schedules rows" \
+	rc_and_json 0 '[(s["cron"], s["payload"], s["paused"]) for s in d if s["name"] == P + "nightly"] == [("0 2 * * *", {"format": "csv"}, False)]'
+run schedules pause "${P}nightly"
+check "schedules pause" rc_and_line 0 "schedule \"${P}nightly\" paused"
+check "it is paused" [ "$(q "SELECT paused FROM jobq.schedules WHERE name = '${P}nightly'")" = t ]
+run schedules list
+check "schedules list shows it paused" rc_and_has 0 "^ ${P}nightly .*| paused *|"
+run schedules resume "${P}nightly"
+check "schedules resume" rc_and_has 0 "^schedule \"${P}nightly\" resumed; next fire: "
+check "it is not paused" [ "$(q "SELECT paused FROM jobq.schedules WHERE name = '${P}nightly'")" = f ]
+run schedules run "${P}nightly"
+check "schedules run fires it now" rc_and_has 0 "^schedule \"${P}nightly\" fired now: job [0-9]*$"
+check "that job is in the queue" \
+	[ "$(q "SELECT kind, payload FROM jobq.jobs WHERE job_id = '${out##* }'")" = "${P}export|{\"format\": \"csv\"}" ]
+run schedules add "${P}nightly" '0 3 * * *' "${P}export" --queue "${P}q"
+check "schedules add of a name that exists replaces it" rc_and_has 0 "^schedule \"${P}nightly\" replaced"
+check "with the new settings" \
+	[ "$(q "SELECT cron, payload, timezone, priority FROM jobq.schedules WHERE name = '${P}nightly'")" = "0 3 * * *|{}|UTC|0" ]
+
+# bad input changes nothing
+run schedules add "${P}typo" '* * * * *' "${P}k" --queue "${P}nosuchq"
+check "schedules add to an unknown queue: 1" rc_and_has 1 "no queue \"${P}nosuchq\""
+run schedules add "${P}bad" 'every tuesday' "${P}k" --queue "${P}newq" --create
+check "schedules add with a bad cron: 3, the server's message and hint" \
+	eval 'rc_and_has 3 "invalid cron expression" && has "^HINT: "'
+check "neither the schedule nor the queue of --create was made" \
+	[ "$(q "SELECT (SELECT count(*) FROM jobq.schedule WHERE name = '${P}bad')
+	              + (SELECT count(*) FROM jobq.queue WHERE name = '${P}newq')")" = 0 ]
+run schedules add "${P}bad" '* * * * *' "${P}k" --timezone Mars/Olympus
+check "schedules add with an unknown time zone: 3" rc_and_has 3 "Mars/Olympus"
+run schedules add "${P}bad" '* * * * *' "${P}k" --priority urgent
+check "schedules add with an unknown priority label: 3" rc_and_has 3 'unrecognized priority label "urgent"'
+run schedules add "${P}bad" '* * * * *' "${P}k" --misfire sometimes
+check "schedules add with a bad misfire: usage error" rc_and_has 2 "skip, run_once or run_all"
+run schedules add "${P}bad" '* * * * *'
+check "schedules add without a kind: usage error" rc_and_has 2 "usage: jobq schedules add NAME CRON KIND"
+check "no schedule was made by the bad ones" [ "$(q "SELECT count(*) FROM jobq.schedule WHERE name = '${P}bad'")" = 0 ]
+run schedules add "${P}new" '*/5 * * * *' "${P}k" --queue "${P}newq" --create
+check "schedules add --create makes the queue" rc_and_has 0 "schedule \"${P}new\" created"
+check "the queue exists" [ "$(q "SELECT count(*) FROM jobq.queues WHERE queue = '${P}newq'")" = 1 ]
+run schedules remove "${P}new"
+check "schedules remove" rc_and_line 0 "schedule \"${P}new\" removed"
+check "it is gone" [ "$(q "SELECT count(*) FROM jobq.schedule WHERE name = '${P}new'")" = 0 ]
+run schedules remove "${P}new"
+check "schedules remove of an unknown one: 1" rc_and_has 1 "no schedule \"${P}new\""
+run schedules pause "${P}new"
+check "schedules pause of an unknown one: 1" rc_and_has 1 "no schedule \"${P}new\""
+run schedules run "${P}new"
+check "schedules run of an unknown one: 1, the server's message" rc_and_has 1 "schedule \"${P}new\" does not exist"
+run schedules frob
+check "schedules with an unknown subcommand: usage error" rc_and_has 2 'unknown subcommand "frob"'
 
 # user input is data, never SQL
 EVIL="${P}x'); DROP TABLE jobq.job; --"
