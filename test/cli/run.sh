@@ -72,6 +72,7 @@ rc_and_json() { rc_is "$1" && json_is "$2"; }
 
 cleanup() {
 	[ -n "${locker_pid:-}" ] && kill "$locker_pid" 2>/dev/null
+	[ -n "${TMPD:-}" ] && rm -rf "$TMPD"
 	q "SELECT count(jobq.cancel(job_id)) FROM jobq.jobs
 	    WHERE starts_with(queue, '$P') AND status IN ('pending', 'running');
 	   SELECT count(jobq.purge(name, s, '0')) FROM jobq.queue,
@@ -98,6 +99,8 @@ if [ -z "$(q "SELECT 1 FROM pg_extension WHERE extname = 'jobq'")" ] &&
 fi
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+TMPD=$(mktemp -d)
+chmod 755 "$TMPD"
 
 q "SELECT jobq.configure('${P}q', max_retries => 1, backoff_base => '0', backoff_cap => '0',
                          rate_limit => 1000, rate_period => '1 minute')" >/dev/null
@@ -419,6 +422,83 @@ run schedules run "${P}new"
 check "schedules run of an unknown one: 1, the server's message" rc_and_has 1 "schedule \"${P}new\" does not exist"
 run schedules frob
 check "schedules with an unknown subcommand: usage error" rc_and_has 2 'unknown subcommand "frob"'
+
+# --- edit --------------------------------------------------------------------
+
+G1=$(q "SELECT job_id FROM jobq.enqueue('${P}ed', '{\"to\": \"ann\"}', queue => '${P}dis')")
+run edit "$G1" --priority high --max-retries 5 --run-at '2100-01-01 00:00+00'
+check "edit a pending job" \
+	rc_and_has 0 "^job $G1 (pending): edited by $(q "SELECT current_user"): run_at .* -> 2100-01-01 .*, priority 0 -> 20, max_retries 0 -> 5$"
+check "the job has the new values" \
+	[ "$(q "SELECT priority, max_retries, run_at = '2100-01-01 00:00+00' FROM jobq.jobs WHERE job_id = $G1")" = "20|5|t" ]
+run edit "$G1" --payload '{"to": "bob"}'
+check "edit --payload" rc_and_line 0 "job $G1 (pending): edited by $(q "SELECT current_user"): payload replaced"
+check "the payload is replaced" [ "$(q "SELECT payload->>'to' FROM jobq.jobs WHERE job_id = $G1")" = bob ]
+out=$(EDITOR="sed -i s/bob/eve/" "$JOBQ" edit "$G1" 2>&1)
+rc=$?
+check "edit in \$EDITOR" rc_and_line 0 "job $G1 (pending): edited by $(q "SELECT current_user"): payload replaced"
+check "the editor's payload is saved" [ "$(q "SELECT payload->>'to' FROM jobq.jobs WHERE job_id = $G1")" = eve ]
+out=$(EDITOR=true "$JOBQ" edit "$G1" 2>&1)
+rc=$?
+check "an editor that changes nothing saves nothing" rc_and_line 0 "job $G1: payload unchanged; nothing saved"
+check "the history has the three edits, in order" \
+	[ "$(q "SELECT string_agg(attempt || ' ' || outcome, ',' ORDER BY ordinality) FROM jobq.job($G1) WITH ORDINALITY")" = "-1 edited,-2 edited,-3 edited" ]
+run show "$G1"
+check "show tells who changed what" has "^ *-1 | edited .*| edited by .*: run_at .* priority 0 -> 20"
+
+# bad input: nothing changes
+before=$(q "SELECT payload::text || priority || max_retries || run_at FROM jobq.job WHERE job_id = $G1")
+unchanged() { [ "$(q "SELECT payload::text || priority || max_retries || run_at FROM jobq.job WHERE job_id = $G1")" = "$before" ]; }
+run edit "$G1" --payload '[1, 2]'
+check "edit with a payload that is not an object: 3, the server's message" \
+	eval 'rc_and_has 3 "payload must be a JSON object" && unchanged'
+run edit "$G1" --payload '{"to": '
+check "edit with a payload that is not JSON: 3" eval 'rc_and_has 3 "invalid input syntax for type json" && unchanged'
+run edit "$G1" --max-retries lots
+check "edit with a bad --max-retries: usage error" eval 'rc_and_has 2 "--max-retries is a whole number" && unchanged'
+run edit "$G1" --priority urgent
+check "edit with an unknown priority label: 3" eval 'rc_and_has 3 "unrecognized priority label" && unchanged'
+run edit "$G1" --run-at 'next tuesday'
+check "edit with a bad time: 3" eval 'rc_and_has 3 "timestamp" && unchanged'
+out=$(TMPDIR=$TMPD EDITOR="sed -i s/}/,/" "$JOBQ" edit "$G1" 2>&1)
+rc=$?
+check "an editor's text that is not JSON: 3, nothing saved, the text kept" \
+	eval 'rc_and_has 3 "invalid input syntax for type json" && has "nothing saved; your text is kept in $TMPD/jobq-job-$G1\." && unchanged'
+cat >"$TMPD/racing-editor" <<EOF
+#!/bin/sh
+# another session changes the payload while this editor is open
+"\$PSQL" -X -q -c "SELECT jobq.update_job($G1, payload => '{\"to\": \"zoe\"}')" >/dev/null
+sed -i s/eve/ida/ "\$1"
+EOF
+chmod +x "$TMPD/racing-editor"
+out=$(TMPDIR=$TMPD EDITOR="$TMPD/racing-editor" "$JOBQ" edit "$G1" 2>&1)
+rc=$?
+check "a payload changed by another while in the editor: 1, nothing saved" \
+	rc_and_has 1 "job $G1 changed while you edited it; nothing saved"
+check "the other's change stands" [ "$(q "SELECT payload->>'to' FROM jobq.jobs WHERE job_id = $G1")" = zoe ]
+out=$(EDITOR=false "$JOBQ" edit "$G1" 2>&1)
+rc=$?
+check "an editor that fails: 1, nothing saved" rc_and_has 1 "the editor (false) failed; nothing saved"
+
+G2=$(q "SELECT job_id FROM jobq.enqueue('${P}ed', queue => '${P}dis')")
+TOKG=$(q "SELECT lease_token FROM jobq.claim('${P}dis', kinds => ARRAY['${P}ed']) WHERE job_id = $G2")
+run edit "$G2" --priority 5
+check "edit a running job: 1" rc_and_has 1 "job $G2 is running; only pending, blocked, failed or cancelled jobs can be edited"
+out=$(EDITOR=true "$JOBQ" edit "$G2" 2>&1)
+rc=$?
+check "edit a running job in the editor: 1, before the editor" rc_and_has 1 "job $G2 is running"
+q "SELECT jobq.fail($G2, $TOKG, 'bad payload', retryable => false)" >/dev/null
+run edit "$G2" --payload '{"fixed": true}'
+check "edit a dead job's payload" rc_and_line 0 "job $G2 (failed): edited by $(q "SELECT current_user"): payload replaced"
+run retry "$G2"
+check "then retry it" rc_and_line 0 "job $G2: pending"
+check "with the new payload" [ "$(q "SELECT payload FROM jobq.jobs WHERE job_id = $G2")" = '{"fixed": true}' ]
+run edit 999999999999 --priority 1
+check "edit a job that does not exist: 1" rc_and_has 1 "no job 999999999999"
+run edit --priority 1
+check "edit without an id: usage error" rc_and_has 2 "usage: jobq edit ID"
+check "no file of jobq's is left in the temporary directory" \
+	[ "$(find "$TMPD" -name 'jobq*' ! -name "jobq-job-$G1.*" | wc -l)" = 0 ]
 
 # user input is data, never SQL
 EVIL="${P}x'); DROP TABLE jobq.job; --"
