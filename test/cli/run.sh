@@ -6,12 +6,19 @@
 # PG* variables (PGHOST, PGPORT, PGUSER, PGDATABASE).  jobq must be
 # installed on that server; CREATE EXTENSION jobq is run when the database
 # does not have it yet (that needs a superuser).  Everything the test makes
-# lives in queues and kinds named cli_<pid>_..., removed at the end, so it
-# can share a database with other work.
+# lives in queues, kinds, schedules and workers named cli_<pid>_...,
+# removed at the end, so it can share a database with other work.
 #
 # Checks each command's output and exit status (0 done, 1 the answer is
-# no, 2 bad usage, 3 database error), that user input never becomes SQL
-# text, and that "jobq health" exits 1 on a critical check: an expired
+# no, 2 bad usage, 3 database error), and for bad input also that nothing
+# changed; that an unknown queue is an error unless --create; that
+# drop-queue and purge change nothing unless confirmed (answers come on
+# stdin); that every listing's --json is one JSON document with the
+# expected keys (parsed with python3); that edit saves what $EDITOR wrote
+# only if nobody changed the payload meanwhile (an "editor" script changes
+# it from another session); that workers shows a worker that stopped
+# heartbeating as GONE with its job; that user input never becomes SQL
+# text; and that "jobq health" exits 1 on a critical check: an expired
 # lease that the reaper cannot take, because another session holds a lock
 # on the job row (the reaper skips locked rows).
 #
@@ -212,6 +219,8 @@ run dead --queue "${P}typo"
 check "dead of an unknown queue: 1" rc_and_has 1 "no queue \"${P}typo\""
 run kinds 'not an interval'
 check "kinds with a bad period: database error 3" rc_and_has 3 "invalid input syntax for type interval"
+run retry-failed --queue "${P}typo"
+check "retry-failed of an unknown queue: 1" rc_and_has 1 "no queue \"${P}typo\""
 run retry-failed --kind "${P}other"
 check "retry-failed of a kind with no failures" rc_and_line 0 "0 failed jobs back to pending"
 run retry-failed --kind "${P}mail"
@@ -536,6 +545,15 @@ check "that queue exists under its exact name" \
 check "jobq.job is still there" [ "$(q "SELECT to_regclass('jobq.job') IS NOT NULL")" = t ]
 run show --key "${P}mail" ":'key'"
 check "psql variable syntax in an argument is data" rc_and_has 1 "no job holds key"
+run schedules add "$EVIL" '@daily' "$EVIL" --queue "$EVIL" --payload '{"q": ":'"'"'key'"'"'"}'
+check "a schedule's name, kind, queue and payload are data" rc_is 0
+check "the schedule exists under its exact name, with its payload" \
+	[ "$(q "SELECT kind = name AND queue = name, payload->>'q' FROM jobq.schedules WHERE name = \$\$$EVIL\$\$")" = "t|:'key'" ]
+q "SELECT jobq.unschedule(\$\$$EVIL\$\$)" >/dev/null
+run drop-queue "$EVIL" --yes
+check "drop-queue of that queue removes it alone" \
+	eval 'rc_and_line 0 "queue \"$EVIL\" dropped; 0 jobs removed" &&
+		[ "$(q "SELECT count(*) FROM jobq.queue WHERE starts_with(name, '"'${P}'"')")" -gt 3 ]'
 
 # --- health ------------------------------------------------------------------
 
