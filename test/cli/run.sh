@@ -520,8 +520,10 @@ q "SELECT jobq.register_worker('${P}alive', ARRAY['${P}wq'],
    SELECT jobq.register_worker('${P}gone', ARRAY['${P}wq'], '{\"host\": \"web-2\", \"pid\": 99}')" >/dev/null
 q "SELECT count(*) FROM jobq.claim('${P}wq', worker_id => '${P}alive') WHERE job_id = $H1" >/dev/null
 q "SELECT count(*) FROM jobq.claim('${P}wq', worker_id => '${P}gone') WHERE job_id = $H2" >/dev/null
-# the second worker stopped heartbeating an hour ago
+# the second worker stopped heartbeating an hour ago; the first stays alive
+# whatever the machine's load, under a gone_after of 30 minutes
 q "UPDATE jobq.app_worker SET last_seen_at = now() - interval '1 hour' WHERE worker_id = '${P}gone'" >/dev/null
+export PGOPTIONS="${PGOPTIONS:-} -c jobq.worker_gone_after=30min"
 run workers
 check "workers: jobq's own worker of this database" \
 	rc_and_has 0 "^ *[0-9][0-9]* | $(q "SELECT current_database()") *| worker *|"
@@ -529,10 +531,11 @@ check "workers: the live application worker with its job" \
 	has "^ ${P}alive *| alive *| ${P}wq *| web-1 *| 4242 *| jobq-python 0.3.0 *| 8 *|.*| *1 | $H1$"
 check "workers: the one that stopped heartbeating is GONE, with the job it held" \
 	has "^ ${P}gone *| GONE *| ${P}wq *| web-2 *| 99 *|.*| *1 | $H2$"
-check "workers: what becomes of a gone worker's jobs" has "gone (not seen for jobq.worker_gone_after.*jobq.release_running"
+check "workers: what becomes of a gone worker's jobs" has "gone (not seen for jobq.worker_gone_after, 30min).*jobq.release_running"
 run workers --json
 check "workers --json: processes and application workers with their jobs" \
 	rc_and_json 0 'any(p["role"] == "worker" for p in d["processes"]) and [(w["worker_id"], w["gone"], w["jobs_in_hand"], w["jobs"], w["info"].get("host")) for w in d["app_workers"] if w["worker_id"].startswith(P)] == [(P + "alive", False, 1, ['"$H1"'], "web-1"), (P + "gone", True, 1, ['"$H2"'], "web-2")]'
+PGOPTIONS=${PGOPTIONS% -c jobq.worker_gone_after=30min}
 run workers extra
 check "workers with an argument: usage error" rc_and_has 2 "workers takes no arguments but --json"
 
