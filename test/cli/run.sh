@@ -208,6 +208,9 @@ run kinds --queue "${P}q"
 check "kinds: one failed, two failed attempts" rc_and_has 0 "^ ${P}mail *| *0 | *1 | *1.000 | *2 | *0 | *1 |"
 run kinds --json --queue "${P}q"
 check "kinds --json" rc_and_json 0 '[(k["kind"], k["failed"], k["failed_attempts"]) for k in d] == [(P + "mail", 1, 2)]'
+run kinds --json 'not an interval'
+check "kinds --json with a bad period: 3, no document" \
+	eval 'rc_and_has 3 "invalid input syntax for type interval" && ! has "^\["'
 run kinds --queue "${P}typo"
 check "kinds of an unknown queue: 1" rc_and_has 1 "no queue \"${P}typo\""
 run dead --json --kind "${P}mail"
