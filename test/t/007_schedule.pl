@@ -407,26 +407,59 @@ my ($crash_id) = $node->safe_psql('postgres',
 	q{SELECT schedule_id FROM jobq.schedule WHERE name = 'crash'});
 
 # Block the worker's fire of schedule crash; returns the session and the
-# blocked fire time (timestamptz, and seconds since the epoch).
+# blocked fire time (timestamptz, and seconds since the epoch), once the
+# worker was seen waiting for the key or giving up its wait (lock_timeout)
+# to try again next round.  On a
+# machine so busy that the worker came to that time more than
+# jobq.misfire_grace late, its misfire policy (run_once) skipped it and
+# nothing waits: the key is given back and a later time blocked instead.
 sub block_next_fire
 {
 	my $blocker = $node->background_psql('postgres', on_error_stop => 0);
 	my $key = key_sql($crash_id, 'x.t');
-	# the fire time is read and its key taken in one statement: however slow
-	# the machine, the worker cannot have fired that time before
-	$blocker->query_safe('BEGIN');
-	my ($t, $t_epoch) = split /\|/,
-	  $blocker->query_safe(qq{
-		WITH x AS (SELECT date_trunc('second', clock_timestamp()) + interval '2 s' AS t),
-		     k AS (INSERT INTO jobq.idempotency_key (kind, key, job_id)
-		           SELECT 'crash', $key, 0 FROM x RETURNING key)
-		SELECT x.t, extract(epoch FROM x.t) FROM x, k});
-	ok( $node->poll_query_until(
-			'postgres', q{
-		SELECT wait_event_type = 'Lock' FROM pg_stat_activity
-		 WHERE backend_type = 'jobq worker'}),
-		"the worker waits in its fire of $t");
-	return ($blocker, $t, $t_epoch);
+	for my $try (1 .. 10)
+	{
+		# the fire time is read and its key taken in one statement: however
+		# slow the machine, the worker cannot have fired that time before
+		my $offset = -s $node->logfile;
+		$blocker->query_safe('BEGIN');
+		my ($t, $t_epoch) = split /\|/,
+		  $blocker->query_safe(qq{
+			WITH x AS (SELECT date_trunc('second', clock_timestamp()) + interval '2 s' AS t),
+			     k AS (INSERT INTO jobq.idempotency_key (kind, key, job_id)
+			           SELECT 'crash', $key, 0 FROM x RETURNING key)
+			SELECT x.t, extract(epoch FROM x.t) FROM x, k});
+		my $waits = 0;
+		for (1 .. 600)
+		{
+			$waits = $node->safe_psql(
+				'postgres', q{
+				SELECT count(*) FROM pg_stat_activity
+				 WHERE backend_type = 'jobq worker' AND wait_event_type = 'Lock'});
+			last if $waits;
+			# its fire waited out its lock_timeout (100 ms) and is retried
+			# each round until the key is free: it is in its fire of $t
+			# between the tries too
+			$waits = $node->log_contains(
+				qr/firing schedule "crash" failed: canceling statement due to lock timeout/, $offset);
+			last if $waits;
+			# passed over: the schedule fired a time after $t
+			last if $node->safe_psql(
+				'postgres', qq{
+				SELECT count(*) FROM jobq.job WHERE kind = 'crash' AND run_at > '$t'::timestamptz});
+			Time::HiRes::usleep(100_000);
+		}
+		if ($waits)
+		{
+			pass("the worker waits in its fire of $t");
+			return ($blocker, $t, $t_epoch);
+		}
+		diag("the worker did not wait in its fire of $t (it fired a later time: too late for"
+			  . " jobq.misfire_grace on this machine); blocking another ($try of 10)");
+		$blocker->query_safe('ROLLBACK');
+	}
+	fail('the worker waits in a blocked fire');
+	return ($blocker, undef, undef);
 }
 
 # Check the fires of both schedules after a crash at fire time $t, with

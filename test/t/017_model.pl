@@ -160,6 +160,24 @@ sub violation
 	diag("recent statements naming job(s) @ids:\n"
 		  . join("\n", grep { defined && /\b($re)\b|COMMIT|ROLLBACK|BEGIN/ } @oplog[ -200 .. -1 ]))
 	  if @ids;
+	# what the database says of them: the committed ledger, the attempt
+	# history, the worker's reaps in the server log, the open transactions
+	# of the model that hold them
+	if (@ids)
+	{
+		my $in = join(',', @ids);
+		diag("committed ledger rows of job(s) $in:\n"
+			  . $node->safe_psql('postgres',
+				"SELECT seq, sess, op, job_id, token, ok, info, at FROM ledger WHERE job_id IN ($in) ORDER BY seq"));
+		diag("attempt history of job(s) $in:\n"
+			  . $node->safe_psql('postgres',
+				"SELECT job_id, attempt, outcome, worker_id, started_at, finished_at FROM jobq.attempt"
+				  . " WHERE job_id IN ($in) ORDER BY job_id, attempt"));
+		diag("server log on job(s) $in:\n"
+			  . join("\n", grep { /jobq: lease of job ($re);/ } split /\n/, slurp_file($node->logfile)));
+		diag("open model transactions holding them: "
+			  . join(' ', map { my $k = $_; defined $txn[$k] ? map { exists $txn[$k]{jobs}{$_} ? "session $k: job $_" : () } @ids : () } 0 .. $#txn));
+	}
 	fail("op $opno (phase $phase): $msg");
 	$failed = 1;
 	die "model violation\n";
