@@ -29,7 +29,7 @@
 -- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
-SELECT plan(426);
+SELECT plan(476);
 
 SET LOCAL client_min_messages = warning;
 
