@@ -535,7 +535,7 @@ class Failures(Base):
             "decimal": {"total": decimal.Decimal("1.20")},
             "datetime": {"at": datetime.datetime(2024, 5, 1, 12, 30, 15, 250000,
                                                  tzinfo=datetime.timezone.utc),
-                         "on": datetime.date(2024, 5, 1)},
+                         "on": datetime.date(2024, 5, 1), "time": datetime.time(9, 5)},
             "uuid": {"id": uuid.UUID("1b4e28ba-2fa1-11d2-883f-0016d3cca427")},
             "set": {"tags": {"a", "b"}},
             "too_large": {"blob": "x" * 2000},
@@ -573,7 +573,7 @@ class Failures(Base):
         # converted by jobq.dumps
         self.assertEqual(rows["decimal"], ("completed", 0, None, {"total": "1.20"}))
         self.assertEqual(rows["datetime"], ("completed", 0, None, {
-            "at": "2024-05-01T12:30:15.250000+00:00", "on": "2024-05-01"}))
+            "at": "2024-05-01T12:30:15.250000+00:00", "on": "2024-05-01", "time": "09:05:00"}))
         self.assertEqual(rows["uuid"], ("completed", 0, None,
                                         {"id": "1b4e28ba-2fa1-11d2-883f-0016d3cca427"}))
         self.assertEqual(q1("SELECT (result->>'total')::numeric FROM jobq.jobs WHERE job_id = %s",
