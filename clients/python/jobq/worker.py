@@ -90,8 +90,8 @@ _CLAIM = ("SELECT job_id, lease_token, kind, payload, priority, retry_count,"
 # there, payload and checkpoint come as bytes, decoded here (the kinds match
 # ours, which are valid).
 _CLAIM_SQL_ASCII = _CLAIM.replace(
-    "payload,", "convert_to(payload::text, 'SQL_ASCII'),").replace(
-    "checkpoint,", "convert_to(checkpoint::text, 'SQL_ASCII'),")
+    "payload,", "pg_catalog.convert_to(payload::text, 'SQL_ASCII'),").replace(
+    "checkpoint,", "pg_catalog.convert_to(checkpoint::text, 'SQL_ASCII'),")
 
 
 # what the worker asks the server about once per connection: does it have
