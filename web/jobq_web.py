@@ -18,7 +18,9 @@ the database is HTML-escaped; a Content-Security-Policy allows scripts and
 styles from the server's own /static/ only (no inline script), and images
 (the SVG charts) from itself only.
 
-Python's standard library (http.server) and psycopg 3, nothing else.
+HTTP is waitress's (a WSGI server, Debian's python3-waitress): it parses
+requests, refuses malformed ones and buffers bodies before a thread sees
+them.  Besides it, psycopg 3 and Python's standard library.
 """
 
 import argparse
@@ -26,7 +28,6 @@ import datetime
 import hmac
 import html
 import http.cookies
-import http.server
 import ipaddress
 import json
 import os
@@ -42,6 +43,7 @@ import urllib.parse
 
 import psycopg
 import psycopg.errors
+import waitress.server
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC = os.path.join(HERE, "static")
@@ -52,6 +54,8 @@ GROUPS_TTL = 60.0       # seconds the dead letter's groups (every failed job) ar
 REREAD = 2              # minutes of the chart counted again at every refresh (late commits)
 KEEP = 1440             # minutes of the chart kept (the day)
 LIVE_INTERVAL = 5000    # ms between a page's refreshes (static/jobq.js)
+MAX_BODY = 1 << 20      # bytes of a request body (a form); more is a 413
+THREADS = 8             # requests answered at once (each may hold a connection)
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
        "img-src 'self'; connect-src 'self'; form-action 'self'; "
@@ -391,35 +395,112 @@ class Minutes:
 # sessions and CSRF
 
 
+SESSION_IDLE = 12 * 3600      # seconds a logged-in session lasts unused
+SESSIONS_MAX = 10000          # logged-in sessions kept (only a login makes one)
+FLASHES_MAX = 10000           # sessions with a message waiting to be shown
+LOGIN_FAILS = 5               # wrong passwords a client may try ...
+LOGIN_WINDOW = 300            # ... in this many seconds, then it waits
+CLIENTS_MAX = 10000           # clients whose wrong passwords are remembered
+SID_RE = re.compile(r"[A-Za-z0-9_-]{43}")
+
+
 class Sessions:
-    """Server-side sessions: a random id in a cookie, a CSRF token each."""
+    """Sessions that anonymous traffic cannot evict.
+
+    A session id is a random cookie; its CSRF token is an HMAC of the id
+    under a key of this process, so a visitor without a cookie costs no
+    memory: nothing is stored for a session until it logs in (then it is
+    kept, among the logged-in ones only, until SESSION_IDLE unused) or has a
+    message to show after an action (kept among the messages, which are
+    the only thing a flood of clients can push out).
+    """
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.data = {}
+        self.key = secrets.token_bytes(32)
+        self.authed = {}      # sid -> time.monotonic() of its last use
+        self.flashes = {}     # sid -> [(kind, message)], oldest first
 
     def new(self):
-        sid = secrets.token_urlsafe(32)
-        with self.lock:
-            if len(self.data) > 10000:       # a flood of cookie-less clients
-                oldest = sorted(self.data, key=lambda k: self.data[k]["seen"])
-                for k in oldest[:5000]:
-                    del self.data[k]
-            self.data[sid] = {"csrf": secrets.token_urlsafe(32),
-                              "authed": False, "flash": [],
-                              "seen": time.monotonic()}
-        return sid
+        return secrets.token_urlsafe(32)
 
-    def get(self, sid):
+    def valid(self, sid):
+        """Is sid the shape of an id this process hands out?"""
+        return bool(sid) and SID_RE.fullmatch(sid) is not None
+
+    def csrf(self, sid):
+        return hmac.new(self.key, sid.encode(), "sha256").hexdigest()
+
+    def is_authed(self, sid):
         with self.lock:
-            s = self.data.get(sid) if sid else None
-            if s is not None:
-                s["seen"] = time.monotonic()
-            return s
+            seen = self.authed.get(sid)
+            now = time.monotonic()
+            if seen is None or now - seen > SESSION_IDLE:
+                self.authed.pop(sid, None)
+                return False
+            self.authed[sid] = now
+            return True
+
+    def login(self):
+        """A new logged-in session id."""
+        sid = self.new()
+        now = time.monotonic()
+        with self.lock:
+            for k in [k for k, t in self.authed.items() if now - t > SESSION_IDLE]:
+                del self.authed[k]
+            if len(self.authed) >= SESSIONS_MAX:
+                del self.authed[min(self.authed, key=self.authed.get)]
+            self.authed[sid] = now
+        return sid
 
     def drop(self, sid):
         with self.lock:
-            self.data.pop(sid, None)
+            self.authed.pop(sid, None)
+            self.flashes.pop(sid, None)
+
+    def flash(self, sid, kind, msg):
+        with self.lock:
+            if sid not in self.flashes and len(self.flashes) >= FLASHES_MAX:
+                del self.flashes[next(iter(self.flashes))]
+            self.flashes.setdefault(sid, []).append((kind, msg))
+
+    def pop_flash(self, sid):
+        with self.lock:
+            return self.flashes.pop(sid, [])
+
+
+class Throttle:
+    """Wrong passwords per client: LOGIN_FAILS in LOGIN_WINDOW seconds, then a wait.
+
+    An attempt counts as wrong from the moment it starts (so parallel
+    attempts cannot all slip in before the first is judged), and is taken
+    back when the password was right.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.fails = {}       # client -> [time.monotonic() of each attempt]
+
+    def attempt(self, client):
+        """None: go ahead (then right() or nothing); else seconds to wait."""
+        now = time.monotonic()
+        with self.lock:
+            recent = [t for t in self.fails.get(client, []) if now - t < LOGIN_WINDOW]
+            if len(recent) >= LOGIN_FAILS:
+                self.fails[client] = recent
+                return int(recent[0] + LOGIN_WINDOW - now) + 1
+            if client not in self.fails and len(self.fails) >= CLIENTS_MAX:
+                for k in [k for k, v in self.fails.items() if not v or now - v[-1] >= LOGIN_WINDOW]:
+                    del self.fails[k]
+                if len(self.fails) >= CLIENTS_MAX:
+                    del self.fails[min(self.fails, key=lambda k: self.fails[k][-1])]
+            recent.append(now)
+            self.fails[client] = recent
+            return None
+
+    def right(self, client):
+        with self.lock:
+            self.fails.pop(client, None)
 
 
 # ---------------------------------------------------------------------------
@@ -557,6 +638,7 @@ class App:
         self.dead_groups = Cached(self.pool, Q_DEAD_GROUPS, GROUPS_TTL,
                                   lambda: ([q["queue"] for q in self.queues.get()],))
         self.sessions = Sessions()
+        self.throttle = Throttle()
         self.hosts = set()
         with Db(self.pool) as db:
             r = db.one("SELECT current_user AS role, current_database() AS db")
@@ -567,25 +649,22 @@ class App:
 class SessionView:
     """The current request's session."""
 
-    def __init__(self, sessions, sid, data):
-        self.sessions, self.sid, self.data = sessions, sid, data
-
-    @property
-    def csrf(self):
-        return self.data["csrf"]
+    def __init__(self, sessions, sid):
+        self.sessions, self.sid = sessions, sid
+        self.csrf = sessions.csrf(sid)
+        self._authed = None
 
     @property
     def authed(self):
-        return self.data["authed"]
+        if self._authed is None:
+            self._authed = self.sessions.is_authed(self.sid)
+        return self._authed
 
     def flash(self, kind, msg):
-        with self.sessions.lock:
-            self.data["flash"].append((kind, msg))
+        self.sessions.flash(self.sid, kind, msg)
 
     def pop_flash(self):
-        with self.sessions.lock:
-            f, self.data["flash"] = self.data["flash"], []
-        return f
+        return self.sessions.pop_flash(self.sid)
 
 
 class Refused(Exception):
@@ -596,39 +675,76 @@ class Refused(Exception):
         self.status = status
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    server_version = "jobq-web"
-    sys_version = ""
-    protocol_version = "HTTP/1.1"
+STATUS_TEXT = {200: "OK", 303: "See Other", 400: "Bad Request", 403: "Forbidden",
+               404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large",
+               415: "Unsupported Media Type", 421: "Misdirected Request",
+               429: "Too Many Requests", 500: "Internal Server Error"}
+
+
+class Headers:
+    """A request's headers, read from the WSGI environment."""
+
+    def __init__(self, environ):
+        self.environ = environ
+
+    def get(self, name, default=None):
+        key = name.upper().replace("-", "_")
+        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            key = "HTTP_" + key
+        return self.environ.get(key, default)
+
+
+class Handler:
+    """One request: waitress parses HTTP, this answers it (a WSGI application).
+
+    The HTTP itself (request lines, headers, Content-Length, chunked bodies,
+    keep-alive) is waitress's: a malformed or negative Content-Length is a
+    400 and a Transfer-Encoding other than chunked a 501 before a thread is
+    involved, a chunked body is decoded as the body (never read as a next
+    request), and a body is buffered whole, up to MAX_BODY, before this runs.
+    """
     app = None  # set in main()
+
+    def __init__(self, environ):
+        self.environ = environ
+        self.headers = Headers(environ)
+        self.command = environ.get("REQUEST_METHOD", "GET")
+        self.path = environ.get("PATH_INFO", "/") or "/"
+        self.query = environ.get("QUERY_STRING", "")
+        self.client = environ.get("REMOTE_ADDR", "")
+        self.response = None
+
+    @classmethod
+    def wsgi(cls, environ, start_response):
+        """The WSGI entry point."""
+        h = cls(environ)
+        if h.command in ("GET", "HEAD"):
+            h.do_GET()
+        elif h.command == "POST":
+            h.do_POST()
+        else:
+            h.send(405, h.error_page(405, "GET, HEAD and POST only"), extra=[("Allow", "GET, HEAD, POST")])
+        status, headers, data = h.response
+        sys.stderr.write("jobq web: %s \"%s %s\" %d\n" % (h.client, h.command, h.path[:200], status))
+        start_response(f"{status} {STATUS_TEXT.get(status, 'Unknown')}", headers)
+        return [b"" if h.command == "HEAD" else data]
 
     # -- plumbing --------------------------------------------------------
 
-    def log_message(self, fmt, *args):
-        sys.stderr.write("jobq web: %s %s\n" % (self.address_string(), fmt % args))
-
     def send(self, status, body, ctype="text/html; charset=utf-8", extra=()):
         data = body.encode("utf-8") if isinstance(body, str) else body
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Content-Security-Policy", CSP)
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("X-Frame-Options", "DENY")
-        self.send_header("Referrer-Policy", "same-origin")
-        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-store")
-        for k, v in extra:
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        headers = [("Content-Type", ctype), ("Content-Length", str(len(data))),
+                   ("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
+                   ("X-Frame-Options", "DENY"), ("Referrer-Policy", "same-origin"),
+                   ("Cross-Origin-Opener-Policy", "same-origin"), ("Cache-Control", "no-store")]
+        headers += list(extra)
+        self.response = (status, headers, data)
 
     def redirect(self, where, extra=()):
         self.send(303, "", extra=[("Location", where)] + list(extra))
 
     def session(self):
-        """The request's session; a new one (and its cookie) if none."""
+        """The request's session; a new id (and its cookie) if none."""
         sid = None
         raw = self.headers.get("Cookie")
         if raw:
@@ -638,14 +754,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     sid = c["jobq_session"].value
             except http.cookies.CookieError:
                 pass
-        data = self.app.sessions.get(sid)
         self.new_cookie = None
-        if data is None:
+        if not self.app.sessions.valid(sid):
             sid = self.app.sessions.new()
-            data = self.app.sessions.get(sid)
             self.new_cookie = ("Set-Cookie",
                                f"jobq_session={sid}; Path=/; HttpOnly; SameSite=Strict")
-        return SessionView(self.app.sessions, sid, data)
+        return SessionView(self.app.sessions, sid)
 
     def cookies(self):
         return [self.new_cookie] if self.new_cookie else []
@@ -657,11 +771,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise Refused(421, "unexpected Host header")
 
     def form(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        if n > 1 << 20:
+        # waitress has checked Content-Length (digits only) and read the
+        # whole body, at most MAX_BODY bytes
+        n = self.headers.get("Content-Length") or "0"
+        if not n.isdigit():
+            raise Refused(400, "bad Content-Length")
+        n = int(n)
+        if n > MAX_BODY:
             raise Refused(413, "request too large")
         ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
-        raw = self.rfile.read(n).decode("utf-8", "replace")
+        raw = self.environ["wsgi.input"].read(n).decode("utf-8", "replace")
         if ctype != "application/x-www-form-urlencoded":
             raise Refused(415, "forms only")
         return urllib.parse.parse_qs(raw, keep_blank_values=True)
@@ -681,9 +800,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         try:
             self.check_host()
-            url = urllib.parse.urlsplit(self.path)
-            path = url.path
-            params = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+            path = self.path
+            params = {k: v[-1] for k, v in urllib.parse.parse_qs(self.query).items()}
             if path.startswith("/static/"):
                 return self.static(path[len("/static/"):])
             if path == "/favicon.ico":
@@ -709,13 +827,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send(r.status, self.error_page(r.status, str(r)))
         except psycopg.Error as err:
             self.send(500, self.error_page(500, "the database said: " + db_message(err)))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def do_POST(self):
         try:
             self.check_host()
-            path = urllib.parse.urlsplit(self.path).path
+            path = self.path
             s = self.session()
             f = self.form()
             token = (f.get("csrf") or [""])[-1]
@@ -743,8 +859,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.redirect(back)
         except Refused as r:
             self.send(r.status, self.error_page(r.status, str(r)))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def static(self, name):
         types = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -778,16 +892,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 f'<button type="submit">log in</button></form></main></body></html>')
 
     def login(self, s, f):
+        wait = self.app.throttle.attempt(self.client)
+        if wait is not None:
+            return self.send(429, self.login_page(s, f"too many wrong passwords: try again in {wait} s"),
+                             extra=[("Retry-After", str(wait))])
         given = (f.get("password") or [""])[-1].encode()
         if hmac.compare_digest(given, self.app.password.encode()):
-            # a fresh session id after login (no session fixation); the old
-            # one stays, unauthenticated, so that a request still in flight
-            # with it (a favicon) gets no new cookie that would replace this
-            sid = self.app.sessions.new()
-            self.app.sessions.get(sid)["authed"] = True
+            self.app.throttle.right(self.client)
+            # a fresh session id after login (no session fixation)
+            sid = self.app.sessions.login()
             return self.redirect("/", [("Set-Cookie",
                                         f"jobq_session={sid}; Path=/; HttpOnly; SameSite=Strict")])
-        time.sleep(1)
         return self.send(403, self.login_page(s, "wrong password"))
 
     # -- forms -------------------------------------------------------------
@@ -1268,11 +1383,6 @@ def loopback(host):
         return False
 
 
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(prog="jobq web", description="the jobq dashboard")
     p.add_argument("--port", type=int, default=8080, help="TCP port (0: any free one)")
@@ -1299,13 +1409,21 @@ def main(argv=None):
         return 3
     Handler.app = app
     family_v6 = ":" in args.bind
-    Server.address_family = socket.AF_INET6 if family_v6 else socket.AF_INET
+    sock = socket.socket(socket.AF_INET6 if family_v6 else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        srv = Server((args.bind, args.port), Handler)
+        sock.bind(("127.0.0.1" if args.bind == "localhost" else args.bind, args.port))
     except OSError as x:
         print(f"jobq web: cannot listen on {args.bind}:{args.port}: {x}", file=sys.stderr)
         return 3
-    port = srv.server_address[1]
+    port = sock.getsockname()[1]
+    # waitress: bodies buffered whole before a thread sees them, at most
+    # MAX_BODY; an idle or stalled connection closed after channel_timeout;
+    # no proxy header trusted
+    srv = waitress.server.create_server(
+        Handler.wsgi, sockets=[sock], threads=THREADS, ident="jobq-web",
+        max_request_body_size=MAX_BODY, channel_timeout=60,
+        clear_untrusted_proxy_headers=True, expose_tracebacks=False)
     hostpart = f"[{args.bind}]" if family_v6 else args.bind
     if loopback(args.bind):
         app.hosts = {f"{hostpart}:{port}", f"localhost:{port}"}
@@ -1314,11 +1432,10 @@ def main(argv=None):
           + (" (read-only)" if args.read_only else ""), flush=True)
 
     def stop(signum, frame):
-        threading.Thread(target=srv.shutdown, daemon=True).start()
+        raise SystemExit(0)     # waitress's loop ends and its threads stop
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    srv.serve_forever()
-    srv.server_close()
+    srv.run()
     return 0
 
 

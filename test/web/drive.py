@@ -492,6 +492,10 @@ def tests():
         code = x.code
     check("a foreign Host header is refused (DNS rebinding)", code == 421, code)
 
+    # --- hostile HTTP, every page for every capability ------------------------------
+    hostile_http(a, db, ids, admin, pw)
+    every_page(a, db, ids, worker, ro)
+
     # --- the browser -------------------------------------------------------------
     b = Browser(a.work)
     try:
@@ -502,6 +506,177 @@ def tests():
     # --- SIGTERM ---------------------------------------------------------------
     rcs = [w.stop() for w in (admin, ro, worker, pw)]
     check("jobq web exits 0 on SIGTERM", rcs == [0, 0, 0, 0], rcs)
+
+
+def raw(port, data, timeout=30):
+    """Send bytes, half-close, read every response until the server closes."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+    except socket.timeout:
+        return out + b"<timeout>"
+    finally:
+        sock.close()
+
+
+def statuses(reply):
+    """The status codes of the HTTP responses in a reply, in order."""
+    return [int(c) for c in re.findall(rb"(?:^|\r\n)HTTP/1\.[01] (\d{3}) ", reply)]
+
+
+def session_get(web, path, sid):
+    """GET path with a given session cookie; the status."""
+    req = urllib.request.Request(web.url + path, headers={"Cookie": f"jobq_session={sid}"})
+    try:
+        with urllib.request.build_opener(NoRedirect).open(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as x:
+        return x.code
+
+
+def flood(web, n, path="/"):
+    """n requests without a cookie over keep-alive connections; the statuses seen."""
+    import http.client
+    seen = {}
+    conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=30)
+    for i in range(n):
+        for tries in range(3):
+            try:
+                conn.request("GET", path)
+                r = conn.getresponse()
+                r.read()
+                seen[r.status] = seen.get(r.status, 0) + 1
+                break
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=30)
+    conn.close()
+    return seen
+
+
+def hostile_http(a, db, ids, admin, pw):
+    """Requests that the server must refuse, or not misread."""
+    host = f"127.0.0.1:{admin.port}".encode()
+    log = os.path.join(a.work, "web-admin.log")
+
+    # a chunked body holding a request: it is the body, never a next request
+    inner = b"GET /smuggled-probe HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
+    req = (b"POST /action HTTP/1.1\r\nHost: " + host + b"\r\n"
+           b"Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
+           + f"{len(inner):x}".encode() + b"\r\n" + inner + b"\r\n0\r\n\r\n")
+    reply = raw(admin.port, req)
+    st = statuses(reply)
+    time.sleep(0.5)   # the access log line of a request is written before its answer
+    seen = open(log).read()
+    check("a chunked body is not read as a next request: one answer, no smuggled request",
+          len(st) == 1 and st[0] in (403, 411, 501) and "/smuggled-probe" not in seen,
+          (st, reply[:300], [x for x in seen.splitlines() if "smuggled" in x]))
+    # the body after an empty chunked one (CL.TE): Transfer-Encoding wins, the rest is
+    # a next request of the same connection, answered as one
+    req = (b"POST /action HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: 40\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    st = statuses(raw(admin.port, req))
+    check("Content-Length beside chunked: the chunked framing only", len(st) == 1 and st[0] in (400, 403, 411, 415, 501), st)
+    req = (b"POST /action HTTP/1.1\r\nHost: " + host + b"\r\nTransfer-Encoding: gzip\r\n"
+           b"Content-Length: 5\r\n\r\nabcde")
+    st = statuses(raw(admin.port, req))
+    check("a Transfer-Encoding it does not implement: 501", st[:1] == [501], st)
+    for cl in (b"-1", b"abc", b"1, 1", b"+5", b"0x10"):
+        t0 = time.monotonic()
+        reply = raw(admin.port, b"POST /login HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: "
+                    + cl + b"\r\n\r\n")
+        st = statuses(reply)
+        check(f"Content-Length {cl.decode()}: 400, at once", st[:1] == [400] and time.monotonic() - t0 < 20,
+              (st, reply[:200], time.monotonic() - t0))
+    st = statuses(raw(admin.port, b"POST /action HTTP/1.1\r\nHost: " + host
+                      + b"\r\nContent-Length: 5000000\r\n\r\n"))
+    check("a body over 1 MB: 413, unread", st[:1] == [413], st)
+
+    # bodies promised and never sent tie up no thread: more stalled requests
+    # than the server has threads, then a page still comes
+    stalled = []
+    for i in range(20):
+        sck = socket.create_connection(("127.0.0.1", admin.port), timeout=30)
+        sck.sendall(b"POST /login HTTP/1.1\r\nHost: " + host
+                    + b"\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                    b"Content-Length: 100000\r\n\r\npassword=")
+        stalled.append(sck)
+    t0 = time.monotonic()
+    st, _, _ = admin.get("/jobs?queue=mail")
+    check("20 stalled bodies: a page still answers", st == 200 and time.monotonic() - t0 < 30,
+          (st, time.monotonic() - t0))
+    for sck in stalled:
+        sck.close()
+
+    # anonymous traffic cannot evict a session
+    ok = pw.post("/login", {"csrf": pw.csrf("/login") or "", "password": "s3cret pass"})[0] == 303
+    sid = next((c.value for c in pw.jar if c.name == "jobq_session"), None)
+    check("password: log in over HTTP", ok and session_get(pw, "/", sid) == 200, (ok, sid))
+    seen = flood(pw, 10002)
+    check("10,002 requests without a cookie (each a new session id)", seen == {303: 10002}, seen)
+    check("and the logged-in session is still logged in", session_get(pw, "/", sid) == 200,
+          session_get(pw, "/", sid))
+    pw.jar.clear()
+    tok = admin.csrf("/")
+    seen = flood(admin, 10002, "/no-such-page")
+    st, hdr, _ = admin.post("/action", {"op": "pause", "queue": "reports", "csrf": tok or "", "back": "/"})
+    paused = db.execute("SELECT paused FROM jobq.queues WHERE queue = 'reports'").fetchone()[0]
+    check("without a password, a session's CSRF token outlives 10,002 cookieless requests",
+          tok and st == 303 and paused and seen == {404: 10002}, (st, paused, seen))
+    db.execute("SELECT jobq.resume('reports')")
+
+    # login attempts: a few wrong passwords per client, then a wait
+    import concurrent.futures
+    lock = Web(a.work, "lockout", env={"JOBQ_WEB_PASSWORD": "right one"})
+    tok = lock.csrf("/login")
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(25) as ex:
+        codes = list(ex.map(lambda i: lock.post("/login", {"csrf": tok or "", "password": f"guess{i}"})[0],
+                            range(100)))
+    took = time.monotonic() - t0
+    count = {c: codes.count(c) for c in set(codes)}
+    check("100 parallel wrong passwords: at most 5 judged, the others told to wait (429)",
+          count.get(403, 0) <= 5 and count.get(429, 0) >= 95 and count.get(303, 0) == 0, count)
+    check("and they are answered quickly (no sleeping thread per attempt)", took < 60, took)
+    st, hdr, body = lock.post("/login", {"csrf": tok or "", "password": "right one"})
+    check("locked out: even the right password waits, and is told how long",
+          st == 429 and hdr.get("Retry-After", "").isdigit() and "try again in" in body, (st, hdr))
+    st = pw.post("/login", {"csrf": pw.csrf("/login") or "", "password": "s3cret pass"})[0]
+    pw.jar.clear()
+    check("another dashboard's login is unaffected", st == 303, st)
+    lock.stop()
+
+
+def every_page(a, db, ids, worker, ro):
+    """Every page answers 200 for a role of each capability (and a read-only one)."""
+    x = db.execute
+    for r, q, cap in (("web_enq", "mail", "enqueue"), ("web_admin1", "billing", "administer")):
+        x(f"DROP ROLE IF EXISTS {r}")
+        x(f"CREATE ROLE {r} LOGIN")
+        x("SELECT jobq.grant(%s, %s, %s)", (q, r, cap))
+    webs = [("work", worker), ("enqueue", Web(a.work, "enqueue", env={"PGUSER": "web_enq"})),
+            ("administer one queue", Web(a.work, "admin1", env={"PGUSER": "web_admin1"})),
+            ("do anything, read-only", ro)]
+    pages = ["/", "/?range=day", "/jobs", "/jobs?queue=mail", "/dead", "/schedules", "/workers",
+             "/api/overview", "/chart.svg?range=hour"]
+    for name, w in webs:
+        bad = []
+        job = ids["attempted"] if name.startswith("administer") else ids["mail_dead"]
+        for path in pages + [f"/job/{job}"]:
+            st, _, body = w.get(path)
+            if st != 200:
+                m = re.search(r'class="flash error">([^<]*)', body)
+                bad.append(f"{path}: {st} {m.group(1) if m else body[:100]}")
+        check(f"every page for a role that may {name}: 200", not bad, "\n".join(bad))
+    for name, w in webs[1:3]:
+        w.stop()
 
 
 def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
