@@ -232,6 +232,20 @@ SELECT d.queue, d.kind,
  GROUP BY 1, 2, 3 ORDER BY jobs DESC, newest DESC LIMIT 100"""
 
 
+# the application's workers; the jobs they hold are running jobs (the
+# partial index on lease_expires_at), at most 20 a worker
+Q_APP_WORKERS = """
+SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at, w.jobs_in_hand, w.gone,
+       pg_catalog.now() - w.last_seen_at AS seen_ago
+  FROM jobq.app_workers w ORDER BY w.gone, w.worker_id LIMIT 500"""
+
+Q_HELD = """
+SELECT h.worker_id, h.job_id, h.kind FROM pg_catalog.unnest(%s::text[]) AS w(id),
+  LATERAL (SELECT j.worker_id, j.job_id, j.kind FROM jobq.jobs j
+            WHERE j.lease_expires_at IS NOT NULL AND j.worker_id = w.id
+            ORDER BY j.job_id LIMIT 20) h"""
+
+
 Q_PROBE = "SELECT j.job_id FROM jobq.jobs j WHERE j.job_id >= %s::bigint LIMIT 1"
 
 
@@ -644,6 +658,7 @@ class App:
             r = db.one("SELECT current_user AS role, current_database() AS db")
             self.role, self.database = r["role"], r["db"]
             self.has_service = db.value("SELECT pg_catalog.to_regclass('jobq.service') IS NOT NULL")
+            self.has_app_workers = db.value("SELECT pg_catalog.to_regclass('jobq.app_workers') IS NOT NULL")
 
 
 class SessionView:
@@ -1238,8 +1253,21 @@ SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.
                   'jobs are found among the newest 65,536 job ids.</p>')
         self.send(200, layout(self.app, "Schedules", body, "/schedules", s), extra=self.cookies())
 
+    def app_workers(self, db):
+        """The application's workers (jobq.app_workers), with the jobs each holds."""
+        if not self.app.has_app_workers:
+            return None, {}
+        rows = db.rows(Q_APP_WORKERS)
+        held = {}
+        ids = [r["worker_id"] for r in rows]
+        if ids:
+            for j in db.rows(Q_HELD, (ids,)):
+                held.setdefault(j["worker_id"], []).append(j)
+        return rows, held
+
     def page_workers(self, s, params):
         with Db(self.app.pool) as db:
+            apps, held = self.app_workers(db)
             workers = db.rows("SELECT w.* FROM jobq.workers w ORDER BY w.database, w.role, w.pid")
             procs = db.rows("""
 SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_event,
@@ -1270,7 +1298,38 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
             keys = list(service[0].keys())
             svc = "<h2>Service</h2>" + table([e(k) for k in keys],
                                              [[e(ts(r[k])) for k in keys] for r in service])
-        body = ("<h2>jobq processes</h2>"
+        arows = []
+        for w in apps or []:
+            info = w["info"] if isinstance(w["info"], dict) else {}
+            jobs = held.get(w["worker_id"], [])
+            hand = e(w["jobs_in_hand"])
+            if info.get("concurrency") is not None:
+                hand += f' of {e(info.get("concurrency"))}'
+            if jobs:
+                more = w["jobs_in_hand"] - len(jobs) if w["jobs_in_hand"] else 0
+                hand += ('<br><span class="held">' + " ".join(
+                    f'{job_link(j["job_id"])} <span class="later">{e(j["kind"])}</span>' for j in jobs)
+                    + (f' and {more} more' if more > 0 else "") + "</span>")
+            lib = " ".join(str(info[k]) for k in ("library", "version") if info.get(k) is not None)
+            rest = {k: v for k, v in info.items()
+                    if k not in ("host", "pid", "concurrency", "library", "version")}
+            state = ('<span class="st st-gone">gone</span>' if w["gone"]
+                     else '<span class="st st-alive">alive</span>')
+            arows.append([e(w["worker_id"]), state, e(info.get("host")), e(info.get("pid")),
+                          e(", ".join(w["queues"] or [])), hand, e(lib),
+                          e(ts(w["started_at"])),
+                          e(ts(w["last_seen_at"])) + f' <span class="later">({e(ago(w["seen_ago"]))} ago)</span>',
+                          f'<code>{e(json.dumps(rest, ensure_ascii=False, sort_keys=True))}</code>' if rest else ""])
+        if apps is None:
+            apptable = '<p class="note">This jobq has no worker registry (jobq.app_workers, 0.3.0).</p>'
+        else:
+            apptable = (table(["worker", "state", "host", "pid", "queues", "jobs in hand",
+                               "library", "started", "last heartbeat", "more"], arows, "app-workers")
+                        + '<p class="note">Workers register with jobq.register_worker and heartbeat with '
+                          'every lease renewal; one not seen for jobq.worker_gone_after is gone, and the '
+                          'jobs it still holds are listed (their leases expire and the reaper puts them '
+                          'back). Rows go a day after they were last seen.</p>')
+        body = ("<h2>Application workers</h2>" + apptable + "<h2>jobq processes</h2>"
                 + table(["pid", "database", "role", "started", "last round", "reaped", "pruned", "fired"],
                         wrows, "workers")
                 + "<h2>What they are doing (pg_stat_activity)</h2>"

@@ -356,6 +356,17 @@ def setup(db):
     for i in range(2):
         enqueue("report.slow", {"i": i}, "reports")
     x("SELECT jobq.claim('reports', worker_id => 'w-gone', batch => 2, kinds => ARRAY['report.slow'])")
+    ids["held"] = [r[0] for r in x("SELECT job_id FROM jobq.jobs WHERE worker_id = 'w-gone' ORDER BY job_id")]
+    # the application's workers: the one above, gone (its heartbeat backdated:
+    # test data only), and a live one of mail whose host is hostile
+    x("SELECT jobq.register_worker('w-gone', ARRAY['reports'], %s::jsonb)",
+      (json.dumps({"host": "box-2", "pid": 4242, "concurrency": 4, "library": "jobq-python",
+                   "version": "0.3.0"}),))
+    x("UPDATE jobq.app_worker SET last_seen_at = now() - interval '10 minutes',"
+      " started_at = now() - interval '2 hours' WHERE worker_id = 'w-gone'")
+    x("SELECT jobq.register_worker('mail-1', ARRAY['mail'], %s::jsonb)",
+      (json.dumps({"host": "app-1<b id=pwn4>", "pid": 1234, "concurrency": 8, "library": "jobq-node",
+                   "version": "0.3.0", "region": "eu"}),))
     # a failed attempt followed by a retry, for the attempts table
     j = enqueue("invoice.render", {"n": 99}, "billing", max_retries=2)
     tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-2', kinds => ARRAY['invoice.render'])").fetchone()[0]
@@ -738,6 +749,21 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     t = b.text()
     check("workers: the launcher and the database's worker", "launcher" in t and "jobq_web" in t, t[:600])
     check("workers: jobq.health()", "expired_leases" in t and "xmin_horizon" in t, t[-800:])
+    rows = b.js("Array.from(document.querySelectorAll('table.app-workers tbody tr'))"
+                ".map(r => Array.from(r.cells).map(c => c.innerText))")
+    by = {r[0]: r for r in rows or []}
+    live = by.get("mail-1", [])
+    check("workers: an application worker: alive, host, pid, queues, jobs in hand of its concurrency, library",
+          live[1:7] == ["alive", "app-1<b id=pwn4>", "1234", "mail", "0 of 8", "jobq-node 0.3.0"]
+          and '"region": "eu"' in live[9], rows)
+    gone = by.get("w-gone", [])
+    check("workers: a gone worker is marked, with the jobs it held",
+          gone[1:3] == ["gone", "box-2"] and gone[5].startswith("2 of 4")
+          and all(str(j) in gone[5] for j in ids["held"]) and "ago" in gone[8], rows)
+    check("workers: the gone worker's jobs link to their pages",
+          b.js(f"!!document.querySelector('table.app-workers a[href=\"/job/{ids['held'][0]}\"]')"))
+    check("workers: a hostile host is text", b.js("document.querySelectorAll('#pwn4').length") == 0)
+    b.shot(os.path.join(shots, "readme-workers.png"), (0, 0, 1280, 560, 0.7))
     b.shot(os.path.join(shots, "workers.png"))
 
     # hostile text renders as text
@@ -869,6 +895,9 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     b.goto(worker.url + f"/job/{ids['mail_dead']}")
     check("work-only role: no retry button (it may not administer)",
           b.js("document.querySelectorAll('button[data-op]').length") == 0)
+    b.goto(worker.url + "/workers")
+    t = b.text()
+    check("work-only role: the application workers of its queue only", "mail-1" in t and "w-gone" not in t, t[:600])
     b.goto(worker.url + "/dead")
     check("work-only role: dead letter of its queue only", "mailbox full" in b.text() and "smtp" not in b.text())
     # a forged POST (right token and cookie): the database refuses
