@@ -246,6 +246,17 @@ SELECT h.worker_id, h.job_id, h.kind FROM pg_catalog.unnest(%s::text[]) AS w(id)
             ORDER BY j.job_id LIMIT 20) h"""
 
 
+Q_DETAILS = """
+SELECT a.attempt, a.details FROM jobq.attempt a
+ WHERE a.job_id = %s::bigint AND a.details IS NOT NULL"""
+
+# actions asked about first (a page with the same form, confirmed): what
+# changes many jobs, and what deletes; the answer's button label
+CONFIRM = {"discard": "discard it", "discard_selected": "discard them",
+           "retry_selected": "retry them", "retry_failed": "retry them",
+           "release_running": "put them back"}
+
+
 Q_PROBE = "SELECT j.job_id FROM jobq.jobs j WHERE j.job_id >= %s::bigint LIMIT 1"
 
 
@@ -868,6 +879,9 @@ class Handler:
             back = (f.get("back") or ["/"])[-1]
             if not re.fullmatch(r"/[\x21-\x7e]*", back) or back.startswith("//") or "\\" in back:
                 back = "/"
+            op = (f.get("op") or [""])[-1]
+            if op in CONFIRM and (f.get("confirmed") or [""])[-1] != "yes":
+                return self.confirm_page(s, f, op, back)
             self.action(s, f)
             for c in (self.app.queues, self.app.running, self.app.stats, self.app.dead_groups):
                 c.forget()
@@ -893,6 +907,37 @@ class Handler:
                 f'<title>{status}</title><link rel="stylesheet" href="/static/jobq.css"></head>'
                 f'<body><main><h1>{status}</h1><p class="flash error">{e(msg)}</p>'
                 f'<p><a href="/">back to the overview</a></p></main></body></html>')
+
+    def confirm_page(self, s, f, op, back):
+        """Ask before an action that changes many jobs or deletes one: the same form again, confirmed."""
+        def one(name):
+            return (f.get(name) or [""])[-1].strip()
+        ids = sorted({v for v in f.get("job_id", []) if v.isdigit()}, key=int)
+        what = {
+            "discard": f"Delete job {one('job_id')} and its attempt history for good? "
+                       "(Its idempotency key stays reserved for jobq.idempotency_retention.)",
+            "discard_selected": f"Delete the {len(ids)} selected jobs ({', '.join(ids[:20])}"
+                                f"{' ...' if len(ids) > 20 else ''}) and their attempt history for good?",
+            "retry_selected": f"Retry the {len(ids)} selected jobs ({', '.join(ids[:20])}"
+                              f"{' ...' if len(ids) > 20 else ''})?",
+            "retry_failed": "Retry every failed job" + (f" of kind {one('kind')}" if one("kind") else "")
+                            + (f" in queue {one('queue')}" if one("queue") else "") + "?",
+            "release_running": f"Put every running job of queue {one('queue')}"
+                               + (f" held by {one('worker_id')}" if one("worker_id") else "")
+                               + " back to pending? A worker still running one of them will lose its lease.",
+        }.get(op, "Go on?")
+        if op in ("retry_selected", "discard_selected") and not ids:
+            s.flash("error", "no job selected")
+            return self.redirect(back)
+        hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
+                         for k, vs in f.items() if k not in ("confirmed",) for v in vs)
+        danger = op in ("discard", "discard_selected")
+        body = (f'<p class="confirm">{e(what)}</p>'
+                f'<form method="post" action="/action" class="inline confirm">{hidden}'
+                f'<input type="hidden" name="confirmed" value="yes">'
+                f'<button type="submit" class="{"danger" if danger else ""}" data-confirm="{e(op)}">'
+                f'yes, {e(CONFIRM[op])}</button></form> <a href="{e(back)}">no, go back</a>')
+        self.send(200, layout(self.app, "Are you sure?", body, "", s), extra=self.cookies())
 
     # -- login -----------------------------------------------------------
 
@@ -1066,7 +1111,8 @@ class Handler:
         trs = [[job_link(r["job_id"]), e(r["queue"]), e(r["kind"]), status_tag(r["status"]),
                 e(r["priority"]), e(f'{r["retry_count"]}/{r["max_retries"]}'),
                 e(r["idempotency_key"]), e(ts(r["run_at"])), e(ts(r["created_at"])),
-                e(ts(r["finished_at"])), f'<span class="err">{e(r["last_error"])}</span>']
+                e(ts(r["finished_at"])),
+                f'<span class="{"old-err" if r["status"] == "completed" else "err"}">{e(r["last_error"])}</span>']
                for r in rows]
         nxt = ""
         if nxt_id is not None:
@@ -1089,7 +1135,14 @@ class Handler:
                        "FROM jobq.jobs j WHERE j.job_id = %s", (job_id,))
             if j is None:
                 raise Refused(404, f"no job {job_id} (or not in a queue you may see)")
-            att = db.rows("SELECT a.* FROM jobq.job(%s::bigint) a ORDER BY a.attempt", (job_id,))
+            att = db.rows("SELECT a.* FROM jobq.job(%s::bigint) a", (job_id,))
+            # the stack traces: jobq.attempt, which only its readers may read
+            try:
+                details = {r["attempt"]: r["details"] for r in db.rows(Q_DETAILS, (job_id,))}
+            except psycopg.errors.InsufficientPrivilege:
+                details = None
+            except psycopg.errors.UndefinedColumn:
+                details = {}
             admin = self.may(db, j["queue"], "administer")
         back = f"/job/{job_id}"
         st = j["status"]
@@ -1097,6 +1150,7 @@ class Handler:
         if admin:
             if st in ("failed", "cancelled"):
                 acts += self.button(s, "retry", "retry", back, job_id=job_id)
+                acts += self.button(s, "discard", "discard", "/dead", "danger", job_id=job_id)
             if st in ("pending", "running", "blocked"):
                 acts += self.button(s, "cancel", "cancel", back, "danger", job_id=job_id)
         facts = [
@@ -1111,14 +1165,31 @@ class Handler:
             ("claimed", e(ts(j["claimed_at"]))), ("worker", e(j["worker_id"])),
             ("lease expires", e(ts(j["lease_expires_at"]))),
             ("finished", e(ts(j["finished_at"]))), ("updated", e(ts(j["updated_at"]))),
-            ("last error", f'<pre class="err">{e(j["last_error"])}</pre>'),
         ]
+        if j["last_error"] is not None and st == "completed":
+            # the error of an attempt before the one that completed: history, not an alarm
+            facts.append(("last error", f'<pre class="old-err">{e(j["last_error"])}</pre>'
+                          '<span class="note">of an earlier attempt; the job completed since</span>'))
+        else:
+            facts.append(("last error", f'<pre class="err">{e(j["last_error"])}</pre>'))
         dl = "<dl class=\"facts\">" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
         blocks = "".join(f'<h2>{name}</h2><pre class="json" id="{name}">{e(pretty(j[name]))}</pre>'
                          for name in ("payload", "result", "checkpoint"))
-        arows = [[e(a["attempt"]), status_tag(a["outcome"]), e(a["worker_id"]),
-                  e(ts(a["started_at"])), e(ts(a["finished_at"])), e(a["duration"]),
-                  f'<pre class="err">{e(a["error"])}</pre>'] for a in att]
+        arows = []
+        for a in att:
+            err = f'<pre class="err">{e(a["error"])}</pre>' if a["error"] is not None else ""
+            d = (details or {}).get(a["attempt"]) if a["outcome"] not in ("running", "completed") else None
+            if d:
+                label = "what changed" if a["outcome"] == "edited" else "details (stack trace)"
+                err += (f'<details class="trace"><summary>{label}</summary>'
+                        f'<pre class="trace">{e(d)}</pre></details>')
+            arows.append([e(a["attempt"]), status_tag(a["outcome"]), e(a["worker_id"]),
+                          e(ts(a["started_at"])), e(ts(a["finished_at"])), e(a["duration"]), err])
+        if details is None:
+            arows_note = ('<p class="note">The stack traces are in jobq.attempt, which this role may not '
+                          'read (a superuser, or a role given SELECT on it, sees them here).</p>')
+        else:
+            arows_note = ""
         edit = ""
         if admin and st in ("pending", "blocked", "failed", "cancelled"):
             again = ""
@@ -1137,7 +1208,7 @@ class Handler:
                     f'{again}<button type="submit" data-op="update">save</button></form>')
         body = (f'<p class="actions">{acts}</p>{dl}{blocks}<h2>Attempts</h2>'
                 + table(["attempt", "outcome", "worker", "started", "ended", "duration", "error"],
-                        arows, "attempts") + edit)
+                        arows, "attempts") + arows_note + edit)
         self.send(200, layout(self.app, f"Job {job_id}", body, "/jobs", s), extra=self.cookies())
 
     def page_dead(self, s, params):
@@ -1177,6 +1248,7 @@ class Handler:
             acts = ""
             if admin.get(j["queue"]):
                 acts = (self.button(s, "retry", "retry", back, job_id=j["job_id"])
+                        + self.button(s, "discard", "discard", back, "danger", job_id=j["job_id"])
                         + f' <a href="/job/{int(j["job_id"])}#edit">edit</a>')
             jrows.append([box, job_link(j["job_id"]), e(j["queue"]), e(j["kind"]),
                           e(j["attempts"]), e(ts(j["finished_at"])),
@@ -1185,9 +1257,9 @@ class Handler:
         if any_admin and not self.app.read_only:
             sel = (f'<form method="post" action="/action" id="selected" class="inline">'
                    f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                   f'<input type="hidden" name="op" value="retry_selected">'
                    f'<input type="hidden" name="back" value="{e(back)}">'
-                   f'<button type="submit" data-op="retry_selected">retry selected</button>'
+                   f'<button type="submit" name="op" value="retry_selected" data-op="retry_selected">retry selected</button> '
+                   f'<button type="submit" name="op" value="discard_selected" data-op="discard_selected" class="danger">discard selected</button>'
                    f' <label class="check"><input type="checkbox" id="select-all"> select all</label></form>')
         nxt = ""
         if nxt_id is not None:
@@ -1374,6 +1446,22 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
                     with db.conn.transaction():
                         n = sum(1 for j in ids if db.value("SELECT jobq.retry(%s::bigint)", (j,)))
                     s.flash("ok", f"{n} of {len(ids)} selected jobs back to pending")
+                elif op == "discard":
+                    j = job_id()
+                    done = db.value("SELECT jobq.discard(%s::bigint)", (j,))
+                    if done:
+                        s.flash("ok", f"job {j} discarded")
+                    else:
+                        st = db.value("SELECT j.status FROM jobq.jobs j WHERE j.job_id = %s", (j,))
+                        s.flash("error", f"job {j} is {st or 'gone'}; only failed or cancelled jobs can be discarded")
+                elif op == "discard_selected":
+                    ids = [int(v) for v in f.get("job_id", []) if v.isdigit()]
+                    if not ids:
+                        s.flash("error", "no job selected")
+                        return
+                    with db.conn.transaction():
+                        n = sum(1 for j in ids if db.value("SELECT jobq.discard(%s::bigint)", (j,)))
+                    s.flash("ok", f"{n} of {len(ids)} selected jobs discarded")
                 elif op == "retry_failed":
                     n = db.value("SELECT jobq.retry_failed(kind => %s::text, queue => %s::text)",
                                  (one("kind") or None, one("queue") or None))

@@ -33,6 +33,8 @@ JOBQ = os.environ.get("JOBQ", os.path.join(ROOT, "bin", "jobq"))
 HOSTILE_ERR = '<script>window.__pwned=1</script>"><img src=x id=pwn1> & \'quote\''
 HOSTILE_PAYLOAD = {"note": "</pre></textarea><script>window.__pwned=2</script><b id=pwn2>bold</b>"}
 HOSTILE_KIND = 'evil<i id="pwn3">kind</i>'
+TRACE = ('Traceback (most recent call last):\n  File "worker.py", line 12, in handle\n'
+         '    raise Upstream(resp.status)\nUpstream: 503 <i id="pwn5">Service Unavailable</i>')
 
 passed = failed = 0
 
@@ -370,8 +372,20 @@ def setup(db):
     # a failed attempt followed by a retry, for the attempts table
     j = enqueue("invoice.render", {"n": 99}, "billing", max_retries=2)
     tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-2', kinds => ARRAY['invoice.render'])").fetchone()[0]
-    x("SELECT jobq.fail(%s, %s, 'upstream returned 503', retry_in => '1 hour')", (j, tok))
+    x("SELECT jobq.fail(%s, %s, 'upstream returned 503', retry_in => '1 hour', details => %s)",
+      (j, tok, TRACE))
     ids["attempted"] = j
+    # a job that failed once, then completed: its last_error is history
+    j = enqueue("invoice.render", {"n": 100}, "billing", max_retries=2)
+    tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-3', kinds => ARRAY['invoice.render'])").fetchone()[0]
+    x("SELECT jobq.fail(%s, %s, 'timeout talking to the renderer', retry_in => '0 s')", (j, tok))
+    tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-3', kinds => ARRAY['invoice.render'])").fetchone()[0]
+    x("SELECT jobq.complete(%s, %s)", (j, tok))
+    ids["completed_after_error"] = j
+    ids["dead_discard"] = dead("invoice.void", {"n": 1}, "billing", "voided twice")
+    ids["dead_discard_sel1"] = dead("invoice.void", {"n": 2}, "billing", "voided twice")
+    ids["dead_discard_sel2"] = dead("invoice.void", {"n": 3}, "billing", "voided twice")
+    ids["dead_discard_page"] = dead("invoice.void", {"n": 4}, "billing", "voided twice")
     x("SELECT jobq.schedule('nightly-report', '30 2 * * *', 'report.build', '{}', "
       "queue => 'reports', timezone => 'Europe/Berlin')")
     x("SELECT jobq.schedule('mail-digest', '0 8 * * 1-5', 'mail.digest', '{}', "
@@ -790,13 +804,72 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     for k in ("dead_sel1", "dead_sel2"):
         b.js(f"document.querySelector('input[type=checkbox][value=\"{ids[k]}\"]').click()")
     b.click("document.querySelector('button[data-op=retry_selected]')")
+    check("retry selected asks first, naming the jobs", "Are you sure?" in b.text()
+          and f"Retry the 2 selected jobs ({min(ids['dead_sel1'], ids['dead_sel2'])}, {max(ids['dead_sel1'], ids['dead_sel2'])})" in b.text()
+          and status(db, ids["dead_sel1"]) == "failed", b.text()[:400])
+    b.click("document.querySelector('button[data-confirm=retry_selected]')")
     check("retry selected: both pending", status(db, ids["dead_sel1"]) == status(db, ids["dead_sel2"]) == "pending",
           (status(db, ids["dead_sel1"]), status(db, ids["dead_sel2"])))
 
     b.goto(u + "/dead")
     b.click("Array.from(document.querySelectorAll('button')).find(x => x.textContent === 'retry all invoice.archive')")
+    check("retry all of a kind asks first", "Retry every failed job of kind invoice.archive in queue billing?"
+          in b.text() and status(db, ids["dead_kind1"]) == "failed", b.text()[:400])
+    b.click("document.querySelector('button[data-confirm=retry_failed]')")
     check("retry all of a kind", status(db, ids["dead_kind1"]) == status(db, ids["dead_kind2"]) == "pending",
           (status(db, ids["dead_kind1"]), status(db, ids["dead_kind2"])))
+
+    # discard: one (asked first; "no" changes nothing), the ticked ones, from the job page
+    j = ids["dead_discard"]
+    b.goto(u + "/dead")
+    b.click(f"document.querySelector('form input[name=job_id][value=\"{j}\"]').form.parentElement"
+            ".querySelector('button[data-op=discard]')")
+    check("discard asks first", f"Delete job {j} and its attempt history for good?" in b.text()
+          and status(db, j) == "failed", b.text()[:400])
+    b.click("Array.from(document.querySelectorAll('a')).find(x => x.textContent === 'no, go back')")
+    check("no, go back: nothing discarded", status(db, j) == "failed" and b.js("location.pathname") == "/dead")
+    b.click(f"document.querySelector('form input[name=job_id][value=\"{j}\"]').form.parentElement"
+            ".querySelector('button[data-op=discard]')")
+    b.click("document.querySelector('button[data-confirm=discard]')")
+    check("discard a dead job: gone from the database, and the page says so",
+          status(db, j) is None and f"job {j} discarded" in b.text(), (status(db, j), b.text()[:300]))
+    b.goto(u + "/dead")
+    for k in ("dead_discard_sel1", "dead_discard_sel2"):
+        b.js(f"document.querySelector('input[type=checkbox][value=\"{ids[k]}\"]').click()")
+    b.click("document.querySelector('button[data-op=discard_selected]')")
+    check("discard selected asks first", "Delete the 2 selected jobs" in b.text(), b.text()[:400])
+    b.click("document.querySelector('button[data-confirm=discard_selected]')")
+    check("discard selected: both gone", status(db, ids["dead_discard_sel1"]) is None
+          and status(db, ids["dead_discard_sel2"]) is None and "2 of 2 selected jobs discarded" in b.text(),
+          b.text()[:300])
+    j = ids["dead_discard_page"]
+    b.goto(u + f"/job/{j}")
+    b.click("document.querySelector('button[data-op=discard]')")
+    b.click("document.querySelector('button[data-confirm=discard]')")
+    check("discard from the job page: gone, back on the dead letter",
+          status(db, j) is None and b.js("location.pathname") == "/dead", (status(db, j), b.text()[:300]))
+    b.goto(u + f"/job/{ids['pending']}")
+    check("a pending job offers no discard", b.js("document.querySelectorAll('button[data-op=discard]').length") == 0)
+
+    # a completed job's earlier error is not shown as an alarm
+    j = ids["completed_after_error"]
+    b.goto(u + f"/job/{j}")
+    check("a completed job: its last error is not red, and says it is an earlier attempt's",
+          b.js("Array.from(document.querySelectorAll('dl.facts .err')).filter(x => x.textContent).length") == 0
+          and "timeout talking to the renderer" in b.text() and "the job completed since" in b.text(),
+          b.text()[:600])
+    b.goto(u + "/jobs?kind=invoice.render&status=completed")
+    check("nor red in the jobs list",
+          b.js("Array.from(document.querySelectorAll('table.jobs .err')).filter(x => x.textContent).length") == 0
+          and "timeout talking to the renderer" in b.text(), b.text()[:600])
+
+    # an attempt's details (stack trace)
+    b.goto(u + f"/job/{ids['attempted']}")
+    tr = b.js("(document.querySelector('table.attempts details.trace pre')||{}).textContent")
+    check("job page: an attempt's stack trace", tr == TRACE, tr)
+    check("the stack trace is text", b.js("document.querySelectorAll('#pwn5').length") == 0)
+    b.js("document.querySelector('table.attempts details.trace').open = true")
+    b.shot(os.path.join(shots, "readme-job.png"), (0, 0, 1280, 900, 0.7))
 
     j = ids["dead_edit"]
     b.goto(u + f"/job/{j}")
@@ -818,6 +891,8 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     b.goto(u + "/")
     b.click("document.querySelector('form input[name=queue][value=reports]').form.parentElement"
             ".querySelector('button[data-op=release_running]')")
+    check("running back to pending asks first", "back to pending?" in b.text(), b.text()[:400])
+    b.click("document.querySelector('button[data-confirm=release_running]')")
     n = db.execute("SELECT count(*) FROM jobq.jobs WHERE queue = 'reports' AND status = 'running'").fetchone()[0]
     check("put a stuck batch back to pending (release_running)", n == 0, f"{n} still running; {b.text()[:300]}")
 
@@ -895,6 +970,15 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     b.goto(worker.url + f"/job/{ids['mail_dead']}")
     check("work-only role: no retry button (it may not administer)",
           b.js("document.querySelectorAll('button[data-op]').length") == 0)
+    b.goto(worker.url + f"/job/{ids['mail_dead']}")
+    check("work-only role: the job page says the stack traces are not for it",
+          "which this role may not read" in b.text(), b.text()[-600:])
+    tok = worker.csrf("/")
+    st, hdr, _ = worker.post("/action", {"op": "discard", "job_id": ids["mail_dead"], "csrf": tok or "",
+                                         "back": "/dead", "confirmed": "yes"})
+    _, _, page = worker.get("/dead")
+    check("work-only role: a forged discard is refused by jobq (42501)",
+          status(db, ids["mail_dead"]) == "failed" and "42501" in page, (st, status(db, ids["mail_dead"]), page[:300]))
     b.goto(worker.url + "/workers")
     t = b.text()
     check("work-only role: the application workers of its queue only", "mail-1" in t and "w-gone" not in t, t[:600])
@@ -907,7 +991,8 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     check("work-only role: a forged retry is refused by jobq (42501)",
           tok is not None and st == 303 and status(db, ids["mail_dead"]) == "failed" and "42501" in page,
           (tok, st, status(db, ids["mail_dead"]), page[:300]))
-    st, _, _ = worker.post("/action", {"op": "retry_failed", "queue": "billing", "csrf": tok or "", "back": "/"})
+    st, _, _ = worker.post("/action", {"op": "retry_failed", "queue": "billing", "csrf": tok or "", "back": "/",
+                                       "confirmed": "yes"})
     n = db.execute("SELECT count(*) FROM jobq.jobs WHERE queue = 'billing' AND status = 'failed'").fetchone()[0]
     _, _, page = worker.get("/")
     check("work-only role: cannot retry another queue's jobs", n >= 1 and "42501" in page, (n, page[:300]))
