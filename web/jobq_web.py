@@ -246,6 +246,23 @@ SELECT h.worker_id, h.job_id, h.kind FROM pg_catalog.unnest(%s::text[]) AS w(id)
             ORDER BY j.job_id LIMIT 20) h"""
 
 
+# a workflow: its jobs (jobq.workflow_jobs walks it by index probes), then
+# each drawn job's parents (jobq.parent_results: a probe of the index of
+# children each); the roots, newest 100
+Q_WF_JOBS = """
+SELECT w.job_id, w.queue, w.kind, w.status, w.finished_at,
+       pg_catalog.left(w.last_error, 200) AS last_error
+  FROM jobq.workflow_jobs(%s::bigint) w ORDER BY w.job_id LIMIT %s"""
+
+Q_WF_EDGES = """
+SELECT p.job_id AS parent, c.id AS child
+  FROM pg_catalog.unnest(%s::bigint[]) AS c(id), LATERAL jobq.parent_results(c.id) p"""
+
+Q_WORKFLOWS = """
+SELECT w.root, w.queue, w.kind, w.created_at, w.total, w.blocked, w.pending, w.running,
+       w.completed, w.failed, w.cancelled, w.can_finish
+  FROM jobq.workflows w ORDER BY w.root DESC LIMIT 100"""
+
 Q_DETAILS = """
 SELECT a.attempt, a.details FROM jobq.attempt a
  WHERE a.job_id = %s::bigint AND a.details IS NOT NULL"""
@@ -533,7 +550,7 @@ class Throttle:
 
 
 NAV = [("/", "Overview"), ("/jobs", "Jobs"), ("/dead", "Dead letter"),
-       ("/schedules", "Schedules"), ("/workers", "Workers and health")]
+       ("/workflows", "Workflows"), ("/schedules", "Schedules"), ("/workers", "Workers and health")]
 
 STATUSES = ["pending", "blocked", "running", "completed", "failed", "cancelled"]
 
@@ -641,6 +658,83 @@ def svg_chart(points, minutes, title):
 <text x="{w - 160}" y="14" fill="#2a7d2a">completed</text>
 <text x="{w - 80}" y="14" fill="#c0392b">failed</text>
 </svg>"""
+
+
+STATUS_FILL = {"pending": "#90caf9", "blocked": "#b39ddb", "running": "#ffb74d",
+               "completed": "#81c784", "failed": "#e57373", "cancelled": "#bdbdbd"}
+WF_MAX_JOBS = 400        # jobs of a workflow drawn (the rest are counted)
+WF_MAX_LAYER = 30        # jobs drawn side by side in one layer (the rest are counted)
+
+
+def svg_workflow(jobs, edges, root):
+    """A workflow's graph as inline SVG: a layer per generation, top to bottom.
+
+    jobs: rows (job_id, kind, status) in job id order, which is an order
+    in which every parent comes before its children (a parent exists when
+    its child is enqueued); edges: (parent, child) pairs.  A job's layer is
+    its longest path from the root; within a layer jobs are ordered by the
+    mean position of their parents (fewer crossings), then by id.  Each job
+    is a box coloured by its state and linked to its page.
+    """
+    bw, bh, gx, gy, pad = 150, 40, 16, 46, 12
+    parents = {}
+    for p, c in edges:
+        parents.setdefault(c, []).append(p)
+    depth = {}
+    for j in jobs:
+        ps = [depth[p] for p in parents.get(j["job_id"], []) if p in depth]
+        depth[j["job_id"]] = max(ps) + 1 if ps else 0
+    layers = {}
+    for j in jobs:
+        layers.setdefault(depth[j["job_id"]], []).append(j)
+    pos, hidden, boxes = {}, {}, []
+    for d in sorted(layers):
+        def key(j):
+            xs = [pos[p][0] for p in parents.get(j["job_id"], []) if p in pos]
+            return (sum(xs) / len(xs) if xs else 0, j["job_id"])
+        row = sorted(layers[d], key=key)
+        shown, hidden[d] = row[:WF_MAX_LAYER], len(row) - WF_MAX_LAYER
+        for i, j in enumerate(shown):
+            pos[j["job_id"]] = (pad + i * (bw + gx), pad + d * (bh + gy))
+            boxes.append(j)
+    width = pad * 2 + max(min(len(v), WF_MAX_LAYER) + (1 if hidden[d] > 0 else 0)
+                          for d, v in layers.items()) * (bw + gx)
+    height = pad * 2 + len(layers) * (bh + gy) - gy
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="workflow" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" role="img">'
+           f'<title>workflow of job {int(root)}</title>'
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+           'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#607d8b"/></marker></defs>']
+    for p, c in edges:
+        if p in pos and c in pos:
+            x1, y1 = pos[p][0] + bw / 2, pos[p][1] + bh
+            x2, y2 = pos[c][0] + bw / 2, pos[c][1]
+            my = (y1 + y2) / 2
+            out.append(f'<path class="edge" data-from="{int(p)}" data-to="{int(c)}" '
+                       f'd="M{x1:.0f},{y1:.0f} C{x1:.0f},{my:.0f} {x2:.0f},{my:.0f} {x2:.0f},{y2 - 1:.0f}" '
+                       'fill="none" stroke="#607d8b" stroke-width="1.2" marker-end="url(#arrow)"/>')
+    for j in boxes:
+        x, y = pos[j["job_id"]]
+        st = j["status"]
+        kind = j["kind"] if len(j["kind"]) <= 22 else j["kind"][:21] + "\u2026"
+        out.append(f'<a href="/job/{int(j["job_id"])}" class="node" data-job="{int(j["job_id"])}" '
+                   f'data-status="{e(st)}"><title>job {int(j["job_id"])}: {e(j["kind"])}, {e(st)}</title>'
+                   f'<rect x="{x}" y="{y}" width="{bw}" height="{bh}" rx="5" '
+                   f'fill="{STATUS_FILL.get(st, "#eeeeee")}" stroke="#37474f" '
+                   f'stroke-width="{2.5 if j["job_id"] == root else 1}"/>'
+                   f'<text x="{x + 8}" y="{y + 16}" font-weight="bold">{e(kind)}</text>'
+                   f'<text x="{x + 8}" y="{y + 31}">#{int(j["job_id"])} {e(st)}</text></a>')
+    for d, n in hidden.items():
+        if n > 0:
+            x, y = pad + WF_MAX_LAYER * (bw + gx), pad + d * (bh + gy)
+            out.append(f'<text x="{x}" y="{y + 25}" fill="#555">and {n} more</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def wf_legend():
+    return ('<p class="legend">' + " ".join(
+        f'<span class="st st-{st}">{st}</span>' for st in STATUS_FILL) + "</p>")
 
 
 # ---------------------------------------------------------------------------
@@ -841,13 +935,15 @@ class Handler:
                 return self.redirect("/")
             routes = {"/": self.page_overview, "/jobs": self.page_jobs,
                       "/dead": self.page_dead, "/schedules": self.page_schedules,
-                      "/workers": self.page_workers,
+                      "/workers": self.page_workers, "/workflows": self.page_workflows,
                       "/api/overview": self.api_overview,
                       "/chart.svg": self.chart}
             if path in routes:
                 return routes[path](s, params)
             if path.startswith("/job/") and path[5:].isdigit():
                 return self.page_job(s, int(path[5:]))
+            if path.startswith("/workflow/") and path[10:].isdigit():
+                return self.page_workflow(s, int(path[10:]))
             raise Refused(404, "no such page")
         except Refused as r:
             self.send(r.status, self.error_page(r.status, str(r)))
@@ -1144,6 +1240,10 @@ class Handler:
             except psycopg.errors.UndefinedColumn:
                 details = {}
             admin = self.may(db, j["queue"], "administer")
+            parents = db.rows("SELECT p.job_id, p.status FROM jobq.parent_results(%s::bigint) p "
+                              "ORDER BY p.job_id LIMIT 50", (job_id,))
+            has_children = db.value("SELECT true FROM jobq.workflow_jobs(%s::bigint) w "
+                                    "WHERE w.job_id <> %s LIMIT 1", (job_id, job_id))
         back = f"/job/{job_id}"
         st = j["status"]
         acts = ""
@@ -1166,6 +1266,11 @@ class Handler:
             ("lease expires", e(ts(j["lease_expires_at"]))),
             ("finished", e(ts(j["finished_at"]))), ("updated", e(ts(j["updated_at"]))),
         ]
+        if parents or has_children:
+            facts.append(("workflow", " ".join(f'parent {job_link(p["job_id"])} {status_tag(p["status"])}'
+                                               for p in parents)
+                          + (f' <a href="/workflow/{job_id}">the workflow from this job</a>'
+                             if has_children else "")))
         if j["last_error"] is not None and st == "completed":
             # the error of an attempt before the one that completed: history, not an alarm
             facts.append(("last error", f'<pre class="old-err">{e(j["last_error"])}</pre>'
@@ -1411,6 +1516,54 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
                 + (f'<p class="flash error">{e(herr)}</p>' if herr else
                    table(["check", "status", "detail", "hint"], hrows, "health")))
         self.send(200, layout(self.app, "Workers and health", body, "/workers", s, live=False),
+                  extra=self.cookies())
+
+    def page_workflows(self, s, params):
+        err = ""
+        try:
+            with Db(self.app.pool) as db:
+                rows = db.rows(Q_WORKFLOWS)
+        except psycopg.Error as x:
+            rows, err = [], f'<p class="flash error">{e(db_message(x))}</p>'
+        trs = [[f'<a href="/workflow/{int(r["root"])}">{int(r["root"])}</a>', e(r["queue"]), e(r["kind"]),
+                e(ts(r["created_at"])), e(r["total"]),
+                " ".join(f'<span class="st st-{st}">{e(r[st])} {st}</span>'
+                         for st in STATUS_FILL if r[st]),
+                "yes" if r["can_finish"] else '<span class="err">no</span>']
+               for r in rows]
+        body = (err + table(["root", "queue", "kind", "created", "jobs", "by state", "can finish"],
+                            trs, "workflows")
+                + '<p class="note">Workflows whose root is kept, newest 100 (jobq.workflows).</p>')
+        self.send(200, layout(self.app, "Workflows", body, "/workflows", s), extra=self.cookies())
+
+    def page_workflow(self, s, root):
+        with Db(self.app.pool) as db:
+            jobs = db.rows(Q_WF_JOBS, (root, WF_MAX_JOBS + 1))
+            if not any(j["job_id"] == root for j in jobs):
+                raise Refused(404, f"no job {root} (or not in a queue you may see)")
+            more = len(jobs) > WF_MAX_JOBS
+            jobs = jobs[:WF_MAX_JOBS]
+            edges = [(r["parent"], r["child"])
+                     for r in db.rows(Q_WF_EDGES, ([j["job_id"] for j in jobs],))]
+            st = db.one("SELECT w.* FROM jobq.workflow_status(%s::bigint) w", (root,))
+        counts = " ".join(f'<span class="st st-{k}">{e(st[k])} {k}</span>' for k in STATUS_FILL if st and st[k])
+        finish = ""
+        if st and st["can_finish"] is not None:
+            finish = ("it can still finish" if st["can_finish"]
+                      else '<span class="err">it cannot finish without a failure nobody handles</span>')
+        trs = [[job_link(j["job_id"]), e(j["queue"]), e(j["kind"]), status_tag(j["status"]),
+                " ".join(job_link(p) for p, c in edges if c == j["job_id"]),
+                e(ts(j["finished_at"])),
+                f'<span class="{"old-err" if j["status"] == "completed" else "err"}">{e(j["last_error"])}</span>']
+               for j in jobs]
+        note = (f'<p class="note">Only the first {WF_MAX_JOBS} jobs (by id) of {e(st["total"] if st else "?")} '
+                'are drawn.</p>' if more else "")
+        body = (f'<p>{st["total"] if st else len(jobs)} jobs: {counts}{"; " + finish if finish else ""}</p>'
+                + wf_legend()
+                + f'<div class="graph">{svg_workflow(jobs, edges, root)}</div>' + note
+                + "<h2>Its jobs</h2>"
+                + table(["job", "queue", "kind", "status", "parents", "finished", "last error"], trs, "wf-jobs"))
+        self.send(200, layout(self.app, f"Workflow of job {root}", body, "/workflows", s),
                   extra=self.cookies())
 
     # -- actions -----------------------------------------------------------

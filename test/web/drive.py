@@ -382,6 +382,31 @@ def setup(db):
     tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-3', kinds => ARRAY['invoice.render'])").fetchone()[0]
     x("SELECT jobq.complete(%s, %s)", (j, tok))
     ids["completed_after_error"] = j
+    # a workflow with a job in every state: A -> B, C; B, C -> D -> E; B -> F -> G; B -> H
+    x("SELECT jobq.configure('flows', max_retries => 0)")
+
+    def child(kind, parents, **kw):
+        return enqueue(kind, {}, "flows", depends_on=parents, **kw)
+
+    def take(kind):
+        return x("SELECT job_id, lease_token FROM jobq.claim('flows', worker_id => 'w-flow', kinds => ARRAY[%s])",
+                 (kind,)).fetchone()
+    wf = {"A": enqueue("etl.extract", {}, "flows")}
+    wf["B"] = child("etl.transform", [wf["A"]])
+    wf["C"] = child("etl.validate", [wf["A"]])
+    wf["D"] = child("etl.merge", [wf["B"], wf["C"]])
+    wf["E"] = child("etl.publish", [wf["D"]])
+    wf["F"] = child("etl.index", [wf["B"]])
+    wf["G"] = child("etl.notify", [wf["F"]])
+    wf["H"] = child("etl.archive", [wf["B"]])
+    x("SELECT jobq.complete(%s, %s)", take("etl.extract"))
+    x("SELECT jobq.complete(%s, %s)", take("etl.transform"))
+    c = take("etl.validate")
+    x("SELECT jobq.fail(%s, %s, 'row 7: bad date', retryable => false)", c)
+    take("etl.index")
+    ids["wf"] = wf
+    ids["wf_edges"] = {(wf[p], wf[c]) for p, c in (("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("D", "E"),
+                                                   ("B", "F"), ("F", "G"), ("B", "H"))}
     ids["dead_discard"] = dead("invoice.void", {"n": 1}, "billing", "voided twice")
     ids["dead_discard_sel1"] = dead("invoice.void", {"n": 2}, "billing", "voided twice")
     ids["dead_discard_sel2"] = dead("invoice.void", {"n": 3}, "billing", "voided twice")
@@ -689,7 +714,7 @@ def every_page(a, db, ids, worker, ro):
     webs = [("work", worker), ("enqueue", Web(a.work, "enqueue", env={"PGUSER": "web_enq"})),
             ("administer one queue", Web(a.work, "admin1", env={"PGUSER": "web_admin1"})),
             ("do anything, read-only", ro)]
-    pages = ["/", "/?range=day", "/jobs", "/jobs?queue=mail", "/dead", "/schedules", "/workers",
+    pages = ["/", "/?range=day", "/jobs", "/jobs?queue=mail", "/dead", "/schedules", "/workers", "/workflows",
              "/api/overview", "/chart.svg?range=hour"]
     for name, w in webs:
         bad = []
@@ -779,6 +804,41 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     check("workers: a hostile host is text", b.js("document.querySelectorAll('#pwn4').length") == 0)
     b.shot(os.path.join(shots, "readme-workers.png"), (0, 0, 1280, 560, 0.7))
     b.shot(os.path.join(shots, "workers.png"))
+
+    # a workflow, drawn
+    wf = ids["wf"]
+    b.goto(u + "/workflows")
+    check("workflows: the root, its counts", f"/workflow/{wf['A']}" in (b.js(
+        "Array.from(document.querySelectorAll('table.workflows a')).map(a => a.href).join(' ')") or "")
+          and "etl.extract" in b.text(), b.text()[:600])
+    b.click(f"document.querySelector('table.workflows a[href=\"/workflow/{wf['A']}\"]')")
+    nodes = b.js("Array.from(document.querySelectorAll('svg.workflow a.node')).map(n => "
+                 "[+n.getAttribute('data-job'), n.getAttribute('data-status'), n.querySelector('rect').getAttribute('fill')])")
+    want = {r[0]: r[1] for r in db.execute("SELECT job_id, status FROM jobq.jobs WHERE queue = 'flows'")}
+    got = {n[0]: n[1] for n in nodes or []}
+    check("workflow: every job drawn once, in its state", got == want and len(nodes) == len(want), (nodes, want))
+    check("workflow: a job in each state", set(got.values()) >= {"completed", "failed", "cancelled", "running",
+                                                                  "blocked", "pending"}, got)
+    fills = {n[1]: n[2] for n in nodes or []}
+    check("workflow: each state its own colour", len(set(fills.values())) == len(fills), fills)
+    edges = b.js("Array.from(document.querySelectorAll('svg.workflow path.edge')).map(p => "
+                 "[+p.getAttribute('data-from'), +p.getAttribute('data-to')])")
+    check("workflow: every dependency drawn as an arrow", {tuple(x) for x in edges or []} == ids["wf_edges"]
+          and len(edges) == len(ids["wf_edges"]), (edges, ids["wf_edges"]))
+    ys = b.js("Object.fromEntries(Array.from(document.querySelectorAll('svg.workflow a.node')).map(n => "
+              "[n.getAttribute('data-job'), +n.querySelector('rect').getAttribute('y')]))")
+    check("workflow: every parent is drawn above its children",
+          all(ys[str(p)] < ys[str(c)] for p, c in ids["wf_edges"]), ys)
+    check("workflow: the failed job's error is listed", "row 7: bad date" in b.text())
+    b.shot(os.path.join(shots, "workflow.png"))
+    b.shot(os.path.join(shots, "readme-workflow.png"), (0, 0, 1280, 620, 0.7))
+    b.click(f"{{click: () => document.querySelector('svg.workflow a.node[data-job=\"{wf['C']}\"] rect')"
+            ".dispatchEvent(new MouseEvent('click', {bubbles: true}))}")
+    check("workflow: a job's box leads to its page", b.js("location.pathname") == f"/job/{wf['C']}")
+    b.goto(u + f"/job/{wf['D']}")
+    check("job page: its parents and its workflow",
+          b.js(f"!!document.querySelector('dl.facts a[href=\"/job/{wf['B']}\"]')")
+          and b.js(f"!!document.querySelector('a[href=\"/workflow/{wf['D']}\"]')"), b.text()[:600])
 
     # hostile text renders as text
     b.goto(u + f"/job/{ids['hostile']}")
@@ -979,6 +1039,8 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     _, _, page = worker.get("/dead")
     check("work-only role: a forged discard is refused by jobq (42501)",
           status(db, ids["mail_dead"]) == "failed" and "42501" in page, (st, status(db, ids["mail_dead"]), page[:300]))
+    st, _, _ = worker.get(f"/workflow/{ids['wf']['A']}")
+    check("work-only role: another queue's workflow is not found", st == 404, st)
     b.goto(worker.url + "/workers")
     t = b.text()
     check("work-only role: the application workers of its queue only", "mail-1" in t and "w-gone" not in t, t[:600])
