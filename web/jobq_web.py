@@ -54,6 +54,8 @@ GROUPS_TTL = 60.0       # seconds the dead letter's groups (every failed job) ar
 REREAD = 2              # minutes of the chart counted again at every refresh (late commits)
 KEEP = 1440             # minutes of the chart kept (the day)
 LIVE_INTERVAL = 5000    # ms between a page's refreshes (static/jobq.js)
+PAYLOAD_EXAMPLE = '{"customer": {"id": 42}}'
+SEARCH_TIMEOUT = "5s"    # statement_timeout of each statement of a Jobs page (a search)
 MAX_BODY = 1 << 20      # bytes of a request body (a form); more is a 413
 THREADS = 8             # requests answered at once (each may hold a connection)
 
@@ -1171,9 +1173,21 @@ class Handler:
             if params.get(field):
                 where.append(f"j.{field} = %s")
                 args.append(params[field])
+        bad = ""
         if params.get("key"):
-            where.append("j.idempotency_key = %s")
-            args.append(params["key"])
+            if params["key"].endswith("*"):
+                where.append("pg_catalog.starts_with(j.idempotency_key, %s)")
+                args.append(params["key"][:-1])
+            else:
+                where.append("j.idempotency_key = %s")
+                args.append(params["key"])
+        if params.get("payload"):
+            try:
+                json.loads(params["payload"])
+                where.append("j.payload OPERATOR(pg_catalog.@>) %s::jsonb")
+                args.append(params["payload"])
+            except ValueError:
+                bad = "the payload filter is not JSON (it is matched with @>: {\"customer\": {\"id\": 42}})"
         if params.get("error"):
             where.append("pg_catalog.strpos(j.last_error, %s) > 0")
             args.append(params["error"])
@@ -1189,8 +1203,17 @@ class Handler:
                   "pg_catalog.left(j.last_error, 200) AS last_error FROM jobq.jobs j")
         err = ""
         try:
-            with Db(self.app.pool) as db:
-                rows, nxt_id = keyset_page(db, select, where, args, before)
+            if bad:
+                rows, nxt_id, err = [], None, f'<p class="flash error">{e(bad)}</p>'
+            else:
+                with Db(self.app.pool) as db, db.conn.transaction():
+                    # every statement of the search within SEARCH_TIMEOUT
+                    db.conn.execute(f"SET LOCAL statement_timeout = '{SEARCH_TIMEOUT}'")
+                    rows, nxt_id = keyset_page(db, select, where, args, before)
+        except psycopg.errors.QueryCanceled:
+            rows, nxt_id, err = [], None, (
+                f'<p class="flash error">the search took longer than {SEARCH_TIMEOUT} and was stopped: '
+                'narrow it (a queue, a kind, a time range)</p>')
         except psycopg.Error as x:
             rows, nxt_id, err = [], None, f'<p class="flash error">{e(db_message(x))}</p>'
         opts = "".join(f'<option{" selected" if params.get("status") == st else ""}>{e(st)}</option>'
@@ -1201,8 +1224,9 @@ class Handler:
                     f' placeholder="{e(ph)}"></label>')
         filt = (f'<form method="get" action="/jobs" class="filters">{inp("queue", "queue")}'
                 f'{inp("kind", "kind")}<label>status <select name="status"><option value="">any</option>'
-                f'{opts}</select></label>{inp("key", "idempotency key")}{inp("error", "error contains")}'
+                f'{opts}</select></label>{inp("key", "idempotency key", "exact, or prefix*")}{inp("error", "error contains")}'
                 f'{inp("from", "created from", "2026-01-01 00:00")}{inp("to", "to")}'
+                f'{inp("payload", "payload contains", PAYLOAD_EXAMPLE)}'
                 f'<button type="submit">filter</button></form>')
         trs = [[job_link(r["job_id"]), e(r["queue"]), e(r["kind"]), status_tag(r["status"]),
                 e(r["priority"]), e(f'{r["retry_count"]}/{r["max_retries"]}'),

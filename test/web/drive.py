@@ -407,6 +407,10 @@ def setup(db):
     ids["wf"] = wf
     ids["wf_edges"] = {(wf[p], wf[c]) for p, c in (("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("D", "E"),
                                                    ("B", "F"), ("F", "G"), ("B", "H"))}
+    # payloads to search by containment
+    for i, cust in enumerate((42, 42, 7, 42, 7)):
+        enqueue("invoice.remind", {"customer": {"id": cust, "tier": "gold" if i % 2 else "basic"}, "n": i},
+                "billing", idempotency_key=f"remind-{cust}-{i}")
     ids["dead_discard"] = dead("invoice.void", {"n": 1}, "billing", "voided twice")
     ids["dead_discard_sel1"] = dead("invoice.void", {"n": 2}, "billing", "voided twice")
     ids["dead_discard_sel2"] = dead("invoice.void", {"n": 3}, "billing", "voided twice")
@@ -762,6 +766,29 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
           and "welcome-eve" in b.text())
     b.goto(u + "/jobs?status=failed&kind=invoice.archive")
     check("jobs filtered by status and kind", b.js("document.querySelectorAll('table.jobs tbody tr').length") == 2)
+    def rows_of(query):
+        b.goto(u + "/jobs?" + urllib.parse.urlencode(query))
+        return b.js("Array.from(document.querySelectorAll('table.jobs tbody tr')).map(r => r.cells[0].innerText)")
+    n = rows_of({"payload": '{"customer": {"id": 42}}'})
+    check("search: payload containment finds the 3 jobs of customer 42", len(n) == 3, (n, b.text()[:400]))
+    n = rows_of({"payload": '{"customer": {"id": 42, "tier": "gold"}}', "kind": "invoice.remind"})
+    check("search: a deeper containment with a kind", len(n) == 2, n)
+    n = rows_of({"key": "remind-7-*"})
+    check("search: an idempotency key prefix", len(n) == 2, n)
+    rows_of({"payload": '{"customer": '})
+    check("search: a payload filter that is not JSON is said so, no error page",
+          "is not JSON" in b.text() and b.js("document.title").startswith("Jobs"), b.text()[:300])
+    b.shot(os.path.join(shots, "search.png"))
+    # bounded: a search waiting on a lock is stopped by its statement_timeout (5 s)
+    with psycopg.connect("", autocommit=False) as locker:
+        locker.execute("LOCK TABLE jobq.job IN ACCESS EXCLUSIVE MODE")
+        t0 = time.monotonic()
+        st, _, body = admin.get("/jobs?" + urllib.parse.urlencode({"payload": '{"customer": {"id": 42}}'}))
+        took = time.monotonic() - t0
+        locker.rollback()
+    check("search: stopped by its statement_timeout, and the page says so",
+          st == 200 and "took longer than 5s" in body and took < 25, (st, took, body[-600:]))
+
     b.goto(u + "/jobs?" + urllib.parse.urlencode({"from": "2999-01-01"}))
     check("jobs filtered by time range: none", "none" in b.text())
 
