@@ -223,6 +223,7 @@ class Browser:
         params = {"format": "png"}
         if clip:
             params["clip"] = dict(zip(("x", "y", "width", "height", "scale"), clip))
+            params["captureBeyondViewport"] = True
         data = self.call("Page.captureScreenshot", **params)["data"]
         with open(path, "wb") as fh:
             fh.write(base64.b64decode(data))
@@ -956,7 +957,8 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     check("job page: an attempt's stack trace", tr == TRACE, tr)
     check("the stack trace is text", b.js("document.querySelectorAll('#pwn5').length") == 0)
     b.js("document.querySelector('table.attempts details.trace').open = true")
-    b.shot(os.path.join(shots, "readme-job.png"), (0, 0, 1280, 900, 0.7))
+    b.shot(os.path.join(shots, "readme-job.png"),
+           (0, 0, 1280, min(b.js("document.documentElement.scrollHeight"), 1250), 0.7))
 
     j = ids["dead_edit"]
     b.goto(u + f"/job/{j}")
