@@ -14,19 +14,20 @@ privilege of its own; it only hides the buttons a role could not use.
 Safety, in short: binds 127.0.0.1 unless told otherwise, and then needs a
 password (JOBQ_WEB_PASSWORD or --password-file); every action is a POST
 with a per-session CSRF token (and a same-origin check); every value from
-the database is HTML-escaped; a Content-Security-Policy allows scripts and
-styles from the server's own /static/ only (no inline script), and images
-(the SVG charts) from itself only.
+the database is HTML-escaped (by the templates); a Content-Security-Policy
+allows scripts and styles from the server's own /static/ only (no inline
+script), and images (the SVG charts) from itself only.
 
 HTTP is waitress's (a WSGI server, Debian's python3-waitress): it parses
 requests, refuses malformed ones and buffers bodies before a thread sees
-them.  Besides it, psycopg 3 and Python's standard library.
+them.  The pages are jinja2 templates (templates/, Debian's python3-jinja2)
+with autoescaping on: no value reaches a page unescaped.  Besides these,
+psycopg 3 and Python's standard library.
 """
 
 import argparse
 import datetime
 import hmac
-import html
 import http.cookies
 import ipaddress
 import json
@@ -43,7 +44,13 @@ import urllib.parse
 
 import psycopg
 import psycopg.errors
-import waitress.server
+
+try:
+    import jinja2
+    import waitress.server
+except ImportError as x:      # said in main()
+    jinja2 = waitress = None
+    MISSING = x.name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC = os.path.join(HERE, "static")
@@ -62,13 +69,6 @@ THREADS = 8             # requests answered at once (each may hold a connection)
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
        "img-src 'self'; connect-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
-
-
-def e(value):
-    """HTML-escape any value (None is empty)."""
-    if value is None:
-        return ""
-    return html.escape(str(value), quote=True)
 
 
 def ts(value):
@@ -557,55 +557,22 @@ NAV = [("/", "Overview"), ("/jobs", "Jobs"), ("/dead", "Dead letter"),
 STATUSES = ["pending", "blocked", "running", "completed", "failed", "cancelled"]
 
 
-def layout(app, title, body, path, session, live=False):
-    """A whole page around body (already escaped HTML)."""
-    here = ' class="here"'
-    nav = "".join(f'<a href="{href}"{here if href == path else ""}>{e(name)}</a>'
-                  for href, name in NAV)
-    flashes = "".join(
-        f'<p class="flash {e(kind)}" role="status">{e(msg)}</p>'
-        for kind, msg in (session.pop_flash() if session else []))
-    mode = ' <span class="badge">read-only</span>' if app.read_only else ""
-    who = f'{e(app.role)} on {e(app.database)}{mode}'
-    logout = ""
-    if app.password is not None and session and session.authed:
-        logout = (f'<form method="post" action="/logout" class="inline">'
-                  f'<input type="hidden" name="csrf" value="{e(session.csrf)}">'
-                  f'<button type="submit">log out</button></form>')
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{e(title)} - jobq</title>
-<meta name="csrf" content="{e(session.csrf) if session else ""}">
-<link rel="stylesheet" href="/static/jobq.css">
-<script src="/static/jobq.js" defer></script>
-</head><body{' data-live="' + str(LIVE_INTERVAL) + '"' if live else ''}>
-<header><span class="brand">jobq</span><nav>{nav}</nav>
-<span class="who">{who}{logout}</span></header>
-<main><h1>{e(title)}</h1>{flashes}{body}</main>
-</body></html>"""
+# every page is a template of templates/, every value escaped by jinja2
+# unless a template says otherwise (none does)
+if jinja2 is not None:
+    TEMPLATES = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(os.path.join(HERE, "templates")),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    TEMPLATES.globals.update(ts=ts, ago=ago, pretty=pretty, qs=qs)
+
+STATUS_FILL = {"pending": "#90caf9", "blocked": "#b39ddb", "running": "#ffb74d",
+               "completed": "#81c784", "failed": "#e57373", "cancelled": "#bdbdbd"}
+WF_MAX_JOBS = 400        # jobs of a workflow drawn (the rest are counted)
+WF_MAX_LAYER = 30        # jobs drawn side by side in one layer (the rest are counted)
 
 
-def table(headers, rows, cls=""):
-    """A table; rows are lists of already escaped cells."""
-    head = "".join(f"<th>{h}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>"
-                   for r in rows)
-    if not rows:
-        body = f'<tr><td colspan="{len(headers)}" class="none">none</td></tr>'
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def status_tag(status):
-    return f'<span class="st st-{e(status)}">{e(status)}</span>'
-
-
-def job_link(job_id):
-    return f'<a href="/job/{int(job_id)}">{int(job_id)}</a>'
-
-
-def svg_chart(points, minutes, title):
-    """Completed and failed per minute as plain SVG: bars for an hour, lines for a day."""
+def chart_layout(points, minutes):
+    """Completed and failed per minute, placed for templates/chart.svg: bars for an hour, lines for a day."""
     w, h, left, bottom, top, right = 720, 200, 44, 24, 22, 24
     now = datetime.datetime.now(datetime.timezone.utc).replace(second=0, microsecond=0)
     start = now - datetime.timedelta(minutes=minutes)
@@ -626,57 +593,34 @@ def svg_chart(points, minutes, title):
     def line(vals):
         return " ".join(f"{left + i * sx:.1f},{h - bottom - v * sy:.1f}"
                         for i, v in enumerate(vals))
+    bars, lines = [], []
     if minutes <= 60:
         # bars: completed, with failed stacked on top
         bw = max(sx - 2, 1)
-        bars = []
         for i in range(minutes + 1):
             x0 = left + i * sx - bw / 2
             y0 = h - bottom
             for v, colour in ((done[i], "#2a7d2a"), (bad[i], "#c0392b")):
                 if v:
-                    bars.append(f'<rect x="{x0:.1f}" y="{y0 - v * sy:.1f}" width="{bw:.1f}" '
-                                f'height="{v * sy:.1f}" fill="{colour}"/>')
+                    bars.append((x0, y0 - v * sy, bw, v * sy, colour))
                     y0 -= v * sy
-        plot = "".join(bars)
     else:
-        plot = (f'<polyline fill="none" stroke="#2a7d2a" stroke-width="1.5" points="{line(done)}"/>'
-                f'<polyline fill="none" stroke="#c0392b" stroke-width="1.5" points="{line(bad)}"/>')
-    ticks = []
+        lines = [(line(done), "#2a7d2a"), (line(bad), "#c0392b")]
     step = 10 if minutes <= 60 else 240
-    for i in range(0, minutes + 1, step):
-        label = (start + datetime.timedelta(minutes=i)).strftime("%H:%M")
-        ticks.append(f'<text x="{left + i * sx:.1f}" y="{h - 6}" text-anchor="middle">{e(label)}</text>')
-    return f"""<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">
-<title>{e(title)}</title>
-<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>
-<text x="{left}" y="14" font-size="12">{e(title)} (UTC; peak {peak}/min)</text>
-<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#888"/>
-<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#888"/>
-<text x="{left - 4}" y="{top + 4}" text-anchor="end">{peak}</text>
-<text x="{left - 4}" y="{h - bottom}" text-anchor="end">0</text>
-{''.join(ticks)}
-{plot}
-<text x="{w - 160}" y="14" fill="#2a7d2a">completed</text>
-<text x="{w - 80}" y="14" fill="#c0392b">failed</text>
-</svg>"""
+    ticks = [(left + i * sx, (start + datetime.timedelta(minutes=i)).strftime("%H:%M"))
+             for i in range(0, minutes + 1, step)]
+    return {"w": w, "h": h, "left": left, "bottom": bottom, "top": top, "right": right,
+            "peak": peak, "bars": bars, "lines": lines, "ticks": ticks}
 
 
-STATUS_FILL = {"pending": "#90caf9", "blocked": "#b39ddb", "running": "#ffb74d",
-               "completed": "#81c784", "failed": "#e57373", "cancelled": "#bdbdbd"}
-WF_MAX_JOBS = 400        # jobs of a workflow drawn (the rest are counted)
-WF_MAX_LAYER = 30        # jobs drawn side by side in one layer (the rest are counted)
-
-
-def svg_workflow(jobs, edges, root):
-    """A workflow's graph as inline SVG: a layer per generation, top to bottom.
+def wf_layout(jobs, edges):
+    """A workflow's graph placed for templates/workflow.svg: a layer per generation, top to bottom.
 
     jobs: rows (job_id, kind, status) in job id order, which is an order
     in which every parent comes before its children (a parent exists when
     its child is enqueued); edges: (parent, child) pairs.  A job's layer is
     its longest path from the root; within a layer jobs are ordered by the
-    mean position of their parents (fewer crossings), then by id.  Each job
-    is a box coloured by its state and linked to its page.
+    mean position of their parents (fewer crossings), then by id.
     """
     bw, bh, gx, gy, pad = 150, 40, 16, 46, 12
     parents = {}
@@ -689,54 +633,28 @@ def svg_workflow(jobs, edges, root):
     layers = {}
     for j in jobs:
         layers.setdefault(depth[j["job_id"]], []).append(j)
-    pos, hidden, boxes = {}, {}, []
+    pos, hidden, boxes = {}, [], []
     for d in sorted(layers):
         def key(j):
             xs = [pos[p][0] for p in parents.get(j["job_id"], []) if p in pos]
             return (sum(xs) / len(xs) if xs else 0, j["job_id"])
         row = sorted(layers[d], key=key)
-        shown, hidden[d] = row[:WF_MAX_LAYER], len(row) - WF_MAX_LAYER
-        for i, j in enumerate(shown):
+        for i, j in enumerate(row[:WF_MAX_LAYER]):
             pos[j["job_id"]] = (pad + i * (bw + gx), pad + d * (bh + gy))
-            boxes.append(j)
-    width = pad * 2 + max(min(len(v), WF_MAX_LAYER) + (1 if hidden[d] > 0 else 0)
-                          for d, v in layers.items()) * (bw + gx)
-    height = pad * 2 + len(layers) * (bh + gy) - gy
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="workflow" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" role="img">'
-           f'<title>workflow of job {int(root)}</title>'
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
-           'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#607d8b"/></marker></defs>']
+            boxes.append((j, *pos[j["job_id"]]))
+        if len(row) > WF_MAX_LAYER:
+            hidden.append((pad + WF_MAX_LAYER * (bw + gx), pad + d * (bh + gy), len(row) - WF_MAX_LAYER))
+    lines = []
     for p, c in edges:
         if p in pos and c in pos:
-            x1, y1 = pos[p][0] + bw / 2, pos[p][1] + bh
-            x2, y2 = pos[c][0] + bw / 2, pos[c][1]
-            my = (y1 + y2) / 2
-            out.append(f'<path class="edge" data-from="{int(p)}" data-to="{int(c)}" '
-                       f'd="M{x1:.0f},{y1:.0f} C{x1:.0f},{my:.0f} {x2:.0f},{my:.0f} {x2:.0f},{y2 - 1:.0f}" '
-                       'fill="none" stroke="#607d8b" stroke-width="1.2" marker-end="url(#arrow)"/>')
-    for j in boxes:
-        x, y = pos[j["job_id"]]
-        st = j["status"]
-        kind = j["kind"] if len(j["kind"]) <= 22 else j["kind"][:21] + "\u2026"
-        out.append(f'<a href="/job/{int(j["job_id"])}" class="node" data-job="{int(j["job_id"])}" '
-                   f'data-status="{e(st)}"><title>job {int(j["job_id"])}: {e(j["kind"])}, {e(st)}</title>'
-                   f'<rect x="{x}" y="{y}" width="{bw}" height="{bh}" rx="5" '
-                   f'fill="{STATUS_FILL.get(st, "#eeeeee")}" stroke="#37474f" '
-                   f'stroke-width="{2.5 if j["job_id"] == root else 1}"/>'
-                   f'<text x="{x + 8}" y="{y + 16}" font-weight="bold">{e(kind)}</text>'
-                   f'<text x="{x + 8}" y="{y + 31}">#{int(j["job_id"])} {e(st)}</text></a>')
-    for d, n in hidden.items():
-        if n > 0:
-            x, y = pad + WF_MAX_LAYER * (bw + gx), pad + d * (bh + gy)
-            out.append(f'<text x="{x}" y="{y + 25}" fill="#555">and {n} more</text>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-def wf_legend():
-    return ('<p class="legend">' + " ".join(
-        f'<span class="st st-{st}">{st}</span>' for st in STATUS_FILL) + "</p>")
+            x1, y1 = pos[p][0] + bw // 2, pos[p][1] + bh
+            x2, y2 = pos[c][0] + bw // 2, pos[c][1]
+            lines.append((p, c, x1, y1, x2, y2, (y1 + y2) // 2))
+    width = pad * 2 + max([min(len(v), WF_MAX_LAYER) + (1 if len(v) > WF_MAX_LAYER else 0)
+                           for v in layers.values()] or [1]) * (bw + gx)
+    height = pad * 2 + max(len(layers), 1) * (bh + gy) - gy
+    return {"width": width, "height": height, "bw": bw, "bh": bh, "boxes": boxes,
+            "edges": lines, "hidden": hidden, "parents": parents}
 
 
 # ---------------------------------------------------------------------------
@@ -1000,11 +918,15 @@ class Handler:
             raise Refused(404, "no such file")
         self.send(200, data, types[ext])
 
+    def render(self, template, title, here, s, status=200, live=False, **ctx):
+        """Send a page of templates/ (autoescaped) in the layout of base.html."""
+        page = TEMPLATES.get_template(template).render(
+            app=self.app, s=s, title=title, here=here, nav=NAV, live=live,
+            live_interval=LIVE_INTERVAL, flashes=s.pop_flash(), **ctx)
+        self.send(status, page, extra=self.cookies())
+
     def error_page(self, status, msg):
-        return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-                f'<title>{status}</title><link rel="stylesheet" href="/static/jobq.css"></head>'
-                f'<body><main><h1>{status}</h1><p class="flash error">{e(msg)}</p>'
-                f'<p><a href="/">back to the overview</a></p></main></body></html>')
+        return TEMPLATES.get_template("error.html").render(status=status, msg=msg)
 
     def confirm_page(self, s, f, op, back):
         """Ask before an action that changes many jobs or deletes one: the same form again, confirmed."""
@@ -1027,27 +949,14 @@ class Handler:
         if op in ("retry_selected", "discard_selected") and not ids:
             s.flash("error", "no job selected")
             return self.redirect(back)
-        hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
-                         for k, vs in f.items() if k not in ("confirmed",) for v in vs)
-        danger = op in ("discard", "discard_selected")
-        body = (f'<p class="confirm">{e(what)}</p>'
-                f'<form method="post" action="/action" class="inline confirm">{hidden}'
-                f'<input type="hidden" name="confirmed" value="yes">'
-                f'<button type="submit" class="{"danger" if danger else ""}" data-confirm="{e(op)}">'
-                f'yes, {e(CONFIRM[op])}</button></form> <a href="{e(back)}">no, go back</a>')
-        self.send(200, layout(self.app, "Are you sure?", body, "", s), extra=self.cookies())
+        hidden = [(k, v) for k, vs in f.items() if k != "confirmed" for v in vs]
+        self.render("confirm.html", "Are you sure?", "", s, what=what, hidden=hidden, op=op,
+                    answer=CONFIRM[op], back=back, danger=op in ("discard", "discard_selected"))
 
     # -- login -----------------------------------------------------------
 
     def login_page(self, s, msg):
-        err = f'<p class="flash error">{e(msg)}</p>' if msg else ""
-        return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-                f'<title>log in - jobq</title><link rel="stylesheet" href="/static/jobq.css"></head>'
-                f'<body><main><h1>jobq web</h1>{err}'
-                f'<form method="post" action="/login" class="login">'
-                f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                f'<label>password <input type="password" name="password" autofocus></label>'
-                f'<button type="submit">log in</button></form></main></body></html>')
+        return TEMPLATES.get_template("login.html").render(s=s, msg=msg)
 
     def login(self, s, f):
         wait = self.app.throttle.attempt(self.client)
@@ -1062,20 +971,6 @@ class Handler:
             return self.redirect("/", [("Set-Cookie",
                                         f"jobq_session={sid}; Path=/; HttpOnly; SameSite=Strict")])
         return self.send(403, self.login_page(s, "wrong password"))
-
-    # -- forms -------------------------------------------------------------
-
-    def button(self, s, op, label, back, cls="", **fields):
-        """A one-button POST form (nothing in read-only mode)."""
-        if self.app.read_only:
-            return ""
-        hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
-                         for k, v in fields.items() if v is not None)
-        return (f'<form method="post" action="/action" class="inline">'
-                f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                f'<input type="hidden" name="op" value="{e(op)}">'
-                f'<input type="hidden" name="back" value="{e(back)}">{hidden}'
-                f'<button type="submit" class="{e(cls)}" data-op="{e(op)}">{e(label)}</button></form>')
 
     def may(self, db, queue, capability):
         """Does this role hold the capability (so the button may be shown)?"""
@@ -1114,44 +1009,13 @@ class Handler:
         return out
 
     def page_overview(self, s, params):
-        rows_in = self.overview_rows()
+        rows = self.overview_rows()
         rng = "day" if params.get("range") == "day" else "hour"
         with Db(self.app.pool) as db:
-            admin = {r["queue"]: self.may(db, r["queue"], "administer") for r in rows_in}
-        rows = []
-        for r in rows_in:
-            q = r["queue"]
-            acts = ""
-            if admin.get(q):
-                paused = r["paused"] == "paused"
-                acts = (self.button(s, "resume" if paused else "pause",
-                                    "resume" if paused else "pause", "/", queue=q)
-                        + self.button(s, "release_running", "running back to pending", "/", queue=q)
-                        + (self.button(s, "retry_failed", "retry failed", "/", queue=q)
-                           if r["failed"] else ""))
-
-            def cell(field):
-                return f'<span data-q="{e(q)}" data-f="{field}">{e(r[field])}</span>'
-            rows.append([
-                f'<a href="/jobs?{e(qs(queue=q))}">{e(q)}</a>',
-                cell("ready"), cell("delayed"), cell("running"),
-                cell("completed_last_hour"), cell("failed_last_hour"),
-                f'<a href="/dead?{e(qs(queue=q))}">{cell("failed")}</a>',
-                cell("oldest_pending_age"), cell("paused"), cell("breaker_state"), acts])
-        other = "hour" if rng == "day" else "day"
-        counted = rows_in[0]["counted_at"] if rows_in else ""
-        body = (table(["queue", "ready", "delayed", "running", "completed 1h",
-                       "failed 1h", "dead", "oldest due wait", "paused", "breaker", ""],
-                      rows, "queues")
-                + f'<p class="note">Pending is ready + delayed. Running, completed, failed, paused '
-                  f'and breaker refresh every {LIVE_INTERVAL // 1000} s; ready, delayed, dead and the '
-                  f'oldest wait count every pending and dead job and refresh every {int(STATS_TTL)} s '
-                  f'(counted at <span data-f="counted_at">{e(counted)}</span> UTC).</p>'
-                + f'<h2>Completed and failed per minute, last {rng}</h2>'
-                  f'<p><img class="chart" data-live-src="/chart.svg?range={rng}" '
-                  f'src="/chart.svg?range={rng}" alt="completed and failed per minute, last {rng}"></p>'
-                  f'<p><a href="/?range={other}">the last {other}</a></p>')
-        self.send(200, layout(self.app, "Overview", body, "/", s, live=True), extra=self.cookies())
+            admin = {r["queue"]: self.may(db, r["queue"], "administer") for r in rows}
+        self.render("overview.html", "Overview", "/", s, live=True, rows=rows, admin=admin, rng=rng,
+                    other="hour" if rng == "day" else "day", stats_ttl=int(STATS_TTL),
+                    counted=rows[0]["counted_at"] if rows else "")
 
     def api_overview(self, s, params):
         self.send(200, json.dumps({"queues": self.overview_rows()}), "application/json",
@@ -1165,7 +1029,8 @@ class Handler:
         title = "completed and failed per minute, last " + ("day" if day else "hour")
         if queue:
             title += ", queue " + queue
-        self.send(200, svg_chart(pts, minutes, title), "image/svg+xml; charset=utf-8")
+        svg = TEMPLATES.get_template("chart.svg").render(c=chart_layout(pts, minutes), title=title)
+        self.send(200, svg, "image/svg+xml; charset=utf-8")
 
     def page_jobs(self, s, params):
         where, args = [], []
@@ -1201,53 +1066,26 @@ class Handler:
         select = ("SELECT j.job_id, j.queue, j.kind, j.status, j.priority, j.retry_count, "
                   "j.max_retries, j.idempotency_key, j.run_at, j.created_at, j.finished_at, "
                   "pg_catalog.left(j.last_error, 200) AS last_error FROM jobq.jobs j")
-        err = ""
+        err = bad
+        rows, nxt_id = [], None
         try:
-            if bad:
-                rows, nxt_id, err = [], None, f'<p class="flash error">{e(bad)}</p>'
-            else:
+            if not bad:
                 with Db(self.app.pool) as db, db.conn.transaction():
                     # every statement of the search within SEARCH_TIMEOUT
                     db.conn.execute(f"SET LOCAL statement_timeout = '{SEARCH_TIMEOUT}'")
                     rows, nxt_id = keyset_page(db, select, where, args, before)
         except psycopg.errors.QueryCanceled:
-            rows, nxt_id, err = [], None, (
-                f'<p class="flash error">the search took longer than {SEARCH_TIMEOUT} and was stopped: '
-                'narrow it (a queue, a kind, a time range)</p>')
+            err = (f"the search took longer than {SEARCH_TIMEOUT} and was stopped: "
+                   "narrow it (a queue, a kind, a time range)")
         except psycopg.Error as x:
-            rows, nxt_id, err = [], None, f'<p class="flash error">{e(db_message(x))}</p>'
-        opts = "".join(f'<option{" selected" if params.get("status") == st else ""}>{e(st)}</option>'
-                       for st in STATUSES)
-
-        def inp(name, label, ph=""):
-            return (f'<label>{e(label)} <input name="{name}" value="{e(params.get(name, ""))}"'
-                    f' placeholder="{e(ph)}"></label>')
-        filt = (f'<form method="get" action="/jobs" class="filters">{inp("queue", "queue")}'
-                f'{inp("kind", "kind")}<label>status <select name="status"><option value="">any</option>'
-                f'{opts}</select></label>{inp("key", "idempotency key", "exact, or prefix*")}{inp("error", "error contains")}'
-                f'{inp("from", "created from", "2026-01-01 00:00")}{inp("to", "to")}'
-                f'{inp("payload", "payload contains", PAYLOAD_EXAMPLE)}'
-                f'<button type="submit">filter</button></form>')
-        trs = [[job_link(r["job_id"]), e(r["queue"]), e(r["kind"]), status_tag(r["status"]),
-                e(r["priority"]), e(f'{r["retry_count"]}/{r["max_retries"]}'),
-                e(r["idempotency_key"]), e(ts(r["run_at"])), e(ts(r["created_at"])),
-                e(ts(r["finished_at"])),
-                f'<span class="{"old-err" if r["status"] == "completed" else "err"}">{e(r["last_error"])}</span>']
-               for r in rows]
-        nxt = ""
+            err = db_message(x)
+        nxt = first = ""
         if nxt_id is not None:
-            p = dict(params)
-            p["before"] = nxt_id
-            nxt = f'<p><a class="next" href="/jobs?{e(qs(**p))}">older jobs (below job {nxt_id})</a></p>'
-        first = ""
+            nxt = qs(**dict(params, before=nxt_id))
         if params.get("before"):
-            p = dict(params)
-            p.pop("before")
-            first = f'<p><a href="/jobs?{e(qs(**p))}">newest jobs</a></p>'
-        body = filt + err + table(["job", "queue", "kind", "status", "priority", "retries",
-                                   "key", "run at", "created", "finished", "last error"],
-                                  trs, "jobs") + first + nxt
-        self.send(200, layout(self.app, "Jobs", body, "/jobs", s), extra=self.cookies())
+            first = qs(**{k: v for k, v in params.items() if k != "before"})
+        self.render("jobs.html", "Jobs", "/jobs", s, params=params, statuses=STATUSES, err=err,
+                    rows=rows, nxt=nxt, nxt_id=nxt_id, first=first, payload_example=PAYLOAD_EXAMPLE)
 
     def page_job(self, s, job_id):
         with Db(self.app.pool) as db:
@@ -1268,77 +1106,8 @@ class Handler:
                               "ORDER BY p.job_id LIMIT 50", (job_id,))
             has_children = db.value("SELECT true FROM jobq.workflow_jobs(%s::bigint) w "
                                     "WHERE w.job_id <> %s LIMIT 1", (job_id, job_id))
-        back = f"/job/{job_id}"
-        st = j["status"]
-        acts = ""
-        if admin:
-            if st in ("failed", "cancelled"):
-                acts += self.button(s, "retry", "retry", back, job_id=job_id)
-                acts += self.button(s, "discard", "discard", "/dead", "danger", job_id=job_id)
-            if st in ("pending", "running", "blocked"):
-                acts += self.button(s, "cancel", "cancel", back, "danger", job_id=job_id)
-        facts = [
-            ("queue", f'<a href="/jobs?{e(qs(queue=j["queue"]))}">{e(j["queue"])}</a>'),
-            ("kind", e(j["kind"])), ("status", status_tag(st)),
-            ("priority", e(f'{j["priority"]} ({j["label"]})')),
-            ("retries used", e(f'{j["retry_count"]} of {j["max_retries"]}')),
-            ("attempts", e(j["attempts"])),
-            ("idempotency key", e(j["idempotency_key"])),
-            ("concurrency key", e(j.get("concurrency_key"))),
-            ("created", e(ts(j["created_at"]))), ("run at", e(ts(j["run_at"]))),
-            ("claimed", e(ts(j["claimed_at"]))), ("worker", e(j["worker_id"])),
-            ("lease expires", e(ts(j["lease_expires_at"]))),
-            ("finished", e(ts(j["finished_at"]))), ("updated", e(ts(j["updated_at"]))),
-        ]
-        if parents or has_children:
-            facts.append(("workflow", " ".join(f'parent {job_link(p["job_id"])} {status_tag(p["status"])}'
-                                               for p in parents)
-                          + (f' <a href="/workflow/{job_id}">the workflow from this job</a>'
-                             if has_children else "")))
-        if j["last_error"] is not None and st == "completed":
-            # the error of an attempt before the one that completed: history, not an alarm
-            facts.append(("last error", f'<pre class="old-err">{e(j["last_error"])}</pre>'
-                          '<span class="note">of an earlier attempt; the job completed since</span>'))
-        else:
-            facts.append(("last error", f'<pre class="err">{e(j["last_error"])}</pre>'))
-        dl = "<dl class=\"facts\">" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
-        blocks = "".join(f'<h2>{name}</h2><pre class="json" id="{name}">{e(pretty(j[name]))}</pre>'
-                         for name in ("payload", "result", "checkpoint"))
-        arows = []
-        for a in att:
-            err = f'<pre class="err">{e(a["error"])}</pre>' if a["error"] is not None else ""
-            d = (details or {}).get(a["attempt"]) if a["outcome"] not in ("running", "completed") else None
-            if d:
-                label = "what changed" if a["outcome"] == "edited" else "details (stack trace)"
-                err += (f'<details class="trace"><summary>{label}</summary>'
-                        f'<pre class="trace">{e(d)}</pre></details>')
-            arows.append([e(a["attempt"]), status_tag(a["outcome"]), e(a["worker_id"]),
-                          e(ts(a["started_at"])), e(ts(a["finished_at"])), e(a["duration"]), err])
-        if details is None:
-            arows_note = ('<p class="note">The stack traces are in jobq.attempt, which this role may not '
-                          'read (a superuser, or a role given SELECT on it, sees them here).</p>')
-        else:
-            arows_note = ""
-        edit = ""
-        if admin and st in ("pending", "blocked", "failed", "cancelled"):
-            again = ""
-            if st in ("failed", "cancelled"):
-                again = ('<label class="check"><input type="checkbox" name="then_retry" value="1" checked>'
-                         ' then retry it</label>')
-            edit = (f'<h2 id="edit">Edit</h2><form method="post" action="/action" class="edit">'
-                    f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                    f'<input type="hidden" name="op" value="update">'
-                    f'<input type="hidden" name="back" value="{e(back)}">'
-                    f'<input type="hidden" name="job_id" value="{job_id}">'
-                    f'<label>payload (JSON object)<textarea name="payload" rows="8">{e(pretty(j["payload"]))}</textarea></label>'
-                    f'<label>run at <input name="run_at" placeholder="unchanged"></label>'
-                    f'<label>priority <input name="priority" placeholder="{e(j["priority"])}: number or low/medium/high/critical"></label>'
-                    f'<label>max retries <input name="max_retries" placeholder="{e(j["max_retries"])}"></label>'
-                    f'{again}<button type="submit" data-op="update">save</button></form>')
-        body = (f'<p class="actions">{acts}</p>{dl}{blocks}<h2>Attempts</h2>'
-                + table(["attempt", "outcome", "worker", "started", "ended", "duration", "error"],
-                        arows, "attempts") + arows_note + edit)
-        self.send(200, layout(self.app, f"Job {job_id}", body, "/jobs", s), extra=self.cookies())
+        self.render("job.html", f"Job {job_id}", "/jobs", s, j=j, attempts=att, details=details,
+                    admin=admin, parents=parents, has_children=has_children)
 
     def page_dead(self, s, params):
         groups = self.app.dead_groups.get()
@@ -1358,51 +1127,12 @@ class Handler:
                 where, args, before)
             queues = {g["queue"] for g in groups} | {j["queue"] for j in jobs}
             admin = {q: self.may(db, q, "administer") for q in queues}
-        back = "/dead" + ("?" + qs(**params) if params else "")
-        grows = []
-        for g in groups:
-            link = "/dead?" + qs(queue=g["queue"], kind=g["kind"], error=g["error"])
-            acts = ""
-            if admin.get(g["queue"]):
-                acts = self.button(s, "retry_failed", f"retry all {g['kind']}", back,
-                                   kind=g["kind"], queue=g["queue"])
-            grows.append([e(g["queue"]), e(g["kind"]), f'<span class="err">{e(g["error"])}</span>',
-                          f'<a href="{e(link)}">{e(g["jobs"])}</a>', e(ts(g["newest"])), acts])
-        any_admin = any(admin.get(j["queue"]) for j in jobs)
-        jrows = []
-        for j in jobs:
-            box = ""
-            if any_admin and admin.get(j["queue"]):
-                box = f'<input type="checkbox" name="job_id" value="{int(j["job_id"])}" form="selected" aria-label="select job {int(j["job_id"])}">'
-            acts = ""
-            if admin.get(j["queue"]):
-                acts = (self.button(s, "retry", "retry", back, job_id=j["job_id"])
-                        + self.button(s, "discard", "discard", back, "danger", job_id=j["job_id"])
-                        + f' <a href="/job/{int(j["job_id"])}#edit">edit</a>')
-            jrows.append([box, job_link(j["job_id"]), e(j["queue"]), e(j["kind"]),
-                          e(j["attempts"]), e(ts(j["finished_at"])),
-                          f'<span class="err">{e(j["last_error"])}</span>', acts])
-        sel = ""
-        if any_admin and not self.app.read_only:
-            sel = (f'<form method="post" action="/action" id="selected" class="inline">'
-                   f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                   f'<input type="hidden" name="back" value="{e(back)}">'
-                   f'<button type="submit" name="op" value="retry_selected" data-op="retry_selected">retry selected</button> '
-                   f'<button type="submit" name="op" value="discard_selected" data-op="discard_selected" class="danger">discard selected</button>'
-                   f' <label class="check"><input type="checkbox" id="select-all"> select all</label></form>')
-        nxt = ""
-        if nxt_id is not None:
-            p = dict(params)
-            p["before"] = nxt_id
-            nxt = f'<p><a class="next" href="/dead?{e(qs(**p))}">older (below job {nxt_id})</a></p>'
-        shown = ", ".join(f"{k} {params[k]}" for k in ("queue", "kind", "error") if params.get(k))
-        body = ('<h2>By kind and error</h2>'
-                + f'<p class="note">Counted over every failed job, at most every {int(GROUPS_TTL)} s.</p>'
-                + table(["queue", "kind", "error (first line)", "jobs", "newest", ""], grows, "groups")
-                + f'<h2>Failed jobs{e(": " + shown if shown else "")}</h2>' + sel
-                + table(["", "job", "queue", "kind", "attempts", "failed at", "last error", ""],
-                        jrows, "dead") + nxt)
-        self.send(200, layout(self.app, "Dead letter", body, "/dead", s), extra=self.cookies())
+        nxt = qs(**dict(params, before=nxt_id)) if nxt_id is not None else ""
+        self.render("dead.html", "Dead letter", "/dead", s, groups=groups, jobs=jobs, admin=admin,
+                    any_admin=any(admin.get(j["queue"]) for j in jobs),
+                    back="/dead" + ("?" + qs(**params) if params else ""),
+                    shown=", ".join(f"{k} {params[k]}" for k in ("queue", "kind", "error") if params.get(k)),
+                    nxt=nxt, nxt_id=nxt_id, groups_ttl=int(GROUPS_TTL))
 
     def page_schedules(self, s, params):
         with Db(self.app.pool) as db:
@@ -1430,29 +1160,7 @@ SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.
                     ["j.kind = %s", "j.queue = %s", "pg_catalog.starts_with(j.idempotency_key, %s)"],
                     [r["kind"], r["queue"], f"jobq:schedule:{r['schedule_id']}:"], None, limit=3,
                     select_args=[r["timezone"]])
-        trs = []
-        for r in rows:
-            acts = ""
-            if admin.get(r["queue"]):
-                acts = (self.button(s, "resume_schedule" if r["paused"] else "pause_schedule",
-                                    "resume" if r["paused"] else "pause", "/schedules", name=r["name"])
-                        + self.button(s, "run_schedule", "run now", "/schedules", name=r["name"]))
-            last = "<br>".join(f'{job_link(f["job_id"])} {status_tag(f["status"])} '
-                               f'<span class="later">{e(f["local"])}</span>'
-                               for f in fires.get(r["name"], []))
-            if not last and r["last_job_id"] is not None:
-                last = f'{job_link(r["last_job_id"])} {status_tag(r["last_job_status"] or "pruned")}'
-            trs.append([e(r["name"]), f'<code>{e(r["cron"])}</code>', e(r["timezone"]),
-                        e(r["kind"]), e(r["queue"]), e(r["misfire"]),
-                        "paused" if r["paused"] else "active",
-                        e(r["next_local"]) + '<br><span class="later">'
-                        + "<br>".join(e(t) for t in r["later"]) + "</span>",
-                        e(r["last_local"]), last, acts])
-        body = (table(["name", "cron", "time zone", "kind", "queue", "misfire", "state",
-                       "next fires (local time)", "last fire (local)", "last fires' jobs", ""], trs, "schedules")
-                + '<p class="note">Times are in each schedule\'s own time zone. The last fires\' '
-                  'jobs are found among the newest 65,536 job ids.</p>')
-        self.send(200, layout(self.app, "Schedules", body, "/schedules", s), extra=self.cookies())
+        self.render("schedules.html", "Schedules", "/schedules", s, rows=rows, admin=admin, fires=fires)
 
     def app_workers(self, db):
         """The application's workers (jobq.app_workers), with the jobs each holds."""
@@ -1485,62 +1193,13 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
                 health, herr = db.rows("SELECT h.* FROM jobq.health() h"), ""
             except psycopg.Error as x:
                 health, herr = [], db_message(x)
-        wrows = [[e(w["pid"]), e(w["database"]), e(w["role"]), e(ts(w["started_at"])),
-                  e(ts(w["last_run_at"])), e(w["reaped"]), e(w["pruned"]), e(w["fired"])]
-                 for w in workers]
-        prows = [[e(p["pid"]), e(p["backend_type"]), e(p["datname"]), e(p["state"]),
-                  e(f'{p["wait_event_type"] or ""} {p["wait_event"] or ""}'.strip()),
-                  e(ts(p["xact_start"])), e(ts(p["query_start"])), f'<code>{e(p["query"])}</code>']
-                 for p in procs]
-        hrows = [[e(h["check_name"]), f'<span class="h-{e(h["status"])}">{e(h["status"])}</span>',
-                  e(h["detail"]), e(h["hint"])] for h in health]
-        svc = ""
-        if service:
-            keys = list(service[0].keys())
-            svc = "<h2>Service</h2>" + table([e(k) for k in keys],
-                                             [[e(ts(r[k])) for k in keys] for r in service])
-        arows = []
         for w in apps or []:
             info = w["info"] if isinstance(w["info"], dict) else {}
-            jobs = held.get(w["worker_id"], [])
-            hand = e(w["jobs_in_hand"])
-            if info.get("concurrency") is not None:
-                hand += f' of {e(info.get("concurrency"))}'
-            if jobs:
-                more = w["jobs_in_hand"] - len(jobs) if w["jobs_in_hand"] else 0
-                hand += ('<br><span class="held">' + " ".join(
-                    f'{job_link(j["job_id"])} <span class="later">{e(j["kind"])}</span>' for j in jobs)
-                    + (f' and {more} more' if more > 0 else "") + "</span>")
-            lib = " ".join(str(info[k]) for k in ("library", "version") if info.get(k) is not None)
             rest = {k: v for k, v in info.items()
                     if k not in ("host", "pid", "concurrency", "library", "version")}
-            state = ('<span class="st st-gone">gone</span>' if w["gone"]
-                     else '<span class="st st-alive">alive</span>')
-            arows.append([e(w["worker_id"]), state, e(info.get("host")), e(info.get("pid")),
-                          e(", ".join(w["queues"] or [])), hand, e(lib),
-                          e(ts(w["started_at"])),
-                          e(ts(w["last_seen_at"])) + f' <span class="later">({e(ago(w["seen_ago"]))} ago)</span>',
-                          f'<code>{e(json.dumps(rest, ensure_ascii=False, sort_keys=True))}</code>' if rest else ""])
-        if apps is None:
-            apptable = '<p class="note">This jobq has no worker registry (jobq.app_workers, 0.3.0).</p>'
-        else:
-            apptable = (table(["worker", "state", "host", "pid", "queues", "jobs in hand",
-                               "library", "started", "last heartbeat", "more"], arows, "app-workers")
-                        + '<p class="note">Workers register with jobq.register_worker and heartbeat with '
-                          'every lease renewal; one not seen for jobq.worker_gone_after is gone, and the '
-                          'jobs it still holds are listed (their leases expire and the reaper puts them '
-                          'back). Rows go a day after they were last seen.</p>')
-        body = ("<h2>Application workers</h2>" + apptable + "<h2>jobq processes</h2>"
-                + table(["pid", "database", "role", "started", "last round", "reaped", "pruned", "fired"],
-                        wrows, "workers")
-                + "<h2>What they are doing (pg_stat_activity)</h2>"
-                + table(["pid", "type", "database", "state", "waiting on", "transaction since",
-                         "query since", "query"], prows, "activity")
-                + svc + "<h2>Health</h2>"
-                + (f'<p class="flash error">{e(herr)}</p>' if herr else
-                   table(["check", "status", "detail", "hint"], hrows, "health")))
-        self.send(200, layout(self.app, "Workers and health", body, "/workers", s, live=False),
-                  extra=self.cookies())
+            w["rest"] = json.dumps(rest, ensure_ascii=False, sort_keys=True) if rest else ""
+        self.render("workers.html", "Workers and health", "/workers", s, apps=apps, held=held,
+                    workers=workers, procs=procs, service=service, health=health, herr=herr)
 
     def page_workflows(self, s, params):
         err = ""
@@ -1548,17 +1207,8 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
             with Db(self.app.pool) as db:
                 rows = db.rows(Q_WORKFLOWS)
         except psycopg.Error as x:
-            rows, err = [], f'<p class="flash error">{e(db_message(x))}</p>'
-        trs = [[f'<a href="/workflow/{int(r["root"])}">{int(r["root"])}</a>', e(r["queue"]), e(r["kind"]),
-                e(ts(r["created_at"])), e(r["total"]),
-                " ".join(f'<span class="st st-{st}">{e(r[st])} {st}</span>'
-                         for st in STATUS_FILL if r[st]),
-                "yes" if r["can_finish"] else '<span class="err">no</span>']
-               for r in rows]
-        body = (err + table(["root", "queue", "kind", "created", "jobs", "by state", "can finish"],
-                            trs, "workflows")
-                + '<p class="note">Workflows whose root is kept, newest 100 (jobq.workflows).</p>')
-        self.send(200, layout(self.app, "Workflows", body, "/workflows", s), extra=self.cookies())
+            rows, err = [], db_message(x)
+        self.render("workflows.html", "Workflows", "/workflows", s, rows=rows, err=err, states=list(STATUS_FILL))
 
     def page_workflow(self, s, root):
         with Db(self.app.pool) as db:
@@ -1570,25 +1220,9 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
             edges = [(r["parent"], r["child"])
                      for r in db.rows(Q_WF_EDGES, ([j["job_id"] for j in jobs],))]
             st = db.one("SELECT w.* FROM jobq.workflow_status(%s::bigint) w", (root,))
-        counts = " ".join(f'<span class="st st-{k}">{e(st[k])} {k}</span>' for k in STATUS_FILL if st and st[k])
-        finish = ""
-        if st and st["can_finish"] is not None:
-            finish = ("it can still finish" if st["can_finish"]
-                      else '<span class="err">it cannot finish without a failure nobody handles</span>')
-        trs = [[job_link(j["job_id"]), e(j["queue"]), e(j["kind"]), status_tag(j["status"]),
-                " ".join(job_link(p) for p, c in edges if c == j["job_id"]),
-                e(ts(j["finished_at"])),
-                f'<span class="{"old-err" if j["status"] == "completed" else "err"}">{e(j["last_error"])}</span>']
-               for j in jobs]
-        note = (f'<p class="note">Only the first {WF_MAX_JOBS} jobs (by id) of {e(st["total"] if st else "?")} '
-                'are drawn.</p>' if more else "")
-        body = (f'<p>{st["total"] if st else len(jobs)} jobs: {counts}{"; " + finish if finish else ""}</p>'
-                + wf_legend()
-                + f'<div class="graph">{svg_workflow(jobs, edges, root)}</div>' + note
-                + "<h2>Its jobs</h2>"
-                + table(["job", "queue", "kind", "status", "parents", "finished", "last error"], trs, "wf-jobs"))
-        self.send(200, layout(self.app, f"Workflow of job {root}", body, "/workflows", s),
-                  extra=self.cookies())
+        self.render("workflow.html", f"Workflow of job {root}", "/workflows", s, jobs=jobs, st=st,
+                    more=more, max_jobs=WF_MAX_JOBS, root=root, g=wf_layout(jobs, edges),
+                    states=list(STATUS_FILL), fills=STATUS_FILL)
 
     # -- actions -----------------------------------------------------------
 
@@ -1714,6 +1348,10 @@ def main(argv=None):
     p.add_argument("--read-only", action="store_true", help="show, offer no actions")
     p.add_argument("--password-file", help="file whose first line is the password")
     args = p.parse_args(argv)
+    if waitress is None or jinja2 is None:
+        print(f"jobq web: Python module {MISSING} is missing: apt-get install python3-waitress "
+              "python3-jinja2", file=sys.stderr)
+        return 3
     password = os.environ.get("JOBQ_WEB_PASSWORD") or None
     if args.password_file:
         try:

@@ -14,9 +14,9 @@
 # forged POSTs are refused.  A screenshot of each page goes to
 # $JOBQ_WEB_SHOTS (default: the temporary directory, kept when a test fails).
 #
-# Needs: Debian's chromium, python3-psycopg, python3-waitress.  Installs
-# chromium and python3-waitress with apt-get when they are missing and the
-# script runs as root.
+# Needs: Debian's chromium, python3-psycopg, python3-waitress,
+# python3-jinja2.  Installs chromium, python3-waitress and python3-jinja2
+# with apt-get when they are missing and the script runs as root.
 # Exits non-zero on any failure; the last line is "N passed, N failed".
 
 set -u
@@ -42,13 +42,13 @@ if ! command -v chromium >/dev/null; then
 	}
 fi
 
-if ! "$PY" -c 'import waitress' 2>/dev/null; then
+if ! "$PY" -c 'import waitress, jinja2' 2>/dev/null; then
 	if [ "$(id -u)" = 0 ]; then
-		apt-get install -y -q python3-waitress >/dev/null 2>&1 ||
-			{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q python3-waitress >/dev/null 2>&1; }
+		apt-get install -y -q python3-waitress python3-jinja2 >/dev/null 2>&1 ||
+			{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q python3-waitress python3-jinja2 >/dev/null 2>&1; }
 	fi
-	"$PY" -c 'import waitress' 2>/dev/null || {
-		echo "python3-waitress is not installed (apt-get install python3-waitress)" >&2
+	"$PY" -c 'import waitress, jinja2' 2>/dev/null || {
+		echo "python3-waitress or python3-jinja2 is not installed (apt-get install python3-waitress python3-jinja2)" >&2
 		echo "0 passed, 1 failed"
 		exit 1
 	}
