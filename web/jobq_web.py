@@ -64,7 +64,7 @@ LIVE_INTERVAL = 5000    # ms between a page's refreshes (static/jobq.js)
 PAYLOAD_EXAMPLE = '{"customer": {"id": 42}}'
 SEARCH_TIMEOUT = "5s"    # statement_timeout of each statement of a Jobs page (a search)
 MAX_BODY = 1 << 20      # bytes of a request body (a form); more is a 413
-THREADS = 8             # requests answered at once (each may hold a connection)
+THREADS = 8             # requests answered at once (sharing the pool's 4 connections)
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
        "img-src 'self'; connect-src 'self'; form-action 'self'; "
@@ -765,7 +765,8 @@ class Handler:
         else:
             h.send(405, h.error_page(405, "GET, HEAD and POST only"), extra=[("Allow", "GET, HEAD, POST")])
         status, headers, data = h.response
-        sys.stderr.write("jobq web: %s \"%s %s\" %d\n" % (h.client, h.command, h.path[:200], status))
+        # the path as a Python literal: a decoded %0A cannot forge a log line
+        sys.stderr.write("jobq web: %s %s %s %d\n" % (h.client, h.command, ascii(h.path[:200]), status))
         start_response(f"{status} {STATUS_TEXT.get(status, 'Unknown')}", headers)
         return [b"" if h.command == "HEAD" else data]
 
