@@ -361,12 +361,13 @@ def setup(db):
     x("SELECT jobq.claim('reports', worker_id => 'w-gone', batch => 2, kinds => ARRAY['report.slow'])")
     ids["held"] = [r[0] for r in x("SELECT job_id FROM jobq.jobs WHERE worker_id = 'w-gone' ORDER BY job_id")]
     # the application's workers: the one above, gone (its heartbeat backdated:
-    # test data only), and a live one of mail whose host is hostile
+    # test data only; run.sh sets jobq.worker_gone_after = 30min), and a live
+    # one of mail whose host is hostile
     x("SELECT jobq.register_worker('w-gone', ARRAY['reports'], %s::jsonb)",
       (json.dumps({"host": "box-2", "pid": 4242, "concurrency": 4, "library": "jobq-python",
                    "version": "0.3.0"}),))
-    x("UPDATE jobq.app_worker SET last_seen_at = now() - interval '10 minutes',"
-      " started_at = now() - interval '2 hours' WHERE worker_id = 'w-gone'")
+    x("UPDATE jobq.app_worker SET last_seen_at = now() - interval '3 hours',"
+      " started_at = now() - interval '5 hours' WHERE worker_id = 'w-gone'")
     x("SELECT jobq.register_worker('mail-1', ARRAY['mail'], %s::jsonb)",
       (json.dumps({"host": "app-1<b id=pwn4>", "pid": 1234, "concurrency": 8, "library": "jobq-node",
                    "version": "0.3.0", "region": "eu"}),))

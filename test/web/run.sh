@@ -88,6 +88,9 @@ port = 5432
 shared_preload_libraries = 'jobq'
 fsync = off
 jobq.naptime = 200
+# an application worker of the tests is alive for the whole run, however
+# busy the machine (the gone one is backdated by hours)
+jobq.worker_gone_after = '30min'
 EOF
 if ! "${AS[@]}" "$BINDIR/pg_ctl" -D "$DATA" -l "$PGLOG" -w start >/dev/null; then
 	cat "$PGLOG" >&2
