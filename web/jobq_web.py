@@ -1036,7 +1036,10 @@ class Handler:
     def page_jobs(self, s, params):
         where, args = [], []
         for field in ("queue", "kind", "status"):
-            if params.get(field):
+            if field == "kind" and params.get(field, "").endswith("*"):
+                where.append("pg_catalog.starts_with(j.kind, %s)")
+                args.append(params[field][:-1])
+            elif params.get(field):
                 where.append(f"j.{field} = %s")
                 args.append(params[field])
         bad = ""

@@ -776,6 +776,8 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     check("search: payload containment finds the 3 jobs of customer 42", len(n) == 3, (n, b.text()[:400]))
     n = rows_of({"payload": '{"customer": {"id": 42, "tier": "gold"}}', "kind": "invoice.remind"})
     check("search: a deeper containment with a kind", len(n) == 2, n)
+    n = rows_of({"kind": "invoice.rem*", "payload": '{"customer": {"id": 7}}'})
+    check("search: a kind prefix with a containment", len(n) == 2, n)
     n = rows_of({"key": "remind-7-*"})
     check("search: an idempotency key prefix", len(n) == 2, n)
     rows_of({"payload": '{"customer": '})
