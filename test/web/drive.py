@@ -368,6 +368,9 @@ def setup(db):
                    "version": "0.3.0"}),))
     x("UPDATE jobq.app_worker SET last_seen_at = now() - interval '3 hours',"
       " started_at = now() - interval '5 hours' WHERE worker_id = 'w-gone'")
+    x("SELECT jobq.register_worker('billing-7f3a', ARRAY['billing', 'flows'], %s::jsonb)",
+      (json.dumps({"host": "app-2", "pid": 31337, "concurrency": 16, "library": "jobq-python",
+                   "version": "0.3.0"}),))
     x("SELECT jobq.register_worker('mail-1', ARRAY['mail'], %s::jsonb)",
       (json.dumps({"host": "app-1<b id=pwn4>", "pid": 1234, "concurrency": 8, "library": "jobq-node",
                    "version": "0.3.0", "region": "eu"}),))
