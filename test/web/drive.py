@@ -11,6 +11,8 @@ the standard library below; no Selenium).  Prints "ok - ..." / "not ok -
 
 import argparse
 import base64
+import concurrent.futures
+import http.client
 import http.cookiejar
 import json
 import os
@@ -603,7 +605,6 @@ def session_get(web, path, sid):
 
 def flood(web, n, path="/"):
     """n requests without a cookie over keep-alive connections; the statuses seen."""
-    import http.client
     seen = {}
     conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=30)
     for i in range(n):
@@ -693,7 +694,6 @@ def hostile_http(a, db, ids, admin, pw):
     db.execute("SELECT jobq.resume('reports')")
 
     # login attempts: a few wrong passwords per client, then a wait
-    import concurrent.futures
     lock = Web(a.work, "lockout", env={"JOBQ_WEB_PASSWORD": "right one"})
     tok = lock.csrf("/login")
     t0 = time.monotonic()
