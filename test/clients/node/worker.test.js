@@ -180,6 +180,16 @@ test('outcomes: Permanent to the dead letter, thrown errors retried with backoff
   assert.ok(gap >= 1300, `RetryIn(1.5) ran again after ${gap} ms`)
   const s = await statusOf(ids.snooze)
   assert.deepEqual([s.status, s.retry_count, s.result], ['completed', 0, { runs: 3, retryCount: 0 }])
+  // every failure is logged with its message: at warn while it will be
+  // retried, at error when it is dead
+  const line = (level, id, text) => w.lines.some((l) => l.startsWith(level + ' ') && l.includes(`job ${id} `) && l.includes(text))
+  assert.ok(line('warn', ids.flaky, 'Error: 503 on attempt 1'), w.lines.join('\n'))
+  assert.ok(line('warn', ids.flaky, 'Error: 503 on attempt 2'))
+  assert.ok(line('warn', ids.broken, 'TypeError: always'))
+  assert.ok(line('error', ids.broken, 'TypeError: always'), 'the last attempt of broken at error')
+  assert.ok(line('error', ids.permanent, 'Permanent: card declined'))
+  assert.ok(line('warn', ids.retry_in, 'RetryIn: rate limited until reset'))
+  assert.ok(!line('error', ids.flaky, '503'), 'a retried failure is not an error line')
 })
 
 test('a handler timeout aborts job.signal and fails the attempt, even when the handler ignores the signal', async () => {
@@ -277,24 +287,63 @@ test('several queues share one concurrency limit; hooks see every job', async ()
   assert.ok(r[0].n <= 2, `at most 2 at once over both queues, saw ${r[0].n}`)
 })
 
-test('a result the server refuses (too large) or that is not JSON fails the attempt instead of losing the report', async () => {
+test('a result that cannot be sent (BigInt, circular, over jobq.max_result_size) fails that job alone, for good, with the real error; the others of its batch complete', async () => {
   const queue = queueName('badresult')
-  const w = worker(queue, { concurrency: 4 })
-    .handle('big', async () => ({ blob: 'x'.repeat(1100 * 1024) }))
-    .handle('bigint', async () => ({ n: 1n }))
-    .handle('fine', async () => ({ ok: true }))
-  const big = await producer.enqueue('big', {}, { queue, maxRetries: 0 })
-  const bi = await producer.enqueue('bigint', {}, { queue, maxRetries: 0 })
-  const fine = await producer.enqueueMany('fine', [{}, {}, {}], { queue })
+  // retries left: an unsendable result must still not be tried again
+  await q("SELECT jobq.configure($1, max_retries => 3, backoff_base => '50 ms', backoff_cap => '50 ms')", [queue])
+  const maxResult = (await q("SELECT pg_catalog.pg_size_bytes(current_setting('jobq.max_result_size')) AS n"))[0].n
+  let release
+  const barrier = new Promise((resolve) => { release = resolve })
+  const BAD = ['big', 'bigint', 'circular']
+  const FINE = 4
+  // each run is in the ledger (node_ledger: one row per handler run); every
+  // job waits for all seven to have started, so that their completions
+  // meet: the first one goes alone, the rest (three fine results and the
+  // big one, a few ticks later, all before any answer can come back) in
+  // one statement
+  let started = 0
+  const run = (kind, result, ticks) => async (job) => {
+    await ledgerStart(job)
+    if (++started === BAD.length + FINE) release()
+    await barrier
+    for (let i = 0; i < ticks; i++) await null
+    return result()
+  }
+  const w = worker(queue, { concurrency: 8, batch: 8 })
+    .handle('big', run('big', () => ({ blob: 'x'.repeat(Number(maxResult) + 1024) }), 5))
+    .handle('bigint', run('bigint', () => ({ n: 1n }), 5))
+    .handle('circular', run('circular', () => { const o = { a: 1 }; o.self = o; return o }, 5))
+    .handle('fine', run('fine', () => ({ ok: true }), 0))
+  const ids = {}
+  for (const kind of BAD) ids[kind] = (await producer.enqueue(kind, {}, { queue })).jobId
+  const fine = await producer.enqueueMany('fine', Array.from({ length: FINE }, () => ({})), { queue })
   const done = w.run()
-  await drained(queue, null, 20000)
+  await drained(queue, null, 30000)
   await w.stop()
   await done
-  const b = await statusOf(big.jobId)
+  const b = await statusOf(ids.big)
   assert.equal(b.status, 'failed')
-  assert.match(b.last_error, /^Error: the result was refused: .*result/)
-  const n = await statusOf(bi.jobId)
-  assert.equal(n.status, 'failed')
-  assert.match(n.last_error, /^Error: the result is not JSON/)
-  for (const f of fine) assert.equal((await statusOf(f.jobId)).status, 'completed')
+  assert.equal(b.retry_count, 0, 'not retried')
+  assert.match(b.last_error, /^Error: the result was refused: .*result.* \(SQLSTATE [0-9A-Z]{5}\)$/)
+  const n = await statusOf(ids.bigint)
+  assert.deepEqual([n.status, n.retry_count], ['failed', 0])
+  assert.equal(n.last_error, 'Error: the result is not JSON: TypeError: Do not know how to serialize a BigInt')
+  const c = await statusOf(ids.circular)
+  assert.deepEqual([c.status, c.retry_count], ['failed', 0])
+  assert.match(c.last_error, /^Error: the result is not JSON: TypeError: Converting circular structure to JSON/)
+  // the ledger: every job's handler ran once; the fine ones completed
+  const runs = await q('SELECT job_id::text AS id, count(*)::int AS n FROM node_ledger WHERE queue = $1 GROUP BY job_id', [queue])
+  assert.deepEqual(runs.map((r) => r.n), Array(BAD.length + FINE).fill(1), JSON.stringify(runs))
+  assert.deepEqual(runs.map((r) => r.id).sort(), [...Object.values(ids), ...fine.map((f) => f.jobId)].sort())
+  for (const f of fine) {
+    const s = await statusOf(f.jobId)
+    assert.deepEqual([s.status, s.retry_count, s.result], ['completed', 0, { ok: true }])
+  }
+  // the big result did go in a statement with others, which fell back to one by one
+  assert.ok(w.lines.some((l) => /^warn .*completions in one statement failed .*one by one/.test(l)), w.lines.join('\n'))
+  // each failure logged with its message, at error: no retry is left for it
+  for (const kind of BAD) {
+    assert.ok(w.lines.some((l) => l.startsWith('error ') && l.includes(`job ${ids[kind]} (${kind})`) && /failed for good/.test(l)),
+      `the ${kind} failure logged at error`)
+  }
 })
