@@ -14,7 +14,7 @@
 # make a tarball of it.  Then the commands of README.md's "The Node library"
 # (its first sh block: npm pack of clients/node, npm install of the tarball)
 # run in a fresh project, which must then require jobq and pg (one copy,
-# from the npm registry, at the version pinned) and survive npm ci; the
+# from a registry, at the version pinned) and survive npm ci; the
 # restart test's workers run from that project.  Then each test file
 # (test/clients/node/*.test.js) runs with node --test, once with the library
 # connecting directly and once through pgbouncer (the tests check the
@@ -169,10 +169,10 @@ else
 		}
 		console.log("pg " + lock["node_modules/pg"].version + "; " + (Object.keys(lock).length - 1) + " packages, all from the registry but jobq (" + lock["node_modules/jobq"].resolved + ")")
 	' 2>&1); then
-		ok "the project requires jobq and pg: copies, one pg at the pinned version, from the npm registry ($out)"
+		ok "the project requires jobq and pg: copies, one pg at the pinned version, the rest from a registry ($out)"
 		APP_OK=1
 	else
-		not_ok "the project requires jobq and pg: copies, one pg at the pinned version, from the npm registry" "$out"
+		not_ok "the project requires jobq and pg: copies, one pg at the pinned version, the rest from a registry" "$out"
 	fi
 	# the tarball kept with the project is all npm ci needs
 	if [ "$APP_OK" = 1 ] && (cd "$APP" && rm -rf node_modules && npm ci --no-audit --no-fund --loglevel=error >"$TMP/app-ci.log" 2>&1 &&
