@@ -250,11 +250,12 @@ sub hostile_psql
 
 # --- install with the hostile search_path --------------------------------
 
+my ($version) = slurp_file('jobq.control') =~ /^default_version = '([^']+)'/m;
 is($node->safe_psql('hostile', q{
 	SHOW search_path;
 	CREATE EXTENSION jobq;
 	SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'jobq'}),
-	"public, pg_catalog\n0.2.0", 'CREATE EXTENSION jobq with search_path = public, pg_catalog');
+	"public, pg_catalog\n$version", 'CREATE EXTENSION jobq with search_path = public, pg_catalog');
 
 ok(poll_clean(q{
 	SELECT count(*) = 1 FROM jobq.workers WHERE role = 'worker' AND database = 'hostile'}),

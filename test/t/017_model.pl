@@ -174,7 +174,7 @@ sub violation
 				"SELECT job_id, attempt, outcome, worker_id, started_at, finished_at FROM jobq.attempt"
 				  . " WHERE job_id IN ($in) ORDER BY job_id, attempt"));
 		diag("server log on job(s) $in:\n"
-			  . join("\n", grep { /jobq: lease of job ($re);/ } split /\n/, slurp_file($node->logfile)));
+			  . join("\n", grep { /jobq: lease of job ($re) expired/ } split /\n/, slurp_file($node->logfile)));
 		diag("open model transactions holding them: "
 			  . join(' ', map { my $k = $_; defined $txn[$k] ? map { exists $txn[$k]{jobs}{$_} ? "session $k: job $_" : () } @ids : () } 0 .. $#txn));
 	}
@@ -308,7 +308,9 @@ sub sync_reaped
 	return 0 unless @cand;
 	my $rows = $node->safe_psql('postgres',
 		"SELECT job_id, status, retry_count, us(run_at),"
-		  . " (SELECT count(*) FROM jobq.attempt a WHERE a.job_id = j.job_id)"
+		  . " (SELECT count(*) FROM jobq.attempt a WHERE a.job_id = j.job_id),"
+		  . " coalesce((SELECT string_agg(outcome, ',' ORDER BY attempt) FROM jobq.attempt a"
+		  . " WHERE a.job_id = j.job_id), '')"
 		  . " FROM jobq.job j WHERE job_id IN (" . join(',', @cand) . ")");
 	my $n = 0;
 	foreach my $r (split /\n/, $rows)
@@ -320,17 +322,31 @@ sub sync_reaped
 
 # If the database shows that the background worker reaped committed job $id
 # (one more attempt in its history; it may be claimed again since, by the
-# claim that made us look), apply that reap to the model.
+# claim that made us look), apply that reap to the model.  $hist is the
+# database's attempt outcomes in order.  With a short lease the database may
+# be further on still: reaped, claimed by the claim that made us look, and
+# reaped again before this look; then only the first reap is applied here
+# (the claim is applied next, the second reap at a later look).
 sub absorb_reap
 {
-	my ($id, $status, $rc, $run_at, $natt) = @_;
+	my ($id, $status, $rc, $run_at, $natt, $hist) = @_;
 	my $j = $jobs{$id};
-	return 0 unless $phase eq 'B' && $j->{status} eq 'running' && $natt == @{ $j->{outcomes} } + 1;
+	my $known = @{ $j->{outcomes} };
+	return 0 unless $phase eq 'B' && $j->{status} eq 'running' && $natt >= $known + 1;
+	my @h = split /,/, $hist // '';
+	return 0 unless ($h[$known] // '') eq 'lease expired';
 	violation("job $id: reaped before its lease expired at $j->{lease_exp}") unless reapable($j, $EPS);
 	my $want = end_attempt($j, 1, 'lease expired');
-	violation("job $id: reaped to $status/$rc, model says $want/$j->{rc}")
-	  if ($status ne $want && !($status eq 'running' && $want eq 'pending')) || $rc != $j->{rc};
-	$j->{run_at} = $run_at;
+	if ($natt == $known + 1)
+	{
+		violation("job $id: reaped to $status/$rc, model says $want/$j->{rc}")
+		  if ($status ne $want && !($status eq 'running' && $want eq 'pending')) || $rc != $j->{rc};
+		$j->{run_at} = $run_at;
+	}
+	else
+	{
+		$j->{run_at} = undef;	# that of a later attempt: not this one's
+	}
 	$count{bg_reaps}++;
 	return 1;
 }
@@ -902,7 +918,7 @@ sub compare_state
 		$seen{$id} = 1;
 		my $j = $jobs{$id};
 		# reaped by the background worker since the last look
-		absorb_reap($id, $status, $rc, $run_at, $natt)
+		absorb_reap($id, $status, $rc, $run_at, $natt, $outcomes)
 		  if defined $j && !grep { defined $_ && exists $_->{jobs}{$id} } @txn;
 		if (!defined $j)
 		{
