@@ -94,7 +94,18 @@ root_bootstrap() {
 			echo "${pkgs[*]}"
 		)")
 	fi
-	mmdebstrap "${opts[@]}" "$release" "$dir" "${mirrors[@]}" >"$log" 2>&1 || return 1
+	# once more after a failure: in a fresh root, a sid root made beside a
+	# trixie one once failed in postgresql-common's postinst
+	# (systemd-tmpfiles: "/proc/ is not mounted") and did not fail again
+	if ! mmdebstrap "${opts[@]}" "$release" "$dir" "${mirrors[@]}" >"$log" 2>&1; then
+		if grep -qs " $dir/" /proc/mounts; then
+			echo "mmdebstrap failed and left mounts below $dir: not trying again" >>"$log"
+			return 1
+		fi
+		echo "mmdebstrap failed; trying once more" >>"$log"
+		rm -rf --one-file-system "$dir"
+		mmdebstrap "${opts[@]}" "$release" "$dir" "${mirrors[@]}" >>"$log" 2>&1 || return 1
+	fi
 	touch "$dir/.jobq-root"
 }
 
