@@ -262,11 +262,15 @@ sub reapable
 	return $j->{status} eq 'running' && $j->{lease_exp} < now_us() + ($margin // 300_000);
 }
 
-# claim order: priority DESC, run_at, job_id
+# claim order: priority DESC, run_at, job_id; 0 (no order to check) when
+# the priorities are equal and a run_at is unknown to the model (that of a
+# job the worker reaped again since, see absorb_reap)
 sub rank_cmp
 {
 	my ($x, $y) = @_;
-	return $y->{prio} <=> $x->{prio} || $x->{run_at} <=> $y->{run_at} || $x->{id} <=> $y->{id};
+	my $by_prio = $y->{prio} <=> $x->{prio};
+	return $by_prio if $by_prio || !defined $x->{run_at} || !defined $y->{run_at};
+	return $x->{run_at} <=> $y->{run_at} || $x->{id} <=> $y->{id};
 }
 
 # An attempt that did not succeed (fail or reap): back to pending or failed.
@@ -345,7 +349,7 @@ sub absorb_reap
 	}
 	else
 	{
-		$j->{run_at} = undef;	# that of a later attempt: not this one's
+		$j->{run_at} = undef;	# the database's is a later attempt's: unknown
 	}
 	$count{bg_reaps}++;
 	return 1;
