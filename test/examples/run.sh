@@ -237,7 +237,7 @@ example() {
 	   SELECT jobq.enqueue('webhook.deliver', '{\"responses\": [503]}', '$Q', idempotency_key => '$Q-503');
 	   SELECT jobq.enqueue('webhook.deliver', '{\"responses\": [404]}', '$Q', idempotency_key => '$Q-404');
 	   SELECT jobq.enqueue('webhook.deliver', '{\"responses\": [429, 200]}', '$Q', idempotency_key => '$Q-429');
-	   SELECT jobq.enqueue('report.build', '{\"seconds\": 6}', '$Q', idempotency_key => '$Q-slow');
+	   SELECT jobq.enqueue('report.build', '{\"seconds\": 9}', '$Q', idempotency_key => '$Q-slow');
 	   SELECT jobq.enqueue('video.transcode', '{}', '$Q');" >/dev/null
 	# the Python example also runs a workflow: a batch split in two halves
 	# and a fan-in callback after both
@@ -247,10 +247,11 @@ example() {
 		completed=55
 	fi
 
-	# the worker: a 4-second lease, so the 6-second job needs the heartbeat
-	# (renewing at a third of the lease leaves room for a busy machine)
+	# the worker: an 8-second lease, so the 9-second job needs the heartbeat
+	# (renewing at a third of the lease leaves room for a busy machine: 4 s
+	# was lost once with three suites running on two cores)
 	env "${env_via[@]}" "${worker[@]}" --queue "$Q" --worker-id "$lang-$via" --batch 10 \
-		--lease 4 --wait 5 >"$log" 2>&1 &
+		--lease 8 --wait 5 >"$log" 2>&1 &
 	worker_pid=$!
 	check "$t: the queue drains (every handled job completed or failed)" \
 		drained "$Q"
@@ -327,7 +328,7 @@ example() {
 		q "SELECT jobq.enqueue('report.build', '{\"seconds\": 30}', '$Q', idempotency_key => '$Q-abandon')" >/dev/null
 		# one job at a time: the late email (still pending) runs first, and the
 		# 30-second job, once claimed, is the one running
-		env "${env_via[@]}" "${worker[@]}" --queue "$Q" --worker-id "$lang-$via-2" --lease 4 --wait 5 \
+		env "${env_via[@]}" "${worker[@]}" --queue "$Q" --worker-id "$lang-$via-2" --lease 8 --wait 5 \
 			--batch 1 >>"$log" 2>&1 &
 		worker_pid=$!
 		check "$t: a 30-second job is claimed" \
