@@ -1,3 +1,0 @@
-"""The library's version."""
-
-__version__ = "0.2.0"
