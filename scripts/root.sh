@@ -94,19 +94,31 @@ root_bootstrap() {
 			echo "${pkgs[*]}"
 		)")
 	fi
-	# once more after a failure: in a fresh root, a sid root made beside a
-	# trixie one once failed in postgresql-common's postinst
-	# (systemd-tmpfiles: "/proc/ is not mounted") and did not fail again
-	if ! mmdebstrap "${opts[@]}" "$release" "$dir" "${mirrors[@]}" >"$log" 2>&1; then
+	# One mmdebstrap at a time (roots of other versions are made by
+	# background jobs), and once more after a failure: inside a fresh root,
+	# a sid root made at the same time as a trixie one failed twice in
+	# postgresql-common's postinst (systemd-tmpfiles: "/proc/ is not
+	# mounted"), while the same sid root made alone succeeded every time.
+	if ! root_mmdebstrap "$dir" "${opts[@]}" "$release" "$dir" "${mirrors[@]}" >"$log" 2>&1; then
 		if grep -qs " $dir/" /proc/mounts; then
 			echo "mmdebstrap failed and left mounts below $dir: not trying again" >>"$log"
 			return 1
 		fi
 		echo "mmdebstrap failed; trying once more" >>"$log"
 		rm -rf --one-file-system "$dir"
-		mmdebstrap "${opts[@]}" "$release" "$dir" "${mirrors[@]}" >>"$log" 2>&1 || return 1
+		root_mmdebstrap "$dir" "${opts[@]}" "$release" "$dir" "${mirrors[@]}" >>"$log" 2>&1 || return 1
 	fi
 	touch "$dir/.jobq-root"
+}
+
+# root_mmdebstrap DIR MMDEBSTRAP-ARGUMENTS...: mmdebstrap, holding a lock
+# that every root_bootstrap on this machine takes (flock, util-linux).
+root_mmdebstrap() {
+	local lock
+	lock="$(dirname "$1")/.jobq-mmdebstrap.lock"
+	shift
+	echo "waiting for the mmdebstrap lock $lock"
+	flock "$lock" mmdebstrap "$@"
 }
 
 # root_enter RELEASE DIR: make the root of RELEASE (see root_dir) the one
