@@ -99,10 +99,29 @@ jobq_worker_status(PG_FUNCTION_ARGS)
 }
 
 /*
+ * A database whose own worker is about to run: the launcher starts its own
+ * worker after the last one ended (at most once per 5 s), also when the
+ * shared pool, whose passes served it, hands over to workers of their own.
+ * Meanwhile no process serves it, yet it is served: it finished a round
+ * less than JOBQ_STARTING_MS ago.  A worker that does not get going (or
+ * ends before a round) leaves it 'none' after that.
+ */
+#define JOBQ_STARTING_MS	10000
+
+static bool
+OwnWorkerStarting(JobqDbSlot *slot, TimestampTz now)
+{
+	return !JobqBgw->pool_mode && JobqBgw->launcher_pid != 0 && slot->has_jobq &&
+		slot->last_cycle_at != 0 &&
+		!TimestampDifferenceExceeds(slot->last_cycle_at, now, JOBQ_STARTING_MS);
+}
+
+/*
  * jobq.service_status() -> one row for the current database, behind the
  * jobq.service view: how it is served ('own worker': a worker of its own;
  * 'shared pool': workers that serve it in turn, one pass at a time, when
- * databases outnumber jobq.max_workers; 'none': nothing serves it now),
+ * databases outnumber jobq.max_workers, or such a pass running while the pool
+ * hands over; 'none': nothing serves it now, nor did for JOBQ_STARTING_MS),
  * when a worker last finished a round here, when the database next needs
  * one (its next schedule fire, lease expiry or prune), and how long past
  * that it has waited (0 while on time).
@@ -130,8 +149,11 @@ jobq_service_status(PG_FUNCTION_ARGS)
 				continue;
 			if (slot->pid != 0 && !slot->pass_worker)
 				served_by = "own worker";
-			else if (JobqBgw->pool_mode && slot->has_jobq && JobqBgw->launcher_pid != 0)
+			else if (slot->pid != 0 ||
+					 (JobqBgw->pool_mode && slot->has_jobq && JobqBgw->launcher_pid != 0))
 				served_by = "shared pool";
+			else if (OwnWorkerStarting(slot, now))
+				served_by = "own worker";
 			if (slot->last_cycle_at != 0)
 			{
 				values[1] = TimestampTzGetDatum(slot->last_cycle_at);
