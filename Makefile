@@ -130,9 +130,10 @@ installcheck: check-format
 .PHONY: install-web uninstall-web
 install: install-web
 install-web:
-	$(MKDIR_P) '$(DESTDIR)$(datadir)/jobq/web/static'
+	$(MKDIR_P) '$(DESTDIR)$(datadir)/jobq/web/static' '$(DESTDIR)$(datadir)/jobq/web/templates'
 	$(INSTALL_DATA) $(srcdir)/web/jobq_web.py '$(DESTDIR)$(datadir)/jobq/web/'
 	$(INSTALL_DATA) $(wildcard $(srcdir)/web/static/*) '$(DESTDIR)$(datadir)/jobq/web/static/'
+	$(INSTALL_DATA) $(wildcard $(srcdir)/web/templates/*) '$(DESTDIR)$(datadir)/jobq/web/templates/'
 
 uninstall: uninstall-web
 uninstall-web:

@@ -48,6 +48,13 @@ SELECT jobq.update_job(:d, run_at => 'infinity');
 SELECT jobq.update_job(:d, max_retries => -1);
 SELECT payload FROM jobq.jobs WHERE job_id = :d;
 
+-- every change is in the job's story: who changed what, as attempt-history
+-- rows of outcome 'edited' numbered -1, -2, ... (the attempts keep theirs);
+-- refused calls left none
+SELECT attempt, outcome, replace(error, current_user, 'ME') AS error
+  FROM jobq.attempt WHERE job_id = :d ORDER BY finished_at, attempt;
+SELECT count(*) AS story FROM jobq.job(:d) WHERE outcome = 'edited';
+
 -- run_schedule: the schedule's job now, its timing untouched; every call is
 -- a job of its own, also twice in one transaction
 SELECT jobq.schedule('nightly', '0 3 * * *', 'report', '{"r": 1}', queue => 'uq',

@@ -202,6 +202,18 @@ CapabilityArg(FunctionCallInfo fcinfo, int argno)
 static const char *const LaterFunctions[] = {
 	"jobq.release(bigint, bigint)", /* 0.2.0, work */
 	"jobq.service_status()",	/* 0.2.0, every role */
+	"jobq.app_worker_rows()",	/* 0.3.0, every role */
+};
+
+/*
+ * What work needs that one release has and another not: fail gained
+ * details in 0.3.0 (re-created), the worker registry came in 0.3.0.
+ */
+static const char *const WorkFunctions[] = {
+	"jobq.fail(bigint, bigint, text, boolean, interval)",
+	"jobq.fail(bigint, bigint, text, boolean, interval, text)",
+	"jobq.register_worker(text, text[], jsonb)",
+	"jobq.unregister_worker(text)",
 };
 
 /*
@@ -246,9 +258,9 @@ GrantObjects(Oid role, JobqCapability cap)
 	const char *work_fns =
 	"jobq.claim(text, text, integer, interval, text[], interval),"
 	" jobq.complete(bigint, bigint, jsonb), jobq.complete_many(bigint[], bigint[], jsonb[]),"
-	" jobq.fail(bigint, bigint, text, boolean, interval), jobq.extend(bigint, bigint, interval),"
+	" jobq.extend(bigint, bigint, interval),"
 	" jobq.checkpoint(bigint, bigint, jsonb), jobq.snooze(bigint, bigint, interval),"
-	" jobq.priority(text), jobq.priority_label(integer),"
+	" jobq.priority(text), jobq.priority_label(integer), jobq.cron_next(text, timestamptz, text),"
 	" jobq.job(bigint), jobq.job_by_key(text, text)";
 	StringInfoData sql;
 
@@ -259,6 +271,7 @@ GrantObjects(Oid role, JobqCapability cap)
 						   "GRANT EXECUTE ON FUNCTION jobq.may_use_queue(text), jobq.may(text, text),"
 						   " jobq.worker_status(), jobq.kind_stats(interval, text)");
 	AppendIfExists(&sql, LaterFunctions[1], false);
+	AppendIfExists(&sql, LaterFunctions[2], false);
 	appendStringInfo(&sql, " TO %s;", rolename);
 	if (cap == JOBQ_CAP_ENQUEUE || cap == JOBQ_CAP_ADMINISTER)
 	{
@@ -273,6 +286,8 @@ GrantObjects(Oid role, JobqCapability cap)
 	{
 		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s", work_fns);
 		AppendIfExists(&sql, LaterFunctions[0], false);
+		for (int i = 0; i < lengthof(WorkFunctions); i++)
+			AppendIfExists(&sql, WorkFunctions[i], false);
 		for (int i = 0; i < lengthof(WorkflowFunctions); i++)
 			AppendIfExists(&sql, WorkflowFunctions[i], false);
 		appendStringInfo(&sql, " TO %s;", rolename);
@@ -284,6 +299,7 @@ GrantObjects(Oid role, JobqCapability cap)
 						   " jobq.schedules, jobq.workers, jobq.kind_stats, jobq.handlers");
 	AppendIfExists(&sql, "jobq.service", true);
 	AppendIfExists(&sql, "jobq.workflows", true);
+	AppendIfExists(&sql, "jobq.app_workers", true);
 	appendStringInfo(&sql, " TO %s;", rolename);
 	jobq_spi_exec_sql(sql.data, false, SPI_OK_UTILITY);
 }

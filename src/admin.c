@@ -52,6 +52,7 @@ static SPIPlanPtr plan_retry_failed_ids;
 static SPIPlanPtr plan_job_state;
 static SPIPlanPtr plan_release_running;
 static SPIPlanPtr plan_update_job;
+static SPIPlanPtr plan_update_lock;
 static SPIPlanPtr plan_unready;
 static SPIPlanPtr plan_unschedule;
 static SPIPlanPtr plan_cancel_pending;
@@ -504,17 +505,19 @@ jobq_release_running(PG_FUNCTION_ARGS)
  * field as it is.  A pending job is taken out of the pending sets and put
  * back under its new run_at and priority, so claims see the change at once;
  * a failed or cancelled one keeps its status (jobq.retry runs it with the
- * new values).  False when the job does not exist or is running or
+ * new values).  Each change is an attempt-history row of outcome 'edited'
+ * (numbered -1, -2, ...: the real attempts keep their numbers) saying who
+ * changed what.  False when the job does not exist or is running or
  * completed.  Needs administer on the job's queue.
  */
 Datum
 jobq_update_job(PG_FUNCTION_ARGS)
 {
 	JobqSavedUser saved;
-	Oid			types[7] = {INT8OID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID,
-	TIMESTAMPTZOID, BOOLOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', 'n', 'n', 'n', 'n', ' ', ' '};
+	Oid			types[8] = {INT8OID, JSONBOID, TIMESTAMPTZOID, INT4OID, INT4OID,
+	TIMESTAMPTZOID, BOOLOID, OIDOID};
+	Datum		values[8];
+	char		nulls[8] = {' ', 'n', 'n', 'n', 'n', ' ', ' ', ' '};
 	int64		job_id;
 	bool		has_max_retries;
 	int32		max_retries;
@@ -565,15 +568,36 @@ jobq_update_job(PG_FUNCTION_ARGS)
 			continue;			/* a claim took it meanwhile: look again */
 
 		values[6] = BoolGetDatum(pending);
+		values[7] = ObjectIdGetDatum(saved.caller);
+		/* the row first: the edit below then numbers its row after any other */
+		jobq_spi_exec(jobq_plan(&plan_update_lock,
+								"SELECT 1 FROM jobq.job WHERE job_id = $1 FOR UPDATE", 1, types),
+					  values, NULL, SPI_OK_SELECT);
 		jobq_spi_exec(jobq_plan(&plan_update_job,
-								"UPDATE jobq.job SET payload = COALESCE($2, payload),"
-								" run_at = COALESCE($3, run_at), priority = COALESCE($4, priority),"
-								" max_retries = COALESCE($5, max_retries), updated_at = $6"
-								" WHERE job_id = $1 AND CASE WHEN $7 THEN status = 'pending'"
-								" ELSE status IN ('failed', 'cancelled', 'blocked') END"
-								" RETURNING priority, run_at",
-								7, types),
-					  values, nulls, SPI_OK_UPDATE_RETURNING);
+								"WITH o AS (SELECT job_id, payload, run_at, priority, max_retries"
+								" FROM jobq.job WHERE job_id = $1),"
+								" u AS (UPDATE jobq.job j SET payload = COALESCE($2, j.payload),"
+								" run_at = COALESCE($3, j.run_at), priority = COALESCE($4, j.priority),"
+								" max_retries = COALESCE($5, j.max_retries), updated_at = $6"
+								" FROM o WHERE j.job_id = o.job_id AND CASE WHEN $7 THEN j.status = 'pending'"
+								" ELSE j.status IN ('failed', 'cancelled', 'blocked') END"
+								" RETURNING j.job_id, j.priority, j.run_at, concat_ws(', ',"
+								" CASE WHEN o.payload IS DISTINCT FROM j.payload THEN 'payload replaced' END,"
+								" CASE WHEN o.run_at IS DISTINCT FROM j.run_at"
+								" THEN format('run_at %s -> %s', o.run_at, j.run_at) END,"
+								" CASE WHEN o.priority IS DISTINCT FROM j.priority"
+								" THEN format('priority %s -> %s', o.priority, j.priority) END,"
+								" CASE WHEN o.max_retries IS DISTINCT FROM j.max_retries"
+								" THEN format('max_retries %s -> %s', o.max_retries, j.max_retries) END)"
+								" AS what),"
+								" e AS (INSERT INTO jobq.attempt (job_id, attempt, finished_at, outcome, error)"
+								" SELECT u.job_id, LEAST(0, (SELECT min(a.attempt) FROM jobq.attempt a"
+								" WHERE a.job_id = $1)) - 1, $6, 'edited',"
+								" format('edited by %s: %s', $8::regrole,"
+								" CASE WHEN u.what = '' THEN 'nothing changed' ELSE u.what END) FROM u)"
+								" SELECT priority, run_at FROM u",
+								8, types),
+					  values, nulls, SPI_OK_SELECT);
 		if (SPI_processed == 0)
 		{
 			if (pending)

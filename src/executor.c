@@ -1,12 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * executor.c
- *	  Jobs run inside the database: handler registration and the executor
- *	  background workers that run them.
+ *	  Jobs run inside the database: the executor background workers that
+ *	  run the handlers registered with jobq.register_handler (handler.c).
  *
- * jobq.register_handler(kind, handler) binds a kind to a SQL function
- * taking the payload (and, optionally, a jsonb describing the job) and
- * returning jsonb.  While a database has handlers, its jobq worker keeps
+ * While a database has handlers, its jobq worker keeps
  * jobq.executors executor processes running (bgw_worker.c).  An executor
  * claims one job of a handled kind at a time (woken through its latch when
  * such a job becomes ready), then, in one transaction:
@@ -64,6 +62,8 @@
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
@@ -96,8 +96,6 @@
 /* SQLSTATE of the error jobq.snooze(delay) raises to end a handler. */
 #define ERRCODE_JOBQ_SNOOZE		MAKE_SQLSTATE('J','Q','S','N','Z')
 
-PG_FUNCTION_INFO_V1(jobq_register_handler);
-PG_FUNCTION_INFO_V1(jobq_unregister_handler);
 PG_FUNCTION_INFO_V1(jobq_snooze_handler);
 
 PGDLLEXPORT void jobq_executor_main(Datum main_arg);
@@ -109,138 +107,13 @@ static bool in_executor = false;
 static bool snooze_requested = false;
 static Interval snooze_delay;
 
-static SPIPlanPtr plan_register;
-static SPIPlanPtr plan_handler_owner;
-static SPIPlanPtr plan_unregister;
 static SPIPlanPtr plan_handlers;
 static SPIPlanPtr plan_exec_claim;
 static SPIPlanPtr plan_context;
 static SPIPlanPtr plan_exec_complete;
 static SPIPlanPtr plan_exec_fail;
+static SPIPlanPtr plan_exec_fail_details;
 static SPIPlanPtr plan_exec_snooze;
-
-/*
- * A kind's handler may be replaced or removed only by the role it runs as,
- * or a superuser: nobody takes over another role's jobs (SPI connected).
- */
-static void
-HandlerOwnerCheck(const char *kind, Oid role)
-{
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	bool		isnull;
-	Oid			owner;
-
-	values[0] = CStringGetTextDatum(kind);
-	jobq_spi_exec(jobq_plan(&plan_handler_owner,
-							"SELECT run_as FROM jobq.handler WHERE kind = $1",
-							1, types),
-				  values, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 0)
-		return;
-	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	if (owner != role && !superuser_arg(role))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("the handler of kind \"%s\" belongs to role \"%s\"", kind,
-						GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "?"),
-				 errhint("Only that role or a superuser may replace or remove it.")));
-}
-
-/*
- * jobq.register_handler(kind, handler, queue, allow_superuser) -> void
- *
- * The handler runs as the role calling this.
- */
-Datum
-jobq_register_handler(PG_FUNCTION_ARGS)
-{
-	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, REGROLEOID, BOOLOID};
-	Datum		values[5];
-	const char *kind = jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false);
-	const char *queue = jobq_name_arg(fcinfo, 2, "queue", jobq_max_name_length, false);
-	Oid			handler;
-	bool		allow_superuser;
-	HeapTuple	proctup;
-	Form_pg_proc proc;
-	Oid			run_as = GetUserId();
-	JobqSavedUser saved;
-
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("handler must not be null")));
-	handler = PG_GETARG_OID(1);
-	allow_superuser = PG_ARGISNULL(3) ? false : PG_GETARG_BOOL(3);
-
-	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(handler));
-	if (!HeapTupleIsValid(proctup))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("handler function %u does not exist", handler)));
-	proc = (Form_pg_proc) GETSTRUCT(proctup);
-	if (proc->prorettype != JSONBOID || proc->prokind != PROKIND_FUNCTION ||
-		proc->proretset || proc->pronargs < 1 || proc->pronargs > 2 ||
-		proc->proargtypes.values[0] != JSONBOID ||
-		(proc->pronargs == 2 && proc->proargtypes.values[1] != JSONBOID))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
-				 errmsg("handler must be a function (payload jsonb [, job jsonb]) returning jsonb"),
-				 errdetail("%s does not fit.", format_procedure(handler)),
-				 errhint("The second argument, if any, receives the job: job_id, lease_token, kind, queue, retry_count, max_retries, checkpoint, enqueued_at, lease_expires_at.")));
-	ReleaseSysCache(proctup);
-
-	if (object_aclcheck(ProcedureRelationId, handler, run_as, ACL_EXECUTE) != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for function %s", format_procedure(handler)),
-				 errdetail("A handler runs as the role that registers it, which needs EXECUTE on it.")));
-	if (superuser_arg(run_as) && !allow_superuser)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("a handler registered by a superuser would run as a superuser"),
-				 errhint("Register it as an ordinary role (SET ROLE), or pass allow_superuser => true if it really must.")));
-
-	values[0] = CStringGetTextDatum(kind);
-	values[1] = CStringGetTextDatum(format_procedure_qualified(handler));
-	values[2] = CStringGetTextDatum(queue);
-	values[3] = ObjectIdGetDatum(run_as);
-	values[4] = BoolGetDatum(allow_superuser);
-	jobq_owner_begin(&saved);
-	jobq_require(run_as, queue, JOBQ_CAP_ADMINISTER);
-	HandlerOwnerCheck(kind, run_as);
-	jobq_spi_exec(jobq_plan(&plan_register,
-							"INSERT INTO jobq.handler (kind, handler, queue, run_as, allow_superuser)"
-							" VALUES ($1, $2, $3, $4, $5)"
-							" ON CONFLICT (kind) DO UPDATE SET handler = $2, queue = $3,"
-							" run_as = $4, allow_superuser = $5, updated_at = now()",
-							5, types),
-				  values, NULL, SPI_OK_INSERT);
-	jobq_owner_end(&saved);
-	jobq_bgw_wake_worker_at_commit();
-	PG_RETURN_VOID();
-}
-
-/* jobq.unregister_handler(kind) -> boolean */
-Datum
-jobq_unregister_handler(PG_FUNCTION_ARGS)
-{
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	bool		done;
-	JobqSavedUser saved;
-
-	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false));
-	jobq_owner_begin(&saved);
-	HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller);
-	jobq_spi_exec(jobq_plan(&plan_unregister,
-							"DELETE FROM jobq.handler WHERE kind = $1",
-							1, types),
-				  values, NULL, SPI_OK_DELETE);
-	done = SPI_processed > 0;
-	jobq_owner_end(&saved);
-	PG_RETURN_BOOL(done);
-}
 
 /*
  * jobq.snooze(delay): inside a handler, end it and re-queue its job after
@@ -407,23 +280,59 @@ JobContext(const JobqExecJob *job, Oid run_as)
 							 false, -1);
 }
 
-/* Fail job's attempt with the error edata, retryable by its class (SPI connected). */
+/*
+ * The longer story of a handler's error, for jobq.attempt.details: its
+ * DETAIL, HINT and CONTEXT (the stack of PL/pgSQL and SQL functions it was
+ * raised in), or NULL when it has none.
+ */
+static char *
+ErrorStory(const ErrorData *edata)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	if (edata->detail)
+		appendStringInfo(&buf, "DETAIL:  %s\n", edata->detail);
+	if (edata->hint)
+		appendStringInfo(&buf, "HINT:  %s\n", edata->hint);
+	if (edata->context)
+		appendStringInfo(&buf, "CONTEXT:  %s\n", edata->context);
+	return buf.len > 0 ? buf.data : NULL;
+}
+
+/*
+ * Fail job's attempt with the error edata, retryable by its class, its story
+ * as the attempt's details where the database has them (0.3.0 on; SPI
+ * connected).
+ */
 static void
 ExecFail(const JobqExecJob *job, const ErrorData *edata)
 {
-	Oid			types[4] = {INT8OID, INT8OID, TEXTOID, BOOLOID};
-	Datum		values[4];
+	Oid			types[5] = {INT8OID, INT8OID, TEXTOID, BOOLOID, TEXTOID};
+	Oid			fail_args[6] = {INT8OID, INT8OID, TEXTOID, BOOLOID, INTERVALOID, TEXTOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	char	   *message = psprintf("%s: %s", unpack_sql_state(edata->sqlerrcode),
 								   edata->message ? edata->message : "");
+	char	   *story = ErrorStory(edata);
 
 	values[0] = Int64GetDatum(job->job_id);
 	values[1] = Int64GetDatum(job->lease_token);
 	values[2] = CStringGetTextDatum(message);
 	values[3] = BoolGetDatum(!PermanentError(edata->sqlerrcode));
-	jobq_spi_exec(jobq_plan_generic(&plan_exec_fail,
-									"SELECT jobq.fail($1, $2, $3, $4)",
-									4, types),
-				  values, NULL, SPI_OK_SELECT);
+	values[4] = story ? CStringGetTextDatum(story) : (Datum) 0;
+	nulls[4] = story ? ' ' : 'n';
+	if (OidIsValid(LookupFuncName(list_make2(makeString("jobq"), makeString("fail")),
+								  6, fail_args, true)))
+		jobq_spi_exec(jobq_plan_generic(&plan_exec_fail_details,
+										"SELECT jobq.fail($1, $2, $3, $4, NULL, $5)",
+										5, types),
+					  values, nulls, SPI_OK_SELECT);
+	else
+		jobq_spi_exec(jobq_plan_generic(&plan_exec_fail,
+										"SELECT jobq.fail($1, $2, $3, $4)",
+										4, types),
+					  values, nulls, SPI_OK_SELECT);
 }
 
 /*

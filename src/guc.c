@@ -27,6 +27,8 @@ int			jobq_max_result_size = 1024 * 1024;
 
 /* jobq.max_error_length: longer error texts are truncated (bytes) */
 int			jobq_max_error_length = 8192;
+int			jobq_max_details_length = 16384;
+int			jobq_worker_gone_after_s = 60;
 
 /* jobq.max_name_length / max_key_length: longest names and keys (bytes) */
 int			jobq_max_name_length = JOBQ_MAX_NAME_LEN;
@@ -94,6 +96,20 @@ jobq_guc_init(void)
 							&jobq_max_error_length,
 							8192, 64, 1024 * 1024,
 							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_details_length",
+							"Details (a stack trace) passed to jobq.fail are truncated to this many bytes.",
+							NULL,
+							&jobq_max_details_length,
+							16384, 64, 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.worker_gone_after",
+							"An application worker not seen for this long is shown as gone in jobq.app_workers.",
+							"Its row is pruned a day after it was last seen.",
+							&jobq_worker_gone_after_s,
+							60, 1, 86400,
+							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.max_name_length",
 							"Longest kind, queue, worker id or schedule name.",

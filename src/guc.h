@@ -12,6 +12,8 @@
 extern int	jobq_max_payload_size;
 extern int	jobq_max_result_size;
 extern int	jobq_max_error_length;
+extern int	jobq_max_details_length;
+extern int	jobq_worker_gone_after_s;
 extern int	jobq_max_name_length;
 extern int	jobq_max_key_length;
 extern int	jobq_max_cron_length;

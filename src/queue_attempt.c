@@ -61,6 +61,7 @@ static SPIPlanPtr plan_breaker_success;
 static SPIPlanPtr plan_complete;
 static SPIPlanPtr plan_complete_many;
 static SPIPlanPtr plan_fail_lock;
+static SPIPlanPtr plan_attempt_details;
 static SPIPlanPtr plan_end_attempt;
 static SPIPlanPtr plan_extend;
 static SPIPlanPtr plan_checkpoint;
@@ -348,16 +349,23 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(done);
 }
 
-/* Clip an error message to jobq.max_error_length bytes on a character boundary. */
+/* Clip a text to limit bytes on a character boundary of the server encoding. */
+static text *
+ClipText(text *t, int limit)
+{
+	int			len = VARSIZE_ANY_EXHDR(t);
+
+	if (len <= limit)
+		return t;
+	len = pg_mbcliplen(VARDATA_ANY(t), len, limit);
+	return cstring_to_text_with_len(VARDATA_ANY(t), len);
+}
+
+/* Clip an error message to jobq.max_error_length bytes. */
 static text *
 ClipError(text *error)
 {
-	int			len = VARSIZE_ANY_EXHDR(error);
-
-	if (len <= jobq_max_error_length)
-		return error;
-	len = pg_mbcliplen(VARDATA_ANY(error), len, jobq_max_error_length);
-	return cstring_to_text_with_len(VARDATA_ANY(error), len);
+	return ClipText(error, jobq_max_error_length);
 }
 
 /*
@@ -524,12 +532,32 @@ LockRunningJob(int64 job_id, int64 lease_token, Oid caller, JobqAttempt *attempt
 }
 
 /*
+ * Keep details (a stack trace, already clipped) with attempt of job_id,
+ * which jobq_end_attempt just recorded.  SPI connected.
+ */
+static void
+AttemptDetails(int64 job_id, int32 attempt, text *details)
+{
+	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(job_id);
+	values[1] = Int32GetDatum(attempt);
+	values[2] = PointerGetDatum(details);
+	jobq_spi_exec(jobq_plan_generic(&plan_attempt_details,
+									"UPDATE jobq.attempt SET details = $3"
+									" WHERE job_id = $1 AND attempt = $2",
+									3, types),
+				  values, NULL, SPI_OK_UPDATE);
+}
+
+/*
  * End the attempt of the running job named by the call's (job_id,
  * lease_token) arguments, as the job's queue's worker; false for a stale
  * or wrong token.  *status gets the job's new status.
  */
 static bool
-EndAttemptByToken(FunctionCallInfo fcinfo, text *error, bool retryable,
+EndAttemptByToken(FunctionCallInfo fcinfo, text *error, text *details, bool retryable,
 				  const Interval *retry_in, const char *outcome, TimestampTz now,
 				  const char **status)
 {
@@ -540,22 +568,30 @@ EndAttemptByToken(FunctionCallInfo fcinfo, text *error, bool retryable,
 	jobq_owner_begin(&saved);
 	found = LockRunningJob(PG_GETARG_INT64(0), PG_GETARG_INT64(1), saved.caller, &attempt);
 	if (found)
+	{
 		*status = jobq_end_attempt(&attempt, error, retryable, retry_in, outcome, now);
+		if (details != NULL)
+			AttemptDetails(attempt.job_id, attempt.attempts, details);
+	}
 	jobq_owner_end(&saved);
 	return found;
 }
 
 /*
- * jobq.fail(job_id, lease_token, error, retryable, retry_in) -> new status
+ * jobq.fail(job_id, lease_token, error, retryable, retry_in, details) -> new
+ * status
  *
  * With retries left and retryable, the job goes back to pending with
  * retry_count + 1, due after retry_in or the queue's backoff; otherwise it
- * is failed for good.  The attempt and its error go to jobq.attempt.
+ * is failed for good.  The attempt, its error and its details (a stack
+ * trace, at most jobq.max_details_length bytes; 0.3.0 on) go to
+ * jobq.attempt.
  */
 Datum
 jobq_fail(PG_FUNCTION_ARGS)
 {
 	text	   *error;
+	text	   *details = NULL;
 	bool		retryable;
 	Interval   *retry_in = NULL;
 	const char *status;
@@ -566,13 +602,15 @@ jobq_fail(PG_FUNCTION_ARGS)
 	jobq_require_arg(fcinfo, 3, "retryable");
 	error = ClipError(PG_GETARG_TEXT_PP(2));
 	retryable = PG_GETARG_BOOL(3);
+	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+		details = ClipText(PG_GETARG_TEXT_PP(5), jobq_max_details_length);
 	if (!PG_ARGISNULL(4))
 	{
 		retry_in = PG_GETARG_INTERVAL_P(4);
 		(void) jobq_check_interval_arg(retry_in, "retry_in", 0, JOBQ_MAX_INTERVAL_US);
 	}
 
-	if (!EndAttemptByToken(fcinfo, error, retryable, retry_in, "failed",
+	if (!EndAttemptByToken(fcinfo, error, details, retryable, retry_in, "failed",
 						   GetCurrentTimestamp(), &status))
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(status));
@@ -598,7 +636,7 @@ jobq_snooze(PG_FUNCTION_ARGS)
 	(void) jobq_check_interval_arg(delay, "delay", 0, JOBQ_MAX_INTERVAL_US);
 
 	now = GetCurrentTimestamp();
-	if (!EndAttemptByToken(fcinfo, cstring_to_text("snoozed"), true, delay, "snoozed",
+	if (!EndAttemptByToken(fcinfo, cstring_to_text("snoozed"), NULL, true, delay, "snoozed",
 						   now, &status))
 		PG_RETURN_NULL();
 	PG_RETURN_TIMESTAMPTZ(jobq_timestamp_add(now, jobq_interval_usecs(delay)));
@@ -620,7 +658,7 @@ jobq_release(PG_FUNCTION_ARGS)
 
 	jobq_require_arg(fcinfo, 0, "job_id");
 	jobq_require_arg(fcinfo, 1, "lease_token");
-	PG_RETURN_BOOL(EndAttemptByToken(fcinfo, cstring_to_text("released by its worker"),
+	PG_RETURN_BOOL(EndAttemptByToken(fcinfo, cstring_to_text("released by its worker"), NULL,
 									 true, NULL, "released", GetCurrentTimestamp(),
 									 &status));
 }

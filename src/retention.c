@@ -30,6 +30,7 @@
 #include "utils/timestamp.h"
 
 #include "acl.h"
+#include "app_workers.h"
 #include "contain.h"
 #include "guc.h"
 #include "queue_settle.h"
@@ -148,6 +149,15 @@ PruneKeys(void *arg)
 	u->deleted = (int64) SPI_processed;
 }
 
+/* Delete up to u->limit rows of application workers gone for a day. */
+static void
+PruneAppWorkers(void *arg)
+{
+	JobqPruneUnit *u = (JobqPruneUnit *) arg;
+
+	u->deleted = jobq_prune_app_workers(u->limit, u->now);
+}
+
 /* A text[] datum of the n names. */
 static Datum
 NameArray(char **names, int n)
@@ -210,6 +220,7 @@ jobq_prune_finished(int batch, bool *more)
 	JobqPruneUnit u;
 	List	   *failing = NIL;
 	int64		jobs = 0;
+	int64		keys;
 	int			nqueues;
 	int			nhealthy = 0;
 	char	  **queues;
@@ -270,9 +281,12 @@ jobq_prune_finished(int batch, bool *more)
 	u.limit = batch;
 	u.deleted = 0;
 	(void) jobq_run_unit("pruning expired idempotency keys", PruneKeys, &u);
+	keys = u.deleted;
+	u.deleted = 0;
+	(void) jobq_run_unit("pruning application workers gone for a day", PruneAppWorkers, &u);
 
-	*more = jobs >= batch || u.deleted >= batch;
-	return jobs + u.deleted;
+	*more = jobs >= batch || keys >= batch || u.deleted >= batch;
+	return jobs + keys + u.deleted;
 }
 
 /* jobq.prune(batch) -> rows deleted */

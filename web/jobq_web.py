@@ -14,19 +14,21 @@ privilege of its own; it only hides the buttons a role could not use.
 Safety, in short: binds 127.0.0.1 unless told otherwise, and then needs a
 password (JOBQ_WEB_PASSWORD or --password-file); every action is a POST
 with a per-session CSRF token (and a same-origin check); every value from
-the database is HTML-escaped; a Content-Security-Policy allows scripts and
-styles from the server's own /static/ only (no inline script), and images
-(the SVG charts) from itself only.
+the database is HTML-escaped (by the templates); a Content-Security-Policy
+allows scripts and styles from the server's own /static/ only (no inline
+script), and images (the SVG charts) from itself only.
 
-Python's standard library (http.server) and psycopg 3, nothing else.
+HTTP is waitress's (a WSGI server, Debian's python3-waitress): it parses
+requests, refuses malformed ones and buffers bodies before a thread sees
+them.  The pages are jinja2 templates (templates/, Debian's python3-jinja2)
+with autoescaping on: no value reaches a page unescaped.  Besides these,
+psycopg 3 and Python's standard library.
 """
 
 import argparse
 import datetime
 import hmac
-import html
 import http.cookies
-import http.server
 import ipaddress
 import json
 import os
@@ -43,6 +45,13 @@ import urllib.parse
 import psycopg
 import psycopg.errors
 
+try:
+    import jinja2
+    import waitress.server
+except ImportError as x:      # said in main()
+    jinja2 = waitress = None
+    MISSING = x.name
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC = os.path.join(HERE, "static")
 PAGE_SIZE = 50
@@ -52,17 +61,14 @@ GROUPS_TTL = 60.0       # seconds the dead letter's groups (every failed job) ar
 REREAD = 2              # minutes of the chart counted again at every refresh (late commits)
 KEEP = 1440             # minutes of the chart kept (the day)
 LIVE_INTERVAL = 5000    # ms between a page's refreshes (static/jobq.js)
+PAYLOAD_EXAMPLE = '{"customer": {"id": 42}}'
+SEARCH_TIMEOUT = "5s"    # statement_timeout of each statement of a Jobs page (a search)
+MAX_BODY = 1 << 20      # bytes of a request body (a form); more is a 413
+THREADS = 8             # requests answered at once (sharing the pool's 4 connections)
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
        "img-src 'self'; connect-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
-
-
-def e(value):
-    """HTML-escape any value (None is empty)."""
-    if value is None:
-        return ""
-    return html.escape(str(value), quote=True)
 
 
 def ts(value):
@@ -228,6 +234,48 @@ SELECT d.queue, d.kind,
  GROUP BY 1, 2, 3 ORDER BY jobs DESC, newest DESC LIMIT 100"""
 
 
+# the application's workers; the jobs they hold are running jobs (the
+# partial index on lease_expires_at), at most 20 a worker
+Q_APP_WORKERS = """
+SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at, w.jobs_in_hand, w.gone,
+       pg_catalog.now() - w.last_seen_at AS seen_ago
+  FROM jobq.app_workers w ORDER BY w.gone, w.worker_id LIMIT 500"""
+
+Q_HELD = """
+SELECT h.worker_id, h.job_id, h.kind FROM pg_catalog.unnest(%s::text[]) AS w(id),
+  LATERAL (SELECT j.worker_id, j.job_id, j.kind FROM jobq.jobs j
+            WHERE j.lease_expires_at IS NOT NULL AND j.worker_id = w.id
+            ORDER BY j.job_id LIMIT 20) h"""
+
+
+# a workflow: its jobs (jobq.workflow_jobs walks it by index probes), then
+# each drawn job's parents (jobq.parent_results: a probe of the index of
+# children each); the roots, newest 100
+Q_WF_JOBS = """
+SELECT w.job_id, w.queue, w.kind, w.status, w.finished_at,
+       pg_catalog.left(w.last_error, 200) AS last_error
+  FROM jobq.workflow_jobs(%s::bigint) w ORDER BY w.job_id LIMIT %s"""
+
+Q_WF_EDGES = """
+SELECT p.job_id AS parent, c.id AS child
+  FROM pg_catalog.unnest(%s::bigint[]) AS c(id), LATERAL jobq.parent_results(c.id) p"""
+
+Q_WORKFLOWS = """
+SELECT w.root, w.queue, w.kind, w.created_at, w.total, w.blocked, w.pending, w.running,
+       w.completed, w.failed, w.cancelled, w.can_finish
+  FROM jobq.workflows w ORDER BY w.root DESC LIMIT 100"""
+
+Q_DETAILS = """
+SELECT a.attempt, a.details FROM jobq.attempt a
+ WHERE a.job_id = %s::bigint AND a.details IS NOT NULL"""
+
+# actions asked about first (a page with the same form, confirmed): what
+# changes many jobs, and what deletes; the answer's button label
+CONFIRM = {"discard": "discard it", "discard_selected": "discard them",
+           "retry_selected": "retry them", "retry_failed": "retry them",
+           "release_running": "put them back"}
+
+
 Q_PROBE = "SELECT j.job_id FROM jobq.jobs j WHERE j.job_id >= %s::bigint LIMIT 1"
 
 
@@ -391,35 +439,112 @@ class Minutes:
 # sessions and CSRF
 
 
+SESSION_IDLE = 12 * 3600      # seconds a logged-in session lasts unused
+SESSIONS_MAX = 10000          # logged-in sessions kept (only a login makes one)
+FLASHES_MAX = 10000           # sessions with a message waiting to be shown
+LOGIN_FAILS = 5               # wrong passwords a client may try ...
+LOGIN_WINDOW = 300            # ... in this many seconds, then it waits
+CLIENTS_MAX = 10000           # clients whose wrong passwords are remembered
+SID_RE = re.compile(r"[A-Za-z0-9_-]{43}")
+
+
 class Sessions:
-    """Server-side sessions: a random id in a cookie, a CSRF token each."""
+    """Sessions that anonymous traffic cannot evict.
+
+    A session id is a random cookie; its CSRF token is an HMAC of the id
+    under a key of this process, so a visitor without a cookie costs no
+    memory: nothing is stored for a session until it logs in (then it is
+    kept, among the logged-in ones only, until SESSION_IDLE unused) or has a
+    message to show after an action (kept among the messages, which are
+    the only thing a flood of clients can push out).
+    """
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.data = {}
+        self.key = secrets.token_bytes(32)
+        self.authed = {}      # sid -> time.monotonic() of its last use
+        self.flashes = {}     # sid -> [(kind, message)], oldest first
 
     def new(self):
-        sid = secrets.token_urlsafe(32)
-        with self.lock:
-            if len(self.data) > 10000:       # a flood of cookie-less clients
-                oldest = sorted(self.data, key=lambda k: self.data[k]["seen"])
-                for k in oldest[:5000]:
-                    del self.data[k]
-            self.data[sid] = {"csrf": secrets.token_urlsafe(32),
-                              "authed": False, "flash": [],
-                              "seen": time.monotonic()}
-        return sid
+        return secrets.token_urlsafe(32)
 
-    def get(self, sid):
+    def valid(self, sid):
+        """Is sid the shape of an id this process hands out?"""
+        return bool(sid) and SID_RE.fullmatch(sid) is not None
+
+    def csrf(self, sid):
+        return hmac.new(self.key, sid.encode(), "sha256").hexdigest()
+
+    def is_authed(self, sid):
         with self.lock:
-            s = self.data.get(sid) if sid else None
-            if s is not None:
-                s["seen"] = time.monotonic()
-            return s
+            seen = self.authed.get(sid)
+            now = time.monotonic()
+            if seen is None or now - seen > SESSION_IDLE:
+                self.authed.pop(sid, None)
+                return False
+            self.authed[sid] = now
+            return True
+
+    def login(self):
+        """A new logged-in session id."""
+        sid = self.new()
+        now = time.monotonic()
+        with self.lock:
+            for k in [k for k, t in self.authed.items() if now - t > SESSION_IDLE]:
+                del self.authed[k]
+            if len(self.authed) >= SESSIONS_MAX:
+                del self.authed[min(self.authed, key=self.authed.get)]
+            self.authed[sid] = now
+        return sid
 
     def drop(self, sid):
         with self.lock:
-            self.data.pop(sid, None)
+            self.authed.pop(sid, None)
+            self.flashes.pop(sid, None)
+
+    def flash(self, sid, kind, msg):
+        with self.lock:
+            if sid not in self.flashes and len(self.flashes) >= FLASHES_MAX:
+                del self.flashes[next(iter(self.flashes))]
+            self.flashes.setdefault(sid, []).append((kind, msg))
+
+    def pop_flash(self, sid):
+        with self.lock:
+            return self.flashes.pop(sid, [])
+
+
+class Throttle:
+    """Wrong passwords per client: LOGIN_FAILS in LOGIN_WINDOW seconds, then a wait.
+
+    An attempt counts as wrong from the moment it starts (so parallel
+    attempts cannot all slip in before the first is judged), and is taken
+    back when the password was right.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.fails = {}       # client -> [time.monotonic() of each attempt]
+
+    def attempt(self, client):
+        """None: go ahead (then right() or nothing); else seconds to wait."""
+        now = time.monotonic()
+        with self.lock:
+            recent = [t for t in self.fails.get(client, []) if now - t < LOGIN_WINDOW]
+            if len(recent) >= LOGIN_FAILS:
+                self.fails[client] = recent
+                return int(recent[0] + LOGIN_WINDOW - now) + 1
+            if client not in self.fails and len(self.fails) >= CLIENTS_MAX:
+                for k in [k for k, v in self.fails.items() if not v or now - v[-1] >= LOGIN_WINDOW]:
+                    del self.fails[k]
+                if len(self.fails) >= CLIENTS_MAX:
+                    del self.fails[min(self.fails, key=lambda k: self.fails[k][-1])]
+            recent.append(now)
+            self.fails[client] = recent
+            return None
+
+    def right(self, client):
+        with self.lock:
+            self.fails.pop(client, None)
 
 
 # ---------------------------------------------------------------------------
@@ -427,60 +552,27 @@ class Sessions:
 
 
 NAV = [("/", "Overview"), ("/jobs", "Jobs"), ("/dead", "Dead letter"),
-       ("/schedules", "Schedules"), ("/workers", "Workers and health")]
+       ("/workflows", "Workflows"), ("/schedules", "Schedules"), ("/workers", "Workers and health")]
 
 STATUSES = ["pending", "blocked", "running", "completed", "failed", "cancelled"]
 
 
-def layout(app, title, body, path, session, live=False):
-    """A whole page around body (already escaped HTML)."""
-    here = ' class="here"'
-    nav = "".join(f'<a href="{href}"{here if href == path else ""}>{e(name)}</a>'
-                  for href, name in NAV)
-    flashes = "".join(
-        f'<p class="flash {e(kind)}" role="status">{e(msg)}</p>'
-        for kind, msg in (session.pop_flash() if session else []))
-    mode = ' <span class="badge">read-only</span>' if app.read_only else ""
-    who = f'{e(app.role)} on {e(app.database)}{mode}'
-    logout = ""
-    if app.password is not None and session and session.authed:
-        logout = (f'<form method="post" action="/logout" class="inline">'
-                  f'<input type="hidden" name="csrf" value="{e(session.csrf)}">'
-                  f'<button type="submit">log out</button></form>')
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{e(title)} - jobq</title>
-<meta name="csrf" content="{e(session.csrf) if session else ""}">
-<link rel="stylesheet" href="/static/jobq.css">
-<script src="/static/jobq.js" defer></script>
-</head><body{' data-live="' + str(LIVE_INTERVAL) + '"' if live else ''}>
-<header><span class="brand">jobq</span><nav>{nav}</nav>
-<span class="who">{who}{logout}</span></header>
-<main><h1>{e(title)}</h1>{flashes}{body}</main>
-</body></html>"""
+# every page is a template of templates/, every value escaped by jinja2
+# unless a template says otherwise (none does)
+if jinja2 is not None:
+    TEMPLATES = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(os.path.join(HERE, "templates")),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    TEMPLATES.globals.update(ts=ts, ago=ago, pretty=pretty, qs=qs)
+
+STATUS_FILL = {"pending": "#90caf9", "blocked": "#b39ddb", "running": "#ffb74d",
+               "completed": "#81c784", "failed": "#e57373", "cancelled": "#bdbdbd"}
+WF_MAX_JOBS = 400        # jobs of a workflow drawn (the rest are counted)
+WF_MAX_LAYER = 30        # jobs drawn side by side in one layer (the rest are counted)
 
 
-def table(headers, rows, cls=""):
-    """A table; rows are lists of already escaped cells."""
-    head = "".join(f"<th>{h}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>"
-                   for r in rows)
-    if not rows:
-        body = f'<tr><td colspan="{len(headers)}" class="none">none</td></tr>'
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def status_tag(status):
-    return f'<span class="st st-{e(status)}">{e(status)}</span>'
-
-
-def job_link(job_id):
-    return f'<a href="/job/{int(job_id)}">{int(job_id)}</a>'
-
-
-def svg_chart(points, minutes, title):
-    """Completed and failed per minute as plain SVG: bars for an hour, lines for a day."""
+def chart_layout(points, minutes):
+    """Completed and failed per minute, placed for templates/chart.svg: bars for an hour, lines for a day."""
     w, h, left, bottom, top, right = 720, 200, 44, 24, 22, 24
     now = datetime.datetime.now(datetime.timezone.utc).replace(second=0, microsecond=0)
     start = now - datetime.timedelta(minutes=minutes)
@@ -501,40 +593,68 @@ def svg_chart(points, minutes, title):
     def line(vals):
         return " ".join(f"{left + i * sx:.1f},{h - bottom - v * sy:.1f}"
                         for i, v in enumerate(vals))
+    bars, lines = [], []
     if minutes <= 60:
         # bars: completed, with failed stacked on top
         bw = max(sx - 2, 1)
-        bars = []
         for i in range(minutes + 1):
             x0 = left + i * sx - bw / 2
             y0 = h - bottom
             for v, colour in ((done[i], "#2a7d2a"), (bad[i], "#c0392b")):
                 if v:
-                    bars.append(f'<rect x="{x0:.1f}" y="{y0 - v * sy:.1f}" width="{bw:.1f}" '
-                                f'height="{v * sy:.1f}" fill="{colour}"/>')
+                    bars.append((x0, y0 - v * sy, bw, v * sy, colour))
                     y0 -= v * sy
-        plot = "".join(bars)
     else:
-        plot = (f'<polyline fill="none" stroke="#2a7d2a" stroke-width="1.5" points="{line(done)}"/>'
-                f'<polyline fill="none" stroke="#c0392b" stroke-width="1.5" points="{line(bad)}"/>')
-    ticks = []
+        lines = [(line(done), "#2a7d2a"), (line(bad), "#c0392b")]
     step = 10 if minutes <= 60 else 240
-    for i in range(0, minutes + 1, step):
-        label = (start + datetime.timedelta(minutes=i)).strftime("%H:%M")
-        ticks.append(f'<text x="{left + i * sx:.1f}" y="{h - 6}" text-anchor="middle">{e(label)}</text>')
-    return f"""<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">
-<title>{e(title)}</title>
-<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>
-<text x="{left}" y="14" font-size="12">{e(title)} (UTC; peak {peak}/min)</text>
-<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#888"/>
-<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#888"/>
-<text x="{left - 4}" y="{top + 4}" text-anchor="end">{peak}</text>
-<text x="{left - 4}" y="{h - bottom}" text-anchor="end">0</text>
-{''.join(ticks)}
-{plot}
-<text x="{w - 160}" y="14" fill="#2a7d2a">completed</text>
-<text x="{w - 80}" y="14" fill="#c0392b">failed</text>
-</svg>"""
+    ticks = [(left + i * sx, (start + datetime.timedelta(minutes=i)).strftime("%H:%M"))
+             for i in range(0, minutes + 1, step)]
+    return {"w": w, "h": h, "left": left, "bottom": bottom, "top": top, "right": right,
+            "peak": peak, "bars": bars, "lines": lines, "ticks": ticks}
+
+
+def wf_layout(jobs, edges):
+    """A workflow's graph placed for templates/workflow.svg: a layer per generation, top to bottom.
+
+    jobs: rows (job_id, kind, status) in job id order, which is an order
+    in which every parent comes before its children (a parent exists when
+    its child is enqueued); edges: (parent, child) pairs.  A job's layer is
+    its longest path from the root; within a layer jobs are ordered by the
+    mean position of their parents (fewer crossings), then by id.
+    """
+    bw, bh, gx, gy, pad = 150, 40, 16, 46, 12
+    parents = {}
+    for p, c in edges:
+        parents.setdefault(c, []).append(p)
+    depth = {}
+    for j in jobs:
+        ps = [depth[p] for p in parents.get(j["job_id"], []) if p in depth]
+        depth[j["job_id"]] = max(ps) + 1 if ps else 0
+    layers = {}
+    for j in jobs:
+        layers.setdefault(depth[j["job_id"]], []).append(j)
+    pos, hidden, boxes = {}, [], []
+    for d in sorted(layers):
+        def key(j):
+            xs = [pos[p][0] for p in parents.get(j["job_id"], []) if p in pos]
+            return (sum(xs) / len(xs) if xs else 0, j["job_id"])
+        row = sorted(layers[d], key=key)
+        for i, j in enumerate(row[:WF_MAX_LAYER]):
+            pos[j["job_id"]] = (pad + i * (bw + gx), pad + d * (bh + gy))
+            boxes.append((j, *pos[j["job_id"]]))
+        if len(row) > WF_MAX_LAYER:
+            hidden.append((pad + WF_MAX_LAYER * (bw + gx), pad + d * (bh + gy), len(row) - WF_MAX_LAYER))
+    lines = []
+    for p, c in edges:
+        if p in pos and c in pos:
+            x1, y1 = pos[p][0] + bw // 2, pos[p][1] + bh
+            x2, y2 = pos[c][0] + bw // 2, pos[c][1]
+            lines.append((p, c, x1, y1, x2, y2, (y1 + y2) // 2))
+    width = pad * 2 + max([min(len(v), WF_MAX_LAYER) + (1 if len(v) > WF_MAX_LAYER else 0)
+                           for v in layers.values()] or [1]) * (bw + gx)
+    height = pad * 2 + max(len(layers), 1) * (bh + gy) - gy
+    return {"width": width, "height": height, "bw": bw, "bh": bh, "boxes": boxes,
+            "edges": lines, "hidden": hidden, "parents": parents}
 
 
 # ---------------------------------------------------------------------------
@@ -557,35 +677,34 @@ class App:
         self.dead_groups = Cached(self.pool, Q_DEAD_GROUPS, GROUPS_TTL,
                                   lambda: ([q["queue"] for q in self.queues.get()],))
         self.sessions = Sessions()
+        self.throttle = Throttle()
         self.hosts = set()
         with Db(self.pool) as db:
             r = db.one("SELECT current_user AS role, current_database() AS db")
             self.role, self.database = r["role"], r["db"]
             self.has_service = db.value("SELECT pg_catalog.to_regclass('jobq.service') IS NOT NULL")
+            self.has_app_workers = db.value("SELECT pg_catalog.to_regclass('jobq.app_workers') IS NOT NULL")
 
 
 class SessionView:
     """The current request's session."""
 
-    def __init__(self, sessions, sid, data):
-        self.sessions, self.sid, self.data = sessions, sid, data
-
-    @property
-    def csrf(self):
-        return self.data["csrf"]
+    def __init__(self, sessions, sid):
+        self.sessions, self.sid = sessions, sid
+        self.csrf = sessions.csrf(sid)
+        self._authed = None
 
     @property
     def authed(self):
-        return self.data["authed"]
+        if self._authed is None:
+            self._authed = self.sessions.is_authed(self.sid)
+        return self._authed
 
     def flash(self, kind, msg):
-        with self.sessions.lock:
-            self.data["flash"].append((kind, msg))
+        self.sessions.flash(self.sid, kind, msg)
 
     def pop_flash(self):
-        with self.sessions.lock:
-            f, self.data["flash"] = self.data["flash"], []
-        return f
+        return self.sessions.pop_flash(self.sid)
 
 
 class Refused(Exception):
@@ -596,39 +715,77 @@ class Refused(Exception):
         self.status = status
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    server_version = "jobq-web"
-    sys_version = ""
-    protocol_version = "HTTP/1.1"
+STATUS_TEXT = {200: "OK", 303: "See Other", 400: "Bad Request", 403: "Forbidden",
+               404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large",
+               415: "Unsupported Media Type", 421: "Misdirected Request",
+               429: "Too Many Requests", 500: "Internal Server Error"}
+
+
+class Headers:
+    """A request's headers, read from the WSGI environment."""
+
+    def __init__(self, environ):
+        self.environ = environ
+
+    def get(self, name, default=None):
+        key = name.upper().replace("-", "_")
+        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            key = "HTTP_" + key
+        return self.environ.get(key, default)
+
+
+class Handler:
+    """One request: waitress parses HTTP, this answers it (a WSGI application).
+
+    The HTTP itself (request lines, headers, Content-Length, chunked bodies,
+    keep-alive) is waitress's: a malformed or negative Content-Length is a
+    400 and a Transfer-Encoding other than chunked a 501 before a thread is
+    involved, a chunked body is decoded as the body (never read as a next
+    request), and a body is buffered whole, up to MAX_BODY, before this runs.
+    """
     app = None  # set in main()
+
+    def __init__(self, environ):
+        self.environ = environ
+        self.headers = Headers(environ)
+        self.command = environ.get("REQUEST_METHOD", "GET")
+        self.path = environ.get("PATH_INFO", "/") or "/"
+        self.query = environ.get("QUERY_STRING", "")
+        self.client = environ.get("REMOTE_ADDR", "")
+        self.response = None
+
+    @classmethod
+    def wsgi(cls, environ, start_response):
+        """The WSGI entry point."""
+        h = cls(environ)
+        if h.command in ("GET", "HEAD"):
+            h.do_GET()
+        elif h.command == "POST":
+            h.do_POST()
+        else:
+            h.send(405, h.error_page(405, "GET, HEAD and POST only"), extra=[("Allow", "GET, HEAD, POST")])
+        status, headers, data = h.response
+        # the path as a Python literal: a decoded %0A cannot forge a log line
+        sys.stderr.write("jobq web: %s %s %s %d\n" % (h.client, h.command, ascii(h.path[:200]), status))
+        start_response(f"{status} {STATUS_TEXT.get(status, 'Unknown')}", headers)
+        return [b"" if h.command == "HEAD" else data]
 
     # -- plumbing --------------------------------------------------------
 
-    def log_message(self, fmt, *args):
-        sys.stderr.write("jobq web: %s %s\n" % (self.address_string(), fmt % args))
-
     def send(self, status, body, ctype="text/html; charset=utf-8", extra=()):
         data = body.encode("utf-8") if isinstance(body, str) else body
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Content-Security-Policy", CSP)
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("X-Frame-Options", "DENY")
-        self.send_header("Referrer-Policy", "same-origin")
-        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-store")
-        for k, v in extra:
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        headers = [("Content-Type", ctype), ("Content-Length", str(len(data))),
+                   ("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
+                   ("X-Frame-Options", "DENY"), ("Referrer-Policy", "same-origin"),
+                   ("Cross-Origin-Opener-Policy", "same-origin"), ("Cache-Control", "no-store")]
+        headers += list(extra)
+        self.response = (status, headers, data)
 
     def redirect(self, where, extra=()):
         self.send(303, "", extra=[("Location", where)] + list(extra))
 
     def session(self):
-        """The request's session; a new one (and its cookie) if none."""
+        """The request's session; a new id (and its cookie) if none."""
         sid = None
         raw = self.headers.get("Cookie")
         if raw:
@@ -638,14 +795,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     sid = c["jobq_session"].value
             except http.cookies.CookieError:
                 pass
-        data = self.app.sessions.get(sid)
         self.new_cookie = None
-        if data is None:
+        if not self.app.sessions.valid(sid):
             sid = self.app.sessions.new()
-            data = self.app.sessions.get(sid)
             self.new_cookie = ("Set-Cookie",
                                f"jobq_session={sid}; Path=/; HttpOnly; SameSite=Strict")
-        return SessionView(self.app.sessions, sid, data)
+        return SessionView(self.app.sessions, sid)
 
     def cookies(self):
         return [self.new_cookie] if self.new_cookie else []
@@ -657,11 +812,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise Refused(421, "unexpected Host header")
 
     def form(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        if n > 1 << 20:
+        # waitress has checked Content-Length (digits only) and read the
+        # whole body, at most MAX_BODY bytes
+        n = self.headers.get("Content-Length") or "0"
+        if not n.isdigit():
+            raise Refused(400, "bad Content-Length")
+        n = int(n)
+        if n > MAX_BODY:
             raise Refused(413, "request too large")
         ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
-        raw = self.rfile.read(n).decode("utf-8", "replace")
+        raw = self.environ["wsgi.input"].read(n).decode("utf-8", "replace")
         if ctype != "application/x-www-form-urlencoded":
             raise Refused(415, "forms only")
         return urllib.parse.parse_qs(raw, keep_blank_values=True)
@@ -681,9 +841,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         try:
             self.check_host()
-            url = urllib.parse.urlsplit(self.path)
-            path = url.path
-            params = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+            path = self.path
+            params = {k: v[-1] for k, v in urllib.parse.parse_qs(self.query).items()}
             if path.startswith("/static/"):
                 return self.static(path[len("/static/"):])
             if path == "/favicon.ico":
@@ -697,25 +856,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.redirect("/")
             routes = {"/": self.page_overview, "/jobs": self.page_jobs,
                       "/dead": self.page_dead, "/schedules": self.page_schedules,
-                      "/workers": self.page_workers,
+                      "/workers": self.page_workers, "/workflows": self.page_workflows,
                       "/api/overview": self.api_overview,
                       "/chart.svg": self.chart}
             if path in routes:
                 return routes[path](s, params)
             if path.startswith("/job/") and path[5:].isdigit():
                 return self.page_job(s, int(path[5:]))
+            if path.startswith("/workflow/") and path[10:].isdigit():
+                return self.page_workflow(s, int(path[10:]))
             raise Refused(404, "no such page")
         except Refused as r:
             self.send(r.status, self.error_page(r.status, str(r)))
         except psycopg.Error as err:
             self.send(500, self.error_page(500, "the database said: " + db_message(err)))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def do_POST(self):
         try:
             self.check_host()
-            path = urllib.parse.urlsplit(self.path).path
+            path = self.path
             s = self.session()
             f = self.form()
             token = (f.get("csrf") or [""])[-1]
@@ -737,14 +896,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             back = (f.get("back") or ["/"])[-1]
             if not re.fullmatch(r"/[\x21-\x7e]*", back) or back.startswith("//") or "\\" in back:
                 back = "/"
+            op = (f.get("op") or [""])[-1]
+            if op in CONFIRM and (f.get("confirmed") or [""])[-1] != "yes":
+                return self.confirm_page(s, f, op, back)
             self.action(s, f)
             for c in (self.app.queues, self.app.running, self.app.stats, self.app.dead_groups):
                 c.forget()
             return self.redirect(back)
         except Refused as r:
             self.send(r.status, self.error_page(r.status, str(r)))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def static(self, name):
         types = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -759,50 +919,59 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise Refused(404, "no such file")
         self.send(200, data, types[ext])
 
+    def render(self, template, title, here, s, status=200, live=False, **ctx):
+        """Send a page of templates/ (autoescaped) in the layout of base.html."""
+        page = TEMPLATES.get_template(template).render(
+            app=self.app, s=s, title=title, here=here, nav=NAV, live=live,
+            live_interval=LIVE_INTERVAL, flashes=s.pop_flash(), **ctx)
+        self.send(status, page, extra=self.cookies())
+
     def error_page(self, status, msg):
-        return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-                f'<title>{status}</title><link rel="stylesheet" href="/static/jobq.css"></head>'
-                f'<body><main><h1>{status}</h1><p class="flash error">{e(msg)}</p>'
-                f'<p><a href="/">back to the overview</a></p></main></body></html>')
+        return TEMPLATES.get_template("error.html").render(status=status, msg=msg)
+
+    def confirm_page(self, s, f, op, back):
+        """Ask before an action that changes many jobs or deletes one: the same form again, confirmed."""
+        def one(name):
+            return (f.get(name) or [""])[-1].strip()
+        ids = sorted({v for v in f.get("job_id", []) if v.isdigit()}, key=int)
+        what = {
+            "discard": f"Delete job {one('job_id')} and its attempt history for good? "
+                       "(Its idempotency key stays reserved for jobq.idempotency_retention.)",
+            "discard_selected": f"Delete the {len(ids)} selected jobs ({', '.join(ids[:20])}"
+                                f"{' ...' if len(ids) > 20 else ''}) and their attempt history for good?",
+            "retry_selected": f"Retry the {len(ids)} selected jobs ({', '.join(ids[:20])}"
+                              f"{' ...' if len(ids) > 20 else ''})?",
+            "retry_failed": "Retry every failed job" + (f" of kind {one('kind')}" if one("kind") else "")
+                            + (f" in queue {one('queue')}" if one("queue") else "") + "?",
+            "release_running": f"Put every running job of queue {one('queue')}"
+                               + (f" held by {one('worker_id')}" if one("worker_id") else "")
+                               + " back to pending? A worker still running one of them will lose its lease.",
+        }.get(op, "Go on?")
+        if op in ("retry_selected", "discard_selected") and not ids:
+            s.flash("error", "no job selected")
+            return self.redirect(back)
+        hidden = [(k, v) for k, vs in f.items() if k != "confirmed" for v in vs]
+        self.render("confirm.html", "Are you sure?", "", s, what=what, hidden=hidden, op=op,
+                    answer=CONFIRM[op], back=back, danger=op in ("discard", "discard_selected"))
 
     # -- login -----------------------------------------------------------
 
     def login_page(self, s, msg):
-        err = f'<p class="flash error">{e(msg)}</p>' if msg else ""
-        return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-                f'<title>log in - jobq</title><link rel="stylesheet" href="/static/jobq.css"></head>'
-                f'<body><main><h1>jobq web</h1>{err}'
-                f'<form method="post" action="/login" class="login">'
-                f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                f'<label>password <input type="password" name="password" autofocus></label>'
-                f'<button type="submit">log in</button></form></main></body></html>')
+        return TEMPLATES.get_template("login.html").render(s=s, msg=msg)
 
     def login(self, s, f):
+        wait = self.app.throttle.attempt(self.client)
+        if wait is not None:
+            return self.send(429, self.login_page(s, f"too many wrong passwords: try again in {wait} s"),
+                             extra=[("Retry-After", str(wait))])
         given = (f.get("password") or [""])[-1].encode()
         if hmac.compare_digest(given, self.app.password.encode()):
-            # a fresh session id after login (no session fixation); the old
-            # one stays, unauthenticated, so that a request still in flight
-            # with it (a favicon) gets no new cookie that would replace this
-            sid = self.app.sessions.new()
-            self.app.sessions.get(sid)["authed"] = True
+            self.app.throttle.right(self.client)
+            # a fresh session id after login (no session fixation)
+            sid = self.app.sessions.login()
             return self.redirect("/", [("Set-Cookie",
                                         f"jobq_session={sid}; Path=/; HttpOnly; SameSite=Strict")])
-        time.sleep(1)
         return self.send(403, self.login_page(s, "wrong password"))
-
-    # -- forms -------------------------------------------------------------
-
-    def button(self, s, op, label, back, cls="", **fields):
-        """A one-button POST form (nothing in read-only mode)."""
-        if self.app.read_only:
-            return ""
-        hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
-                         for k, v in fields.items() if v is not None)
-        return (f'<form method="post" action="/action" class="inline">'
-                f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                f'<input type="hidden" name="op" value="{e(op)}">'
-                f'<input type="hidden" name="back" value="{e(back)}">{hidden}'
-                f'<button type="submit" class="{e(cls)}" data-op="{e(op)}">{e(label)}</button></form>')
 
     def may(self, db, queue, capability):
         """Does this role hold the capability (so the button may be shown)?"""
@@ -841,44 +1010,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return out
 
     def page_overview(self, s, params):
-        rows_in = self.overview_rows()
+        rows = self.overview_rows()
         rng = "day" if params.get("range") == "day" else "hour"
         with Db(self.app.pool) as db:
-            admin = {r["queue"]: self.may(db, r["queue"], "administer") for r in rows_in}
-        rows = []
-        for r in rows_in:
-            q = r["queue"]
-            acts = ""
-            if admin.get(q):
-                paused = r["paused"] == "paused"
-                acts = (self.button(s, "resume" if paused else "pause",
-                                    "resume" if paused else "pause", "/", queue=q)
-                        + self.button(s, "release_running", "running back to pending", "/", queue=q)
-                        + (self.button(s, "retry_failed", "retry failed", "/", queue=q)
-                           if r["failed"] else ""))
-
-            def cell(field):
-                return f'<span data-q="{e(q)}" data-f="{field}">{e(r[field])}</span>'
-            rows.append([
-                f'<a href="/jobs?{e(qs(queue=q))}">{e(q)}</a>',
-                cell("ready"), cell("delayed"), cell("running"),
-                cell("completed_last_hour"), cell("failed_last_hour"),
-                f'<a href="/dead?{e(qs(queue=q))}">{cell("failed")}</a>',
-                cell("oldest_pending_age"), cell("paused"), cell("breaker_state"), acts])
-        other = "hour" if rng == "day" else "day"
-        counted = rows_in[0]["counted_at"] if rows_in else ""
-        body = (table(["queue", "ready", "delayed", "running", "completed 1h",
-                       "failed 1h", "dead", "oldest due wait", "paused", "breaker", ""],
-                      rows, "queues")
-                + f'<p class="note">Pending is ready + delayed. Running, completed, failed, paused '
-                  f'and breaker refresh every {LIVE_INTERVAL // 1000} s; ready, delayed, dead and the '
-                  f'oldest wait count every pending and dead job and refresh every {int(STATS_TTL)} s '
-                  f'(counted at <span data-f="counted_at">{e(counted)}</span> UTC).</p>'
-                + f'<h2>Completed and failed per minute, last {rng}</h2>'
-                  f'<p><img class="chart" data-live-src="/chart.svg?range={rng}" '
-                  f'src="/chart.svg?range={rng}" alt="completed and failed per minute, last {rng}"></p>'
-                  f'<p><a href="/?range={other}">the last {other}</a></p>')
-        self.send(200, layout(self.app, "Overview", body, "/", s, live=True), extra=self.cookies())
+            admin = {r["queue"]: self.may(db, r["queue"], "administer") for r in rows}
+        self.render("overview.html", "Overview", "/", s, live=True, rows=rows, admin=admin, rng=rng,
+                    other="hour" if rng == "day" else "day", stats_ttl=int(STATS_TTL),
+                    counted=rows[0]["counted_at"] if rows else "")
 
     def api_overview(self, s, params):
         self.send(200, json.dumps({"queues": self.overview_rows()}), "application/json",
@@ -892,17 +1030,33 @@ class Handler(http.server.BaseHTTPRequestHandler):
         title = "completed and failed per minute, last " + ("day" if day else "hour")
         if queue:
             title += ", queue " + queue
-        self.send(200, svg_chart(pts, minutes, title), "image/svg+xml; charset=utf-8")
+        svg = TEMPLATES.get_template("chart.svg").render(c=chart_layout(pts, minutes), title=title)
+        self.send(200, svg, "image/svg+xml; charset=utf-8")
 
     def page_jobs(self, s, params):
         where, args = [], []
         for field in ("queue", "kind", "status"):
-            if params.get(field):
+            if field == "kind" and params.get(field, "").endswith("*"):
+                where.append("pg_catalog.starts_with(j.kind, %s)")
+                args.append(params[field][:-1])
+            elif params.get(field):
                 where.append(f"j.{field} = %s")
                 args.append(params[field])
+        bad = ""
         if params.get("key"):
-            where.append("j.idempotency_key = %s")
-            args.append(params["key"])
+            if params["key"].endswith("*"):
+                where.append("pg_catalog.starts_with(j.idempotency_key, %s)")
+                args.append(params["key"][:-1])
+            else:
+                where.append("j.idempotency_key = %s")
+                args.append(params["key"])
+        if params.get("payload"):
+            try:
+                json.loads(params["payload"])
+                where.append("j.payload OPERATOR(pg_catalog.@>) %s::jsonb")
+                args.append(params["payload"])
+            except ValueError:
+                bad = "the payload filter is not JSON (it is matched with @>: {\"customer\": {\"id\": 42}})"
         if params.get("error"):
             where.append("pg_catalog.strpos(j.last_error, %s) > 0")
             args.append(params["error"])
@@ -916,42 +1070,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
         select = ("SELECT j.job_id, j.queue, j.kind, j.status, j.priority, j.retry_count, "
                   "j.max_retries, j.idempotency_key, j.run_at, j.created_at, j.finished_at, "
                   "pg_catalog.left(j.last_error, 200) AS last_error FROM jobq.jobs j")
-        err = ""
+        err = bad
+        rows, nxt_id = [], None
         try:
-            with Db(self.app.pool) as db:
-                rows, nxt_id = keyset_page(db, select, where, args, before)
+            if not bad:
+                with Db(self.app.pool) as db, db.conn.transaction():
+                    # every statement of the search within SEARCH_TIMEOUT
+                    db.conn.execute(f"SET LOCAL statement_timeout = '{SEARCH_TIMEOUT}'")
+                    rows, nxt_id = keyset_page(db, select, where, args, before)
+        except psycopg.errors.QueryCanceled:
+            err = (f"the search took longer than {SEARCH_TIMEOUT} and was stopped: "
+                   "narrow it (a queue, a kind, a time range)")
         except psycopg.Error as x:
-            rows, nxt_id, err = [], None, f'<p class="flash error">{e(db_message(x))}</p>'
-        opts = "".join(f'<option{" selected" if params.get("status") == st else ""}>{e(st)}</option>'
-                       for st in STATUSES)
-
-        def inp(name, label, ph=""):
-            return (f'<label>{e(label)} <input name="{name}" value="{e(params.get(name, ""))}"'
-                    f' placeholder="{e(ph)}"></label>')
-        filt = (f'<form method="get" action="/jobs" class="filters">{inp("queue", "queue")}'
-                f'{inp("kind", "kind")}<label>status <select name="status"><option value="">any</option>'
-                f'{opts}</select></label>{inp("key", "idempotency key")}{inp("error", "error contains")}'
-                f'{inp("from", "created from", "2026-01-01 00:00")}{inp("to", "to")}'
-                f'<button type="submit">filter</button></form>')
-        trs = [[job_link(r["job_id"]), e(r["queue"]), e(r["kind"]), status_tag(r["status"]),
-                e(r["priority"]), e(f'{r["retry_count"]}/{r["max_retries"]}'),
-                e(r["idempotency_key"]), e(ts(r["run_at"])), e(ts(r["created_at"])),
-                e(ts(r["finished_at"])), f'<span class="err">{e(r["last_error"])}</span>']
-               for r in rows]
-        nxt = ""
+            err = db_message(x)
+        nxt = first = ""
         if nxt_id is not None:
-            p = dict(params)
-            p["before"] = nxt_id
-            nxt = f'<p><a class="next" href="/jobs?{e(qs(**p))}">older jobs (below job {nxt_id})</a></p>'
-        first = ""
+            nxt = qs(**dict(params, before=nxt_id))
         if params.get("before"):
-            p = dict(params)
-            p.pop("before")
-            first = f'<p><a href="/jobs?{e(qs(**p))}">newest jobs</a></p>'
-        body = filt + err + table(["job", "queue", "kind", "status", "priority", "retries",
-                                   "key", "run at", "created", "finished", "last error"],
-                                  trs, "jobs") + first + nxt
-        self.send(200, layout(self.app, "Jobs", body, "/jobs", s), extra=self.cookies())
+            first = qs(**{k: v for k, v in params.items() if k != "before"})
+        self.render("jobs.html", "Jobs", "/jobs", s, params=params, statuses=STATUSES, err=err,
+                    rows=rows, nxt=nxt, nxt_id=nxt_id, first=first, payload_example=PAYLOAD_EXAMPLE)
 
     def page_job(self, s, job_id):
         with Db(self.app.pool) as db:
@@ -959,56 +1097,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
                        "FROM jobq.jobs j WHERE j.job_id = %s", (job_id,))
             if j is None:
                 raise Refused(404, f"no job {job_id} (or not in a queue you may see)")
-            att = db.rows("SELECT a.* FROM jobq.job(%s::bigint) a ORDER BY a.attempt", (job_id,))
+            att = db.rows("SELECT a.* FROM jobq.job(%s::bigint) a", (job_id,))
+            # the stack traces: jobq.attempt, which only its readers may read
+            try:
+                details = {r["attempt"]: r["details"] for r in db.rows(Q_DETAILS, (job_id,))}
+            except psycopg.errors.InsufficientPrivilege:
+                details = None
+            except psycopg.errors.UndefinedColumn:
+                details = {}
             admin = self.may(db, j["queue"], "administer")
-        back = f"/job/{job_id}"
-        st = j["status"]
-        acts = ""
-        if admin:
-            if st in ("failed", "cancelled"):
-                acts += self.button(s, "retry", "retry", back, job_id=job_id)
-            if st in ("pending", "running", "blocked"):
-                acts += self.button(s, "cancel", "cancel", back, "danger", job_id=job_id)
-        facts = [
-            ("queue", f'<a href="/jobs?{e(qs(queue=j["queue"]))}">{e(j["queue"])}</a>'),
-            ("kind", e(j["kind"])), ("status", status_tag(st)),
-            ("priority", e(f'{j["priority"]} ({j["label"]})')),
-            ("retries used", e(f'{j["retry_count"]} of {j["max_retries"]}')),
-            ("attempts", e(j["attempts"])),
-            ("idempotency key", e(j["idempotency_key"])),
-            ("concurrency key", e(j.get("concurrency_key"))),
-            ("created", e(ts(j["created_at"]))), ("run at", e(ts(j["run_at"]))),
-            ("claimed", e(ts(j["claimed_at"]))), ("worker", e(j["worker_id"])),
-            ("lease expires", e(ts(j["lease_expires_at"]))),
-            ("finished", e(ts(j["finished_at"]))), ("updated", e(ts(j["updated_at"]))),
-            ("last error", f'<pre class="err">{e(j["last_error"])}</pre>'),
-        ]
-        dl = "<dl class=\"facts\">" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
-        blocks = "".join(f'<h2>{name}</h2><pre class="json" id="{name}">{e(pretty(j[name]))}</pre>'
-                         for name in ("payload", "result", "checkpoint"))
-        arows = [[e(a["attempt"]), status_tag(a["outcome"]), e(a["worker_id"]),
-                  e(ts(a["started_at"])), e(ts(a["finished_at"])), e(a["duration"]),
-                  f'<pre class="err">{e(a["error"])}</pre>'] for a in att]
-        edit = ""
-        if admin and st in ("pending", "blocked", "failed", "cancelled"):
-            again = ""
-            if st in ("failed", "cancelled"):
-                again = ('<label class="check"><input type="checkbox" name="then_retry" value="1" checked>'
-                         ' then retry it</label>')
-            edit = (f'<h2 id="edit">Edit</h2><form method="post" action="/action" class="edit">'
-                    f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                    f'<input type="hidden" name="op" value="update">'
-                    f'<input type="hidden" name="back" value="{e(back)}">'
-                    f'<input type="hidden" name="job_id" value="{job_id}">'
-                    f'<label>payload (JSON object)<textarea name="payload" rows="8">{e(pretty(j["payload"]))}</textarea></label>'
-                    f'<label>run at <input name="run_at" placeholder="unchanged"></label>'
-                    f'<label>priority <input name="priority" placeholder="{e(j["priority"])}: number or low/medium/high/critical"></label>'
-                    f'<label>max retries <input name="max_retries" placeholder="{e(j["max_retries"])}"></label>'
-                    f'{again}<button type="submit" data-op="update">save</button></form>')
-        body = (f'<p class="actions">{acts}</p>{dl}{blocks}<h2>Attempts</h2>'
-                + table(["attempt", "outcome", "worker", "started", "ended", "duration", "error"],
-                        arows, "attempts") + edit)
-        self.send(200, layout(self.app, f"Job {job_id}", body, "/jobs", s), extra=self.cookies())
+            parents = db.rows("SELECT p.job_id, p.status FROM jobq.parent_results(%s::bigint) p "
+                              "ORDER BY p.job_id LIMIT 50", (job_id,))
+            has_children = db.value("SELECT true FROM jobq.workflow_jobs(%s::bigint) w "
+                                    "WHERE w.job_id <> %s LIMIT 1", (job_id, job_id))
+        self.render("job.html", f"Job {job_id}", "/jobs", s, j=j, attempts=att, details=details,
+                    admin=admin, parents=parents, has_children=has_children)
 
     def page_dead(self, s, params):
         groups = self.app.dead_groups.get()
@@ -1028,50 +1131,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 where, args, before)
             queues = {g["queue"] for g in groups} | {j["queue"] for j in jobs}
             admin = {q: self.may(db, q, "administer") for q in queues}
-        back = "/dead" + ("?" + qs(**params) if params else "")
-        grows = []
-        for g in groups:
-            link = "/dead?" + qs(queue=g["queue"], kind=g["kind"], error=g["error"])
-            acts = ""
-            if admin.get(g["queue"]):
-                acts = self.button(s, "retry_failed", f"retry all {g['kind']}", back,
-                                   kind=g["kind"], queue=g["queue"])
-            grows.append([e(g["queue"]), e(g["kind"]), f'<span class="err">{e(g["error"])}</span>',
-                          f'<a href="{e(link)}">{e(g["jobs"])}</a>', e(ts(g["newest"])), acts])
-        any_admin = any(admin.get(j["queue"]) for j in jobs)
-        jrows = []
-        for j in jobs:
-            box = ""
-            if any_admin and admin.get(j["queue"]):
-                box = f'<input type="checkbox" name="job_id" value="{int(j["job_id"])}" form="selected" aria-label="select job {int(j["job_id"])}">'
-            acts = ""
-            if admin.get(j["queue"]):
-                acts = (self.button(s, "retry", "retry", back, job_id=j["job_id"])
-                        + f' <a href="/job/{int(j["job_id"])}#edit">edit</a>')
-            jrows.append([box, job_link(j["job_id"]), e(j["queue"]), e(j["kind"]),
-                          e(j["attempts"]), e(ts(j["finished_at"])),
-                          f'<span class="err">{e(j["last_error"])}</span>', acts])
-        sel = ""
-        if any_admin and not self.app.read_only:
-            sel = (f'<form method="post" action="/action" id="selected" class="inline">'
-                   f'<input type="hidden" name="csrf" value="{e(s.csrf)}">'
-                   f'<input type="hidden" name="op" value="retry_selected">'
-                   f'<input type="hidden" name="back" value="{e(back)}">'
-                   f'<button type="submit" data-op="retry_selected">retry selected</button>'
-                   f' <label class="check"><input type="checkbox" id="select-all"> select all</label></form>')
-        nxt = ""
-        if nxt_id is not None:
-            p = dict(params)
-            p["before"] = nxt_id
-            nxt = f'<p><a class="next" href="/dead?{e(qs(**p))}">older (below job {nxt_id})</a></p>'
-        shown = ", ".join(f"{k} {params[k]}" for k in ("queue", "kind", "error") if params.get(k))
-        body = ('<h2>By kind and error</h2>'
-                + f'<p class="note">Counted over every failed job, at most every {int(GROUPS_TTL)} s.</p>'
-                + table(["queue", "kind", "error (first line)", "jobs", "newest", ""], grows, "groups")
-                + f'<h2>Failed jobs{e(": " + shown if shown else "")}</h2>' + sel
-                + table(["", "job", "queue", "kind", "attempts", "failed at", "last error", ""],
-                        jrows, "dead") + nxt)
-        self.send(200, layout(self.app, "Dead letter", body, "/dead", s), extra=self.cookies())
+        nxt = qs(**dict(params, before=nxt_id)) if nxt_id is not None else ""
+        self.render("dead.html", "Dead letter", "/dead", s, groups=groups, jobs=jobs, admin=admin,
+                    any_admin=any(admin.get(j["queue"]) for j in jobs),
+                    back="/dead" + ("?" + qs(**params) if params else ""),
+                    shown=", ".join(f"{k} {params[k]}" for k in ("queue", "kind", "error") if params.get(k)),
+                    nxt=nxt, nxt_id=nxt_id, groups_ttl=int(GROUPS_TTL))
 
     def page_schedules(self, s, params):
         with Db(self.app.pool) as db:
@@ -1099,32 +1164,23 @@ SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.
                     ["j.kind = %s", "j.queue = %s", "pg_catalog.starts_with(j.idempotency_key, %s)"],
                     [r["kind"], r["queue"], f"jobq:schedule:{r['schedule_id']}:"], None, limit=3,
                     select_args=[r["timezone"]])
-        trs = []
-        for r in rows:
-            acts = ""
-            if admin.get(r["queue"]):
-                acts = (self.button(s, "resume_schedule" if r["paused"] else "pause_schedule",
-                                    "resume" if r["paused"] else "pause", "/schedules", name=r["name"])
-                        + self.button(s, "run_schedule", "run now", "/schedules", name=r["name"]))
-            last = "<br>".join(f'{job_link(f["job_id"])} {status_tag(f["status"])} '
-                               f'<span class="later">{e(f["local"])}</span>'
-                               for f in fires.get(r["name"], []))
-            if not last and r["last_job_id"] is not None:
-                last = f'{job_link(r["last_job_id"])} {status_tag(r["last_job_status"] or "pruned")}'
-            trs.append([e(r["name"]), f'<code>{e(r["cron"])}</code>', e(r["timezone"]),
-                        e(r["kind"]), e(r["queue"]), e(r["misfire"]),
-                        "paused" if r["paused"] else "active",
-                        e(r["next_local"]) + '<br><span class="later">'
-                        + "<br>".join(e(t) for t in r["later"]) + "</span>",
-                        e(r["last_local"]), last, acts])
-        body = (table(["name", "cron", "time zone", "kind", "queue", "misfire", "state",
-                       "next fires (local time)", "last fire (local)", "last fires' jobs", ""], trs, "schedules")
-                + '<p class="note">Times are in each schedule\'s own time zone. The last fires\' '
-                  'jobs are found among the newest 65,536 job ids.</p>')
-        self.send(200, layout(self.app, "Schedules", body, "/schedules", s), extra=self.cookies())
+        self.render("schedules.html", "Schedules", "/schedules", s, rows=rows, admin=admin, fires=fires)
+
+    def app_workers(self, db):
+        """The application's workers (jobq.app_workers), with the jobs each holds."""
+        if not self.app.has_app_workers:
+            return None, {}
+        rows = db.rows(Q_APP_WORKERS)
+        held = {}
+        ids = [r["worker_id"] for r in rows]
+        if ids:
+            for j in db.rows(Q_HELD, (ids,)):
+                held.setdefault(j["worker_id"], []).append(j)
+        return rows, held
 
     def page_workers(self, s, params):
         with Db(self.app.pool) as db:
+            apps, held = self.app_workers(db)
             workers = db.rows("SELECT w.* FROM jobq.workers w ORDER BY w.database, w.role, w.pid")
             procs = db.rows("""
 SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_event,
@@ -1141,31 +1197,36 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
                 health, herr = db.rows("SELECT h.* FROM jobq.health() h"), ""
             except psycopg.Error as x:
                 health, herr = [], db_message(x)
-        wrows = [[e(w["pid"]), e(w["database"]), e(w["role"]), e(ts(w["started_at"])),
-                  e(ts(w["last_run_at"])), e(w["reaped"]), e(w["pruned"]), e(w["fired"])]
-                 for w in workers]
-        prows = [[e(p["pid"]), e(p["backend_type"]), e(p["datname"]), e(p["state"]),
-                  e(f'{p["wait_event_type"] or ""} {p["wait_event"] or ""}'.strip()),
-                  e(ts(p["xact_start"])), e(ts(p["query_start"])), f'<code>{e(p["query"])}</code>']
-                 for p in procs]
-        hrows = [[e(h["check_name"]), f'<span class="h-{e(h["status"])}">{e(h["status"])}</span>',
-                  e(h["detail"]), e(h["hint"])] for h in health]
-        svc = ""
-        if service:
-            keys = list(service[0].keys())
-            svc = "<h2>Service</h2>" + table([e(k) for k in keys],
-                                             [[e(ts(r[k])) for k in keys] for r in service])
-        body = ("<h2>jobq processes</h2>"
-                + table(["pid", "database", "role", "started", "last round", "reaped", "pruned", "fired"],
-                        wrows, "workers")
-                + "<h2>What they are doing (pg_stat_activity)</h2>"
-                + table(["pid", "type", "database", "state", "waiting on", "transaction since",
-                         "query since", "query"], prows, "activity")
-                + svc + "<h2>Health</h2>"
-                + (f'<p class="flash error">{e(herr)}</p>' if herr else
-                   table(["check", "status", "detail", "hint"], hrows, "health")))
-        self.send(200, layout(self.app, "Workers and health", body, "/workers", s, live=False),
-                  extra=self.cookies())
+        for w in apps or []:
+            info = w["info"] if isinstance(w["info"], dict) else {}
+            rest = {k: v for k, v in info.items()
+                    if k not in ("host", "pid", "concurrency", "library", "version")}
+            w["rest"] = json.dumps(rest, ensure_ascii=False, sort_keys=True) if rest else ""
+        self.render("workers.html", "Workers and health", "/workers", s, apps=apps, held=held,
+                    workers=workers, procs=procs, service=service, health=health, herr=herr)
+
+    def page_workflows(self, s, params):
+        err = ""
+        try:
+            with Db(self.app.pool) as db:
+                rows = db.rows(Q_WORKFLOWS)
+        except psycopg.Error as x:
+            rows, err = [], db_message(x)
+        self.render("workflows.html", "Workflows", "/workflows", s, rows=rows, err=err, states=list(STATUS_FILL))
+
+    def page_workflow(self, s, root):
+        with Db(self.app.pool) as db:
+            jobs = db.rows(Q_WF_JOBS, (root, WF_MAX_JOBS + 1))
+            if not any(j["job_id"] == root for j in jobs):
+                raise Refused(404, f"no job {root} (or not in a queue you may see)")
+            more = len(jobs) > WF_MAX_JOBS
+            jobs = jobs[:WF_MAX_JOBS]
+            edges = [(r["parent"], r["child"])
+                     for r in db.rows(Q_WF_EDGES, ([j["job_id"] for j in jobs],))]
+            st = db.one("SELECT w.* FROM jobq.workflow_status(%s::bigint) w", (root,))
+        self.render("workflow.html", f"Workflow of job {root}", "/workflows", s, jobs=jobs, st=st,
+                    more=more, max_jobs=WF_MAX_JOBS, root=root, g=wf_layout(jobs, edges),
+                    states=list(STATUS_FILL), fills=STATUS_FILL)
 
     # -- actions -----------------------------------------------------------
 
@@ -1200,6 +1261,22 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
                     with db.conn.transaction():
                         n = sum(1 for j in ids if db.value("SELECT jobq.retry(%s::bigint)", (j,)))
                     s.flash("ok", f"{n} of {len(ids)} selected jobs back to pending")
+                elif op == "discard":
+                    j = job_id()
+                    done = db.value("SELECT jobq.discard(%s::bigint)", (j,))
+                    if done:
+                        s.flash("ok", f"job {j} discarded")
+                    else:
+                        st = db.value("SELECT j.status FROM jobq.jobs j WHERE j.job_id = %s", (j,))
+                        s.flash("error", f"job {j} is {st or 'gone'}; only failed or cancelled jobs can be discarded")
+                elif op == "discard_selected":
+                    ids = [int(v) for v in f.get("job_id", []) if v.isdigit()]
+                    if not ids:
+                        s.flash("error", "no job selected")
+                        return
+                    with db.conn.transaction():
+                        n = sum(1 for j in ids if db.value("SELECT jobq.discard(%s::bigint)", (j,)))
+                    s.flash("ok", f"{n} of {len(ids)} selected jobs discarded")
                 elif op == "retry_failed":
                     n = db.value("SELECT jobq.retry_failed(kind => %s::text, queue => %s::text)",
                                  (one("kind") or None, one("queue") or None))
@@ -1268,11 +1345,6 @@ def loopback(host):
         return False
 
 
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(prog="jobq web", description="the jobq dashboard")
     p.add_argument("--port", type=int, default=8080, help="TCP port (0: any free one)")
@@ -1280,6 +1352,10 @@ def main(argv=None):
     p.add_argument("--read-only", action="store_true", help="show, offer no actions")
     p.add_argument("--password-file", help="file whose first line is the password")
     args = p.parse_args(argv)
+    if waitress is None or jinja2 is None:
+        print(f"jobq web: Python module {MISSING} is missing: apt-get install python3-waitress "
+              "python3-jinja2", file=sys.stderr)
+        return 3
     password = os.environ.get("JOBQ_WEB_PASSWORD") or None
     if args.password_file:
         try:
@@ -1299,13 +1375,21 @@ def main(argv=None):
         return 3
     Handler.app = app
     family_v6 = ":" in args.bind
-    Server.address_family = socket.AF_INET6 if family_v6 else socket.AF_INET
+    sock = socket.socket(socket.AF_INET6 if family_v6 else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        srv = Server((args.bind, args.port), Handler)
+        sock.bind(("127.0.0.1" if args.bind == "localhost" else args.bind, args.port))
     except OSError as x:
         print(f"jobq web: cannot listen on {args.bind}:{args.port}: {x}", file=sys.stderr)
         return 3
-    port = srv.server_address[1]
+    port = sock.getsockname()[1]
+    # waitress: bodies buffered whole before a thread sees them, at most
+    # MAX_BODY; an idle or stalled connection closed after channel_timeout;
+    # no proxy header trusted
+    srv = waitress.server.create_server(
+        Handler.wsgi, sockets=[sock], threads=THREADS, ident="jobq-web",
+        max_request_body_size=MAX_BODY, channel_timeout=60,
+        clear_untrusted_proxy_headers=True, expose_tracebacks=False)
     hostpart = f"[{args.bind}]" if family_v6 else args.bind
     if loopback(args.bind):
         app.hosts = {f"{hostpart}:{port}", f"localhost:{port}"}
@@ -1314,11 +1398,10 @@ def main(argv=None):
           + (" (read-only)" if args.read_only else ""), flush=True)
 
     def stop(signum, frame):
-        threading.Thread(target=srv.shutdown, daemon=True).start()
+        raise SystemExit(0)     # waitress's loop ends and its threads stop
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    srv.serve_forever()
-    srv.server_close()
+    srv.run()
     return 0
 
 

@@ -49,8 +49,12 @@ export function enqueue(db: Queryable, kind: string, payload?: Payload, opts?: O
 export function enqueueMany(db: Queryable, kind: string, payloads: Payload[], opts?: Omit<EnqueueManyOptions, 'client'>): Promise<Enqueued[]>
 
 export class Producer {
-  /** a pool or client of the caller's, or a config / connection string for a pool of its own */
-  constructor(db?: Queryable | PoolConfig | string)
+  /**
+   * a pool or client of the caller's, or a config / connection string for a pool of its own;
+   * a pool gets the library's 'error' listener (an idle connection lost is logged at warn
+   * with opts.logger, default console)
+   */
+  constructor(db?: Queryable | PoolConfig | string, opts?: { logger?: Logger })
   readonly db: Queryable
   enqueue(kind: string, payload?: Payload, opts?: EnqueueOptions): Promise<Enqueued>
   enqueueMany(kind: string, payloads: Payload[], opts?: EnqueueManyOptions): Promise<Enqueued[]>
@@ -92,16 +96,25 @@ export interface Logger {
   error?(msg: string): void
 }
 
+export interface FinishInfo {
+  /** what the attempt's history keeps as its error ('Class: message'), null when it completed */
+  error: string | null
+  /** what the handler threw (or the error made of a result that could not be sent), if anything */
+  thrown?: unknown
+}
+
 export interface Hooks {
   onClaim?(info: { queue: string, count: number }): void
   onStart?(job: Job): void
-  onFinish?(job: Job, outcome: Outcome | null, durationMs: number): void
+  onFinish?(job: Job, outcome: Outcome | null, durationMs: number, info: FinishInfo): void
   onRenew?(info: { count: number }): void
-  onError?(error: Error, context: { op: 'claim' | 'report' | 'renew' | 'release', queue?: string, job?: Job }): void
+  onError?(error: Error, context: {
+    op: 'start' | 'claim' | 'report' | 'renew' | 'heartbeat' | 'unregister' | 'release' | 'pool', queue?: string, job?: Job
+  }): void
 }
 
 export interface WorkerOptions {
-  /** a pool of the caller's (left open at the end) ... */
+  /** a pool of the caller's (left open at the end; the library adds its own 'error' listener) ... */
   pool?: Pool
   /** ... or a config / connection string for a pool of the worker's own (default: the libpq environment) */
   connection?: PoolConfig | string
@@ -115,7 +128,7 @@ export interface WorkerOptions {
   batch?: number
   /** seconds (default 30) */
   lease?: number
-  /** renew leases every lease * renewEvery seconds (default 1/3) */
+  /** renew leases (and heartbeat) every lease * renewEvery seconds, 15 s at most (default 1/3) */
   renewEvery?: number
   /** seconds an idle claim sleeps in the server for a job (default 5) */
   wait?: number
@@ -123,7 +136,7 @@ export interface WorkerOptions {
   timeout?: number
   /** seconds running jobs get to finish after stop() (default 30) */
   shutdownGrace?: number
-  /** default hostname:pid */
+  /** default hostname:pid; the worker registry's key (jobq.app_workers) */
   workerId?: string
   /** stop() on SIGTERM and SIGINT while run() runs (default true) */
   handleSignals?: boolean

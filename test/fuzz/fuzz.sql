@@ -171,7 +171,7 @@ INSERT INTO fuzz.api VALUES
     ('claim', '{name,name,int,interval,text[],wait}', 0),
     ('complete', '{job,token,json}', 2),
     ('complete_many', '{bigint[],bigint[],json[]}', 2),
-    ('fail', '{job,token,error,bool,interval}', 3),
+    ('fail', '{job,token,error,bool,interval,error}', 3),
     ('extend', '{job,token,interval}', 3),
     ('checkpoint', '{job,token,json}', 3),
     ('snooze', '{job,token,interval}', 3),
@@ -209,7 +209,12 @@ INSERT INTO fuzz.api VALUES
     ('run_schedule', '{name}', 1),
     ('parent_results', '{job}', 1),
     ('workflow_status', '{job}', 1),
-    ('workflow_jobs', '{job}', 1);
+    ('workflow_jobs', '{job}', 1),
+    -- added in 0.3.0
+    ('register_worker', '{name,text[],json}', 2),
+    ('unregister_worker', '{name}', 1),
+    ('discard', '{job}', 1),
+    ('drop_queue', '{name,bool}', 1);
 
 -- functions that only read: nothing for fuzz.exercise() to follow up
 CREATE TABLE fuzz.readonly (fn text PRIMARY KEY);

@@ -7,7 +7,7 @@
 -- columns_are.
 --
 BEGIN;
-SELECT plan(105);
+SELECT plan(106);
 
 SELECT has_schema('jobq', 'schema jobq exists');
 
@@ -77,12 +77,14 @@ SELECT is(pg_get_function_arguments('jobq.complete_many(bigint[],bigint[],jsonb[
           $$job_ids bigint[], lease_tokens bigint[], results jsonb[] DEFAULT NULL::jsonb[]$$,
           'complete_many: argument names, order and defaults');
 
--- jobq.fail
-SELECT has_function('jobq', 'fail', ARRAY['bigint', 'bigint', 'text', 'boolean', 'interval']);
-SELECT function_returns('jobq', 'fail', ARRAY['bigint', 'bigint', 'text', 'boolean', 'interval'], 'text');
-SELECT is(pg_get_function_arguments('jobq.fail(bigint,bigint,text,boolean,interval)'::regprocedure),
-          $$job_id bigint, lease_token bigint, error text, retryable boolean DEFAULT true, retry_in interval DEFAULT NULL::interval$$,
+-- jobq.fail (0.3.0: details, the stack trace; the five-argument form is gone,
+-- its calls resolve to this one)
+SELECT has_function('jobq', 'fail', ARRAY['bigint', 'bigint', 'text', 'boolean', 'interval', 'text']);
+SELECT function_returns('jobq', 'fail', ARRAY['bigint', 'bigint', 'text', 'boolean', 'interval', 'text'], 'text');
+SELECT is(pg_get_function_arguments('jobq.fail(bigint,bigint,text,boolean,interval,text)'::regprocedure),
+          $$job_id bigint, lease_token bigint, error text, retryable boolean DEFAULT true, retry_in interval DEFAULT NULL::interval, details text DEFAULT NULL::text$$,
           'fail: argument names, order and defaults');
+SELECT hasnt_function('jobq', 'fail', ARRAY['bigint', 'bigint', 'text', 'boolean', 'interval']);
 
 -- jobq.extend
 SELECT has_function('jobq', 'extend', ARRAY['bigint', 'bigint', 'interval']);

@@ -29,7 +29,7 @@
 -- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
-SELECT plan(426);
+SELECT plan(476);
 
 SET LOCAL client_min_messages = warning;
 
@@ -97,12 +97,13 @@ BEGIN
         PERFORM jobq.grant(q, 'priv_target2', 'work');
         FOREACH r IN ARRAY ARRAY['producer', 'worker', 'admin'] LOOP
             p := format('%s.%s.%s', pass, q, r);
-            FOREACH w IN ARRAY ARRAY['complete', 'complete_many', 'fail', 'extend', 'checkpoint', 'snooze'] LOOP
+            FOREACH w IN ARRAY ARRAY['complete', 'complete_many', 'fail', 'fail_details', 'extend', 'checkpoint', 'snooze'] LOOP
                 PERFORM pg_temp.running(q, p || '.' || w);
             END LOOP;
             PERFORM jobq.enqueue(p || '.claim', '{}', q);
             PERFORM pg_temp.finished(q, p || '.retry', 'failed');
             PERFORM pg_temp.finished(q, p || '.retry_failed', 'failed');
+            PERFORM pg_temp.finished(q, p || '.discard', 'failed');
             INSERT INTO tok SELECT p || '.cancel', e.job_id, NULL FROM jobq.enqueue(p || '.cancel', '{}', q) e;
             PERFORM jobq.schedule(p || '.unschedule', '0 0 * * *', 'tick', queue => q);
             PERFORM jobq.schedule(p || '.pause_schedule', '0 0 * * *', 'tick', queue => q);
@@ -130,6 +131,9 @@ INSERT INTO matrix (fn, sql, producer, worker, admin) VALUES
                                                                                                                      false, true,  true),
 ('fail',             $$SELECT jobq.fail(job_id, lease_token, 'boom') = 'pending' FROM tok WHERE label = '%1$s.fail'$$,
                                                                                                                      false, true,  true),
+('fail_details',     $$SELECT jobq.fail(job_id, lease_token, 'boom', details => 'trace') = 'pending' FROM tok WHERE label = '%1$s.fail_details'$$,
+                                                                                                                     false, true,  true),
+('register_worker',  $$SELECT true FROM jobq.register_worker('%1$s.w', ARRAY['%2$s'], '{"pid": 1}')$$,               false, true,  true),
 ('extend',           $$SELECT jobq.extend(job_id, lease_token, '2 hours') IS NOT NULL FROM tok WHERE label = '%1$s.extend'$$,
                                                                                                                      false, true,  true),
 ('checkpoint',       $$SELECT jobq.checkpoint(job_id, lease_token, '{"step": 1}') FROM tok WHERE label = '%1$s.checkpoint'$$,
@@ -142,6 +146,7 @@ INSERT INTO matrix (fn, sql, producer, worker, admin) VALUES
 ('retry',            $$SELECT jobq.retry(job_id) FROM tok WHERE label = '%1$s.retry'$$,                              false, false, true),
 ('retry_failed',     $$SELECT jobq.retry_failed('%1$s.retry_failed', '%2$s') = 1$$,                                  false, false, true),
 ('cancel',           $$SELECT jobq.cancel(job_id) FROM tok WHERE label = '%1$s.cancel'$$,                            false, false, true),
+('discard',          $$SELECT jobq.discard(job_id) FROM tok WHERE label = '%1$s.discard'$$,                          false, false, true),
 ('purge',            $$SELECT p = n AND n > 0 FROM (SELECT count(*) AS n FROM jobq.jobs WHERE queue = '%2$s' AND status = 'completed') c, LATERAL (SELECT jobq.purge('%2$s', 'completed') AS p) x$$,
                                                                                                                      false, false, true),
 ('schedule',         $$SELECT jobq.schedule('%1$s.schedule', '*/5 * * * *', 'tick', queue => '%2$s') > 0$$,          false, false, true),
@@ -453,7 +458,8 @@ BEGIN
                                 format('nobody: %s is denied (42501)', v));
     END LOOP;
     FOREACH v IN ARRAY ARRAY['jobs', 'dead_letter', 'queue_stats', 'queues', 'schedules', 'kind_stats',
-                             'handlers', 'workers', 'job', 'queue', 'permission', 'schedule', 'idempotency_key'] LOOP
+                             'handlers', 'workers', 'job', 'queue', 'permission', 'schedule', 'idempotency_key',
+                             'app_workers', 'app_worker'] LOOP
         RETURN NEXT pg_temp.try('priv_nobody', format('SELECT count(*) >= 0 FROM jobq.%I', v), false, false,
                                 format('nobody: SELECT from jobq.%s is denied (42501)', v));
     END LOOP;
@@ -492,6 +498,24 @@ SELECT is((SELECT count(*) FROM pg_class c, aclexplode(c.relacl) a
             WHERE c.relnamespace = 'jobq'::regnamespace AND a.privilege_type = 'MAINTAIN'
               AND a.grantee <> c.relowner), 0::bigint,
           'no role but the owner holds MAINTAIN on a jobq relation');
+
+-- drop_queue: administer on the queue itself; nobody else, and it changes nothing
+SET ROLE priv_worker;
+SELECT throws_ok($$SELECT jobq.drop_queue('q1')$$, '42501', NULL, 'worker: jobq.drop_queue on q1 is denied (42501)');
+SET ROLE priv_producer;
+SELECT throws_ok($$SELECT jobq.drop_queue('q1')$$, '42501', NULL, 'producer: jobq.drop_queue on q1 is denied (42501)');
+SET ROLE priv_admin;
+SELECT throws_ok($$SELECT jobq.drop_queue('q2', force => true)$$, '42501', NULL, 'admin of q1: jobq.drop_queue on q2 is denied (42501)');
+SELECT throws_ok($$SELECT jobq.drop_queue('no such queue')$$, '42501', NULL, 'admin of q1: dropping a queue it does not administer says 42501, not whether it exists');
+SET ROLE priv_star;
+SELECT throws_ok($$SELECT jobq.drop_queue('q2')$$, '42501', NULL, 'work on *: jobq.drop_queue is denied (42501)');
+RESET ROLE;
+SELECT ok((SELECT count(*) FROM jobq.queues WHERE queue IN ('q1', 'q2')) = 2, 'q1 and q2 are still there');
+SET ROLE priv_admin;
+SELECT ok(jobq.drop_queue('q1', force => true) > 0, 'admin of q1: jobq.drop_queue(q1, force) works');
+RESET ROLE;
+SELECT ok(NOT EXISTS (SELECT FROM jobq.permission WHERE queue = 'q1'), 'its grants went with it');
+SELECT ok(EXISTS (SELECT FROM jobq.permission WHERE queue = '*'), 'the grants on every queue stay');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -39,7 +39,8 @@ $node->safe_psql('postgres', q{
 	CREATE FUNCTION app.boom(payload jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 	BEGIN INSERT INTO app.effects VALUES (NULL, 'boom'); RAISE EXCEPTION 'upstream down'; END $$;
 	CREATE FUNCTION app.bad(payload jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
-	BEGIN RAISE EXCEPTION USING ERRCODE = '23505', MESSAGE = 'duplicate'; END $$;
+	BEGIN RAISE EXCEPTION USING ERRCODE = '23505', MESSAGE = 'duplicate',
+		DETAIL = 'Key (n)=(1) already exists.', HINT = 'Use another n.'; END $$;
 	CREATE FUNCTION app.later(payload jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 	BEGIN PERFORM jobq.snooze('1 hour'); RETURN '{}'; END $$;
 	SELECT jobq.register_handler('work', 'app.work(jsonb,jsonb)');
@@ -84,6 +85,9 @@ ok($node->poll_query_until('postgres',
 	"SELECT status = 'failed' FROM jobq.job WHERE job_id = $id"), 'class 23 error fails');
 is($node->safe_psql('postgres', "SELECT retry_count FROM jobq.job WHERE job_id = $id"),
 	'0', 'at once, without retries');
+like($node->safe_psql('postgres', "SELECT details FROM jobq.attempt WHERE job_id = $id"),
+	qr/DETAIL:  Key \(n\)=\(1\) already exists\.\nHINT:  Use another n\.\nCONTEXT:  PL\/pgSQL function app\.bad\(jsonb\) line 2 at RAISE/,
+	"the attempt's details keep the error's DETAIL, HINT and CONTEXT");
 
 # snooze: back to pending an hour later, no retry spent
 $id = $node->safe_psql('postgres', q{SELECT job_id FROM jobq.enqueue('later')});

@@ -56,7 +56,7 @@ if ($ENV{JOBQ_FUZZ_SKIP})
 	$node->safe_psql('postgres',
 		"DELETE FROM fuzz.api WHERE fn = ANY (string_to_array('$ENV{JOBQ_FUZZ_SKIP}', ','))");
 }
-# the 0.2.0 functions of fuzz.api this build does not have yet
+# the functions of fuzz.api (0.2.0, 0.3.0) this build does not have yet
 my $absent = $node->safe_psql('postgres', q{
 	WITH d AS (DELETE FROM fuzz.api a
 	            WHERE NOT EXISTS (SELECT FROM pg_proc p WHERE p.pronamespace = 'jobq'::regnamespace

@@ -96,6 +96,16 @@ $node->safe_psql(
 	SELECT count(*) FROM jobq.kind_stats();
 	SELECT count(*) FROM jobq.kind_stats('1 day', 'plain');
 	SELECT count(*) FROM jobq.health();
+	SELECT jobq.register_worker('host:1', ARRAY['plain'], '{"pid": 1}');
+	SELECT count(*) FROM jobq.app_workers;
+	SELECT jobq.unregister_worker('host:1');
+	CREATE TABLE c AS SELECT * FROM jobq.claim('plain', 'w5');
+	SELECT jobq.fail(job_id, lease_token, 'E: x', retryable => false, details => 'trace') FROM c;
+	SELECT jobq.discard(job_id) FROM c;
+	DROP TABLE c;
+	SELECT jobq.update_job(max(job_id), priority => 3) FROM jobq.jobs WHERE status = 'pending';
+	SELECT count(*) FROM jobq.enqueue('k', queue => 'doomed');
+	SELECT jobq.drop_queue('doomed');
 });
 
 # The background worker's own statements: a lease it reaps, a schedule it

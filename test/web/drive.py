@@ -11,6 +11,8 @@ the standard library below; no Selenium).  Prints "ok - ..." / "not ok -
 
 import argparse
 import base64
+import concurrent.futures
+import http.client
 import http.cookiejar
 import json
 import os
@@ -33,6 +35,8 @@ JOBQ = os.environ.get("JOBQ", os.path.join(ROOT, "bin", "jobq"))
 HOSTILE_ERR = '<script>window.__pwned=1</script>"><img src=x id=pwn1> & \'quote\''
 HOSTILE_PAYLOAD = {"note": "</pre></textarea><script>window.__pwned=2</script><b id=pwn2>bold</b>"}
 HOSTILE_KIND = 'evil<i id="pwn3">kind</i>'
+TRACE = ('Traceback (most recent call last):\n  File "worker.py", line 12, in handle\n'
+         '    raise Upstream(resp.status)\nUpstream: 503 <i id="pwn5">Service Unavailable</i>')
 
 passed = failed = 0
 
@@ -221,6 +225,7 @@ class Browser:
         params = {"format": "png"}
         if clip:
             params["clip"] = dict(zip(("x", "y", "width", "height", "scale"), clip))
+            params["captureBeyondViewport"] = True
         data = self.call("Page.captureScreenshot", **params)["data"]
         with open(path, "wb") as fh:
             fh.write(base64.b64decode(data))
@@ -356,11 +361,67 @@ def setup(db):
     for i in range(2):
         enqueue("report.slow", {"i": i}, "reports")
     x("SELECT jobq.claim('reports', worker_id => 'w-gone', batch => 2, kinds => ARRAY['report.slow'])")
+    ids["held"] = [r[0] for r in x("SELECT job_id FROM jobq.jobs WHERE worker_id = 'w-gone' ORDER BY job_id")]
+    # the application's workers: the one above, gone (its heartbeat backdated:
+    # test data only; run.sh sets jobq.worker_gone_after = 30min), and a live
+    # one of mail whose host is hostile
+    x("SELECT jobq.register_worker('w-gone', ARRAY['reports'], %s::jsonb)",
+      (json.dumps({"host": "box-2", "pid": 4242, "concurrency": 4, "library": "jobq-python",
+                   "version": "0.3.0"}),))
+    x("UPDATE jobq.app_worker SET last_seen_at = now() - interval '3 hours',"
+      " started_at = now() - interval '5 hours' WHERE worker_id = 'w-gone'")
+    x("SELECT jobq.register_worker('billing-7f3a', ARRAY['billing', 'flows'], %s::jsonb)",
+      (json.dumps({"host": "app-2", "pid": 31337, "concurrency": 16, "library": "jobq-python",
+                   "version": "0.3.0"}),))
+    x("SELECT jobq.register_worker('mail-1', ARRAY['mail'], %s::jsonb)",
+      (json.dumps({"host": "app-1<b id=pwn4>", "pid": 1234, "concurrency": 8, "library": "jobq-node",
+                   "version": "0.3.0", "region": "eu"}),))
     # a failed attempt followed by a retry, for the attempts table
     j = enqueue("invoice.render", {"n": 99}, "billing", max_retries=2)
     tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-2', kinds => ARRAY['invoice.render'])").fetchone()[0]
-    x("SELECT jobq.fail(%s, %s, 'upstream returned 503', retry_in => '1 hour')", (j, tok))
+    x("SELECT jobq.fail(%s, %s, 'upstream returned 503', retry_in => '1 hour', details => %s)",
+      (j, tok, TRACE))
     ids["attempted"] = j
+    # a job that failed once, then completed: its last_error is history
+    j = enqueue("invoice.render", {"n": 100}, "billing", max_retries=2)
+    tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-3', kinds => ARRAY['invoice.render'])").fetchone()[0]
+    x("SELECT jobq.fail(%s, %s, 'timeout talking to the renderer', retry_in => '0 s')", (j, tok))
+    tok = x("SELECT lease_token FROM jobq.claim('billing', worker_id => 'w-3', kinds => ARRAY['invoice.render'])").fetchone()[0]
+    x("SELECT jobq.complete(%s, %s)", (j, tok))
+    ids["completed_after_error"] = j
+    # a workflow with a job in every state: A -> B, C; B, C -> D -> E; B -> F -> G; B -> H
+    x("SELECT jobq.configure('flows', max_retries => 0)")
+
+    def child(kind, parents, **kw):
+        return enqueue(kind, {}, "flows", depends_on=parents, **kw)
+
+    def take(kind):
+        return x("SELECT job_id, lease_token FROM jobq.claim('flows', worker_id => 'w-flow', kinds => ARRAY[%s])",
+                 (kind,)).fetchone()
+    wf = {"A": enqueue("etl.extract", {}, "flows")}
+    wf["B"] = child("etl.transform", [wf["A"]])
+    wf["C"] = child("etl.validate", [wf["A"]])
+    wf["D"] = child("etl.merge", [wf["B"], wf["C"]])
+    wf["E"] = child("etl.publish", [wf["D"]])
+    wf["F"] = child("etl.index", [wf["B"]])
+    wf["G"] = child("etl.notify", [wf["F"]])
+    wf["H"] = child("etl.archive", [wf["B"]])
+    x("SELECT jobq.complete(%s, %s)", take("etl.extract"))
+    x("SELECT jobq.complete(%s, %s)", take("etl.transform"))
+    c = take("etl.validate")
+    x("SELECT jobq.fail(%s, %s, 'row 7: bad date', retryable => false)", c)
+    take("etl.index")
+    ids["wf"] = wf
+    ids["wf_edges"] = {(wf[p], wf[c]) for p, c in (("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("D", "E"),
+                                                   ("B", "F"), ("F", "G"), ("B", "H"))}
+    # payloads to search by containment
+    for i, cust in enumerate((42, 42, 7, 42, 7)):
+        enqueue("invoice.remind", {"customer": {"id": cust, "tier": "gold" if i % 2 else "basic"}, "n": i},
+                "billing", idempotency_key=f"remind-{cust}-{i}")
+    ids["dead_discard"] = dead("invoice.void", {"n": 1}, "billing", "voided twice")
+    ids["dead_discard_sel1"] = dead("invoice.void", {"n": 2}, "billing", "voided twice")
+    ids["dead_discard_sel2"] = dead("invoice.void", {"n": 3}, "billing", "voided twice")
+    ids["dead_discard_page"] = dead("invoice.void", {"n": 4}, "billing", "voided twice")
     x("SELECT jobq.schedule('nightly-report', '30 2 * * *', 'report.build', '{}', "
       "queue => 'reports', timezone => 'Europe/Berlin')")
     x("SELECT jobq.schedule('mail-digest', '0 8 * * 1-5', 'mail.digest', '{}', "
@@ -434,6 +495,7 @@ def tests():
           and hdr.get("Cache-Control") == "no-store", hdr)
     check("the page has no inline script", not re.search(r"<script(?![^>]*\bsrc=)", body), body[:500])
     st, _, body = admin.get(f"/job/{ids['hostile']}")
+    body = body.replace("&#34;", "&quot;")   # markupsafe writes a quote so
     check("a hostile error is escaped in the HTML", "<script>window.__pwned" not in body
           and "&lt;script&gt;window.__pwned=1&lt;/script&gt;&quot;&gt;&lt;img src=x id=pwn1&gt;" in body,
           body[:300])
@@ -492,6 +554,10 @@ def tests():
         code = x.code
     check("a foreign Host header is refused (DNS rebinding)", code == 421, code)
 
+    # --- hostile HTTP, every page for every capability ------------------------------
+    hostile_http(a, db, ids, admin, pw)
+    every_page(a, db, ids, worker, ro)
+
     # --- the browser -------------------------------------------------------------
     b = Browser(a.work)
     try:
@@ -502,6 +568,175 @@ def tests():
     # --- SIGTERM ---------------------------------------------------------------
     rcs = [w.stop() for w in (admin, ro, worker, pw)]
     check("jobq web exits 0 on SIGTERM", rcs == [0, 0, 0, 0], rcs)
+
+
+def raw(port, data, timeout=30):
+    """Send bytes, half-close, read every response until the server closes."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+    except socket.timeout:
+        return out + b"<timeout>"
+    finally:
+        sock.close()
+
+
+def statuses(reply):
+    """The status codes of the HTTP responses in a reply, in order."""
+    return [int(c) for c in re.findall(rb"(?:^|\r\n)HTTP/1\.[01] (\d{3}) ", reply)]
+
+
+def session_get(web, path, sid):
+    """GET path with a given session cookie; the status."""
+    req = urllib.request.Request(web.url + path, headers={"Cookie": f"jobq_session={sid}"})
+    try:
+        with urllib.request.build_opener(NoRedirect).open(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as x:
+        return x.code
+
+
+def flood(web, n, path="/"):
+    """n requests without a cookie over keep-alive connections; the statuses seen."""
+    seen = {}
+    conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=30)
+    for i in range(n):
+        for tries in range(3):
+            try:
+                conn.request("GET", path)
+                r = conn.getresponse()
+                r.read()
+                seen[r.status] = seen.get(r.status, 0) + 1
+                break
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", web.port, timeout=30)
+    conn.close()
+    return seen
+
+
+def hostile_http(a, db, ids, admin, pw):
+    """Requests that the server must refuse, or not misread."""
+    host = f"127.0.0.1:{admin.port}".encode()
+    log = os.path.join(a.work, "web-admin.log")
+
+    # a chunked body holding a request: it is the body, never a next request
+    inner = b"GET /smuggled-probe HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
+    req = (b"POST /action HTTP/1.1\r\nHost: " + host + b"\r\n"
+           b"Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
+           + f"{len(inner):x}".encode() + b"\r\n" + inner + b"\r\n0\r\n\r\n")
+    reply = raw(admin.port, req)
+    st = statuses(reply)
+    time.sleep(0.5)   # the access log line of a request is written before its answer
+    seen = open(log).read()
+    check("a chunked body is not read as a next request: one answer, no smuggled request",
+          len(st) == 1 and st[0] in (403, 411, 501) and "/smuggled-probe" not in seen,
+          (st, reply[:300], [x for x in seen.splitlines() if "smuggled" in x]))
+    # the body after an empty chunked one (CL.TE): Transfer-Encoding wins, the rest is
+    # a next request of the same connection, answered as one
+    req = (b"POST /action HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: 40\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    st = statuses(raw(admin.port, req))
+    check("Content-Length beside chunked: the chunked framing only", len(st) == 1 and st[0] in (400, 403, 411, 415, 501), st)
+    req = (b"POST /action HTTP/1.1\r\nHost: " + host + b"\r\nTransfer-Encoding: gzip\r\n"
+           b"Content-Length: 5\r\n\r\nabcde")
+    st = statuses(raw(admin.port, req))
+    check("a Transfer-Encoding it does not implement: 501", st[:1] == [501], st)
+    for cl in (b"-1", b"abc", b"1, 1", b"+5", b"0x10"):
+        t0 = time.monotonic()
+        reply = raw(admin.port, b"POST /login HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: "
+                    + cl + b"\r\n\r\n")
+        st = statuses(reply)
+        check(f"Content-Length {cl.decode()}: 400, at once", st[:1] == [400] and time.monotonic() - t0 < 20,
+              (st, reply[:200], time.monotonic() - t0))
+    st = statuses(raw(admin.port, b"POST /action HTTP/1.1\r\nHost: " + host
+                      + b"\r\nContent-Length: 5000000\r\n\r\n"))
+    check("a body over 1 MB: 413, unread", st[:1] == [413], st)
+
+    # bodies promised and never sent tie up no thread: more stalled requests
+    # than the server has threads, then a page still comes
+    stalled = []
+    for i in range(20):
+        sck = socket.create_connection(("127.0.0.1", admin.port), timeout=30)
+        sck.sendall(b"POST /login HTTP/1.1\r\nHost: " + host
+                    + b"\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                    b"Content-Length: 100000\r\n\r\npassword=")
+        stalled.append(sck)
+    t0 = time.monotonic()
+    st, _, _ = admin.get("/jobs?queue=mail")
+    check("20 stalled bodies: a page still answers", st == 200 and time.monotonic() - t0 < 30,
+          (st, time.monotonic() - t0))
+    for sck in stalled:
+        sck.close()
+
+    # anonymous traffic cannot evict a session
+    ok = pw.post("/login", {"csrf": pw.csrf("/login") or "", "password": "s3cret pass"})[0] == 303
+    sid = next((c.value for c in pw.jar if c.name == "jobq_session"), None)
+    check("password: log in over HTTP", ok and session_get(pw, "/", sid) == 200, (ok, sid))
+    seen = flood(pw, 10002)
+    check("10,002 requests without a cookie (each a new session id)", seen == {303: 10002}, seen)
+    check("and the logged-in session is still logged in", session_get(pw, "/", sid) == 200,
+          session_get(pw, "/", sid))
+    pw.jar.clear()
+    tok = admin.csrf("/")
+    seen = flood(admin, 10002, "/no-such-page")
+    st, hdr, _ = admin.post("/action", {"op": "pause", "queue": "reports", "csrf": tok or "", "back": "/"})
+    paused = db.execute("SELECT paused FROM jobq.queues WHERE queue = 'reports'").fetchone()[0]
+    check("without a password, a session's CSRF token outlives 10,002 cookieless requests",
+          tok and st == 303 and paused and seen == {404: 10002}, (st, paused, seen))
+    db.execute("SELECT jobq.resume('reports')")
+
+    # login attempts: a few wrong passwords per client, then a wait
+    lock = Web(a.work, "lockout", env={"JOBQ_WEB_PASSWORD": "right one"})
+    tok = lock.csrf("/login")
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(25) as ex:
+        codes = list(ex.map(lambda i: lock.post("/login", {"csrf": tok or "", "password": f"guess{i}"})[0],
+                            range(100)))
+    took = time.monotonic() - t0
+    count = {c: codes.count(c) for c in set(codes)}
+    check("100 parallel wrong passwords: at most 5 judged, the others told to wait (429)",
+          count.get(403, 0) <= 5 and count.get(429, 0) >= 95 and count.get(303, 0) == 0, count)
+    check("and they are answered quickly (no sleeping thread per attempt)", took < 60, took)
+    st, hdr, body = lock.post("/login", {"csrf": tok or "", "password": "right one"})
+    check("locked out: even the right password waits, and is told how long",
+          st == 429 and hdr.get("Retry-After", "").isdigit() and "try again in" in body, (st, hdr))
+    st = pw.post("/login", {"csrf": pw.csrf("/login") or "", "password": "s3cret pass"})[0]
+    pw.jar.clear()
+    check("another dashboard's login is unaffected", st == 303, st)
+    lock.stop()
+
+
+def every_page(a, db, ids, worker, ro):
+    """Every page answers 200 for a role of each capability (and a read-only one)."""
+    x = db.execute
+    for r, q, cap in (("web_enq", "mail", "enqueue"), ("web_admin1", "billing", "administer")):
+        x(f"DROP ROLE IF EXISTS {r}")
+        x(f"CREATE ROLE {r} LOGIN")
+        x("SELECT jobq.grant(%s, %s, %s)", (q, r, cap))
+    webs = [("work", worker), ("enqueue", Web(a.work, "enqueue", env={"PGUSER": "web_enq"})),
+            ("administer one queue", Web(a.work, "admin1", env={"PGUSER": "web_admin1"})),
+            ("do anything, read-only", ro)]
+    pages = ["/", "/?range=day", "/jobs", "/jobs?queue=mail", "/dead", "/schedules", "/workers", "/workflows",
+             "/api/overview", "/chart.svg?range=hour"]
+    for name, w in webs:
+        bad = []
+        job = ids["attempted"] if name.startswith("administer") else ids["mail_dead"]
+        for path in pages + [f"/job/{job}"]:
+            st, _, body = w.get(path)
+            if st != 200:
+                m = re.search(r'class="flash error">([^<]*)', body)
+                bad.append(f"{path}: {st} {m.group(1) if m else body[:100]}")
+        check(f"every page for a role that may {name}: 200", not bad, "\n".join(bad))
+    for name, w in webs[1:3]:
+        w.stop()
 
 
 def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
@@ -537,6 +772,31 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
           and "welcome-eve" in b.text())
     b.goto(u + "/jobs?status=failed&kind=invoice.archive")
     check("jobs filtered by status and kind", b.js("document.querySelectorAll('table.jobs tbody tr').length") == 2)
+    def rows_of(query):
+        b.goto(u + "/jobs?" + urllib.parse.urlencode(query))
+        return b.js("Array.from(document.querySelectorAll('table.jobs tbody tr')).map(r => r.cells[0].innerText)")
+    n = rows_of({"payload": '{"customer": {"id": 42}}'})
+    check("search: payload containment finds the 3 jobs of customer 42", len(n) == 3, (n, b.text()[:400]))
+    n = rows_of({"payload": '{"customer": {"id": 42, "tier": "gold"}}', "kind": "invoice.remind"})
+    check("search: a deeper containment with a kind", len(n) == 2, n)
+    n = rows_of({"kind": "invoice.rem*", "payload": '{"customer": {"id": 7}}'})
+    check("search: a kind prefix with a containment", len(n) == 2, n)
+    n = rows_of({"key": "remind-7-*"})
+    check("search: an idempotency key prefix", len(n) == 2, n)
+    rows_of({"payload": '{"customer": '})
+    check("search: a payload filter that is not JSON is said so, no error page",
+          "is not JSON" in b.text() and b.js("document.title").startswith("Jobs"), b.text()[:300])
+    b.shot(os.path.join(shots, "search.png"))
+    # bounded: a search waiting on a lock is stopped by its statement_timeout (5 s)
+    with psycopg.connect("", autocommit=False) as locker:
+        locker.execute("LOCK TABLE jobq.job IN ACCESS EXCLUSIVE MODE")
+        t0 = time.monotonic()
+        st, _, body = admin.get("/jobs?" + urllib.parse.urlencode({"payload": '{"customer": {"id": 42}}'}))
+        took = time.monotonic() - t0
+        locker.rollback()
+    check("search: stopped by its statement_timeout, and the page says so",
+          st == 200 and "took longer than 5s" in body and took < 25, (st, took, body[-600:]))
+
     b.goto(u + "/jobs?" + urllib.parse.urlencode({"from": "2999-01-01"}))
     check("jobs filtered by time range: none", "none" in b.text())
 
@@ -563,7 +823,57 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     t = b.text()
     check("workers: the launcher and the database's worker", "launcher" in t and "jobq_web" in t, t[:600])
     check("workers: jobq.health()", "expired_leases" in t and "xmin_horizon" in t, t[-800:])
+    rows = b.js("Array.from(document.querySelectorAll('table.app-workers tbody tr'))"
+                ".map(r => Array.from(r.cells).map(c => c.innerText))")
+    by = {r[0]: r for r in rows or []}
+    live = by.get("mail-1", [])
+    check("workers: an application worker: alive, host, pid, queues, jobs in hand of its concurrency, library",
+          live[1:7] == ["alive", "app-1<b id=pwn4>", "1234", "mail", "0 of 8", "jobq-node 0.3.0"]
+          and '"region": "eu"' in live[9], rows)
+    gone = by.get("w-gone", [])
+    check("workers: a gone worker is marked, with the jobs it held",
+          gone[1:3] == ["gone", "box-2"] and gone[5].startswith("2 of 4")
+          and all(str(j) in gone[5] for j in ids["held"]) and "ago" in gone[8], rows)
+    check("workers: the gone worker's jobs link to their pages",
+          b.js(f"!!document.querySelector('table.app-workers a[href=\"/job/{ids['held'][0]}\"]')"))
+    check("workers: a hostile host is text", b.js("document.querySelectorAll('#pwn4').length") == 0)
+    b.shot(os.path.join(shots, "readme-workers.png"), (0, 0, 1280, 560, 0.7))
     b.shot(os.path.join(shots, "workers.png"))
+
+    # a workflow, drawn
+    wf = ids["wf"]
+    b.goto(u + "/workflows")
+    check("workflows: the root, its counts", f"/workflow/{wf['A']}" in (b.js(
+        "Array.from(document.querySelectorAll('table.workflows a')).map(a => a.href).join(' ')") or "")
+          and "etl.extract" in b.text(), b.text()[:600])
+    b.click(f"document.querySelector('table.workflows a[href=\"/workflow/{wf['A']}\"]')")
+    nodes = b.js("Array.from(document.querySelectorAll('svg.workflow a.node')).map(n => "
+                 "[+n.getAttribute('data-job'), n.getAttribute('data-status'), n.querySelector('rect').getAttribute('fill')])")
+    want = {r[0]: r[1] for r in db.execute("SELECT job_id, status FROM jobq.jobs WHERE queue = 'flows'")}
+    got = {n[0]: n[1] for n in nodes or []}
+    check("workflow: every job drawn once, in its state", got == want and len(nodes) == len(want), (nodes, want))
+    check("workflow: a job in each state", set(got.values()) >= {"completed", "failed", "cancelled", "running",
+                                                                  "blocked", "pending"}, got)
+    fills = {n[1]: n[2] for n in nodes or []}
+    check("workflow: each state its own colour", len(set(fills.values())) == len(fills), fills)
+    edges = b.js("Array.from(document.querySelectorAll('svg.workflow path.edge')).map(p => "
+                 "[+p.getAttribute('data-from'), +p.getAttribute('data-to')])")
+    check("workflow: every dependency drawn as an arrow", {tuple(x) for x in edges or []} == ids["wf_edges"]
+          and len(edges) == len(ids["wf_edges"]), (edges, ids["wf_edges"]))
+    ys = b.js("Object.fromEntries(Array.from(document.querySelectorAll('svg.workflow a.node')).map(n => "
+              "[n.getAttribute('data-job'), +n.querySelector('rect').getAttribute('y')]))")
+    check("workflow: every parent is drawn above its children",
+          all(ys[str(p)] < ys[str(c)] for p, c in ids["wf_edges"]), ys)
+    check("workflow: the failed job's error is listed", "row 7: bad date" in b.text())
+    b.shot(os.path.join(shots, "workflow.png"))
+    b.shot(os.path.join(shots, "readme-workflow.png"), (0, 0, 1280, 620, 0.7))
+    b.click(f"{{click: () => document.querySelector('svg.workflow a.node[data-job=\"{wf['C']}\"] rect')"
+            ".dispatchEvent(new MouseEvent('click', {bubbles: true}))}")
+    check("workflow: a job's box leads to its page", b.js("location.pathname") == f"/job/{wf['C']}")
+    b.goto(u + f"/job/{wf['D']}")
+    check("job page: its parents and its workflow",
+          b.js(f"!!document.querySelector('dl.facts a[href=\"/job/{wf['B']}\"]')")
+          and b.js(f"!!document.querySelector('a[href=\"/workflow/{wf['D']}\"]')"), b.text()[:600])
 
     # hostile text renders as text
     b.goto(u + f"/job/{ids['hostile']}")
@@ -589,13 +899,73 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     for k in ("dead_sel1", "dead_sel2"):
         b.js(f"document.querySelector('input[type=checkbox][value=\"{ids[k]}\"]').click()")
     b.click("document.querySelector('button[data-op=retry_selected]')")
+    check("retry selected asks first, naming the jobs", "Are you sure?" in b.text()
+          and f"Retry the 2 selected jobs ({min(ids['dead_sel1'], ids['dead_sel2'])}, {max(ids['dead_sel1'], ids['dead_sel2'])})" in b.text()
+          and status(db, ids["dead_sel1"]) == "failed", b.text()[:400])
+    b.click("document.querySelector('button[data-confirm=retry_selected]')")
     check("retry selected: both pending", status(db, ids["dead_sel1"]) == status(db, ids["dead_sel2"]) == "pending",
           (status(db, ids["dead_sel1"]), status(db, ids["dead_sel2"])))
 
     b.goto(u + "/dead")
     b.click("Array.from(document.querySelectorAll('button')).find(x => x.textContent === 'retry all invoice.archive')")
+    check("retry all of a kind asks first", "Retry every failed job of kind invoice.archive in queue billing?"
+          in b.text() and status(db, ids["dead_kind1"]) == "failed", b.text()[:400])
+    b.click("document.querySelector('button[data-confirm=retry_failed]')")
     check("retry all of a kind", status(db, ids["dead_kind1"]) == status(db, ids["dead_kind2"]) == "pending",
           (status(db, ids["dead_kind1"]), status(db, ids["dead_kind2"])))
+
+    # discard: one (asked first; "no" changes nothing), the ticked ones, from the job page
+    j = ids["dead_discard"]
+    b.goto(u + "/dead")
+    b.click(f"document.querySelector('form input[name=job_id][value=\"{j}\"]').form.parentElement"
+            ".querySelector('button[data-op=discard]')")
+    check("discard asks first", f"Delete job {j} and its attempt history for good?" in b.text()
+          and status(db, j) == "failed", b.text()[:400])
+    b.click("Array.from(document.querySelectorAll('a')).find(x => x.textContent === 'no, go back')")
+    check("no, go back: nothing discarded", status(db, j) == "failed" and b.js("location.pathname") == "/dead")
+    b.click(f"document.querySelector('form input[name=job_id][value=\"{j}\"]').form.parentElement"
+            ".querySelector('button[data-op=discard]')")
+    b.click("document.querySelector('button[data-confirm=discard]')")
+    check("discard a dead job: gone from the database, and the page says so",
+          status(db, j) is None and f"job {j} discarded" in b.text(), (status(db, j), b.text()[:300]))
+    b.goto(u + "/dead")
+    for k in ("dead_discard_sel1", "dead_discard_sel2"):
+        b.js(f"document.querySelector('input[type=checkbox][value=\"{ids[k]}\"]').click()")
+    b.click("document.querySelector('button[data-op=discard_selected]')")
+    check("discard selected asks first", "Delete the 2 selected jobs" in b.text(), b.text()[:400])
+    b.click("document.querySelector('button[data-confirm=discard_selected]')")
+    check("discard selected: both gone", status(db, ids["dead_discard_sel1"]) is None
+          and status(db, ids["dead_discard_sel2"]) is None and "2 of 2 selected jobs discarded" in b.text(),
+          b.text()[:300])
+    j = ids["dead_discard_page"]
+    b.goto(u + f"/job/{j}")
+    b.click("document.querySelector('button[data-op=discard]')")
+    b.click("document.querySelector('button[data-confirm=discard]')")
+    check("discard from the job page: gone, back on the dead letter",
+          status(db, j) is None and b.js("location.pathname") == "/dead", (status(db, j), b.text()[:300]))
+    b.goto(u + f"/job/{ids['pending']}")
+    check("a pending job offers no discard", b.js("document.querySelectorAll('button[data-op=discard]').length") == 0)
+
+    # a completed job's earlier error is not shown as an alarm
+    j = ids["completed_after_error"]
+    b.goto(u + f"/job/{j}")
+    check("a completed job: its last error is not red, and says it is an earlier attempt's",
+          b.js("Array.from(document.querySelectorAll('dl.facts .err')).filter(x => x.textContent).length") == 0
+          and "timeout talking to the renderer" in b.text() and "the job completed since" in b.text(),
+          b.text()[:600])
+    b.goto(u + "/jobs?kind=invoice.render&status=completed")
+    check("nor red in the jobs list",
+          b.js("Array.from(document.querySelectorAll('table.jobs .err')).filter(x => x.textContent).length") == 0
+          and "timeout talking to the renderer" in b.text(), b.text()[:600])
+
+    # an attempt's details (stack trace)
+    b.goto(u + f"/job/{ids['attempted']}")
+    tr = b.js("(document.querySelector('table.attempts details.trace pre')||{}).textContent")
+    check("job page: an attempt's stack trace", tr == TRACE, tr)
+    check("the stack trace is text", b.js("document.querySelectorAll('#pwn5').length") == 0)
+    b.js("document.querySelector('table.attempts details.trace').open = true")
+    b.shot(os.path.join(shots, "readme-job.png"),
+           (0, 0, 1280, min(b.js("document.documentElement.scrollHeight"), 1250), 0.7))
 
     j = ids["dead_edit"]
     b.goto(u + f"/job/{j}")
@@ -617,6 +987,8 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     b.goto(u + "/")
     b.click("document.querySelector('form input[name=queue][value=reports]').form.parentElement"
             ".querySelector('button[data-op=release_running]')")
+    check("running back to pending asks first", "back to pending?" in b.text(), b.text()[:400])
+    b.click("document.querySelector('button[data-confirm=release_running]')")
     n = db.execute("SELECT count(*) FROM jobq.jobs WHERE queue = 'reports' AND status = 'running'").fetchone()[0]
     check("put a stuck batch back to pending (release_running)", n == 0, f"{n} still running; {b.text()[:300]}")
 
@@ -694,6 +1066,20 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     b.goto(worker.url + f"/job/{ids['mail_dead']}")
     check("work-only role: no retry button (it may not administer)",
           b.js("document.querySelectorAll('button[data-op]').length") == 0)
+    b.goto(worker.url + f"/job/{ids['mail_dead']}")
+    check("work-only role: the job page says the stack traces are not for it",
+          "which this role may not read" in b.text(), b.text()[-600:])
+    tok = worker.csrf("/")
+    st, hdr, _ = worker.post("/action", {"op": "discard", "job_id": ids["mail_dead"], "csrf": tok or "",
+                                         "back": "/dead", "confirmed": "yes"})
+    _, _, page = worker.get("/dead")
+    check("work-only role: a forged discard is refused by jobq (42501)",
+          status(db, ids["mail_dead"]) == "failed" and "42501" in page, (st, status(db, ids["mail_dead"]), page[:300]))
+    st, _, _ = worker.get(f"/workflow/{ids['wf']['A']}")
+    check("work-only role: another queue's workflow is not found", st == 404, st)
+    b.goto(worker.url + "/workers")
+    t = b.text()
+    check("work-only role: the application workers of its queue only", "mail-1" in t and "w-gone" not in t, t[:600])
     b.goto(worker.url + "/dead")
     check("work-only role: dead letter of its queue only", "mailbox full" in b.text() and "smtp" not in b.text())
     # a forged POST (right token and cookie): the database refuses
@@ -703,7 +1089,8 @@ def browse(b, a, db, ids, admin, ro, worker, pw, has_update, has_run):
     check("work-only role: a forged retry is refused by jobq (42501)",
           tok is not None and st == 303 and status(db, ids["mail_dead"]) == "failed" and "42501" in page,
           (tok, st, status(db, ids["mail_dead"]), page[:300]))
-    st, _, _ = worker.post("/action", {"op": "retry_failed", "queue": "billing", "csrf": tok or "", "back": "/"})
+    st, _, _ = worker.post("/action", {"op": "retry_failed", "queue": "billing", "csrf": tok or "", "back": "/",
+                                       "confirmed": "yes"})
     n = db.execute("SELECT count(*) FROM jobq.jobs WHERE queue = 'billing' AND status = 'failed'").fetchone()[0]
     _, _, page = worker.get("/")
     check("work-only role: cannot retry another queue's jobs", n >= 1 and "42501" in page, (n, page[:300]))

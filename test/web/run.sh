@@ -14,8 +14,9 @@
 # forged POSTs are refused.  A screenshot of each page goes to
 # $JOBQ_WEB_SHOTS (default: the temporary directory, kept when a test fails).
 #
-# Needs: Debian's chromium, python3-psycopg.  Installs chromium with
-# apt-get when it is missing and the script runs as root.
+# Needs: Debian's chromium, python3-psycopg, python3-waitress,
+# python3-jinja2.  Installs chromium, python3-waitress and python3-jinja2
+# with apt-get when they are missing and the script runs as root.
 # Exits non-zero on any failure; the last line is "N passed, N failed".
 
 set -u
@@ -36,6 +37,18 @@ if ! command -v chromium >/dev/null; then
 	fi
 	command -v chromium >/dev/null || {
 		echo "chromium is not installed (apt-get install chromium)" >&2
+		echo "0 passed, 1 failed"
+		exit 1
+	}
+fi
+
+if ! "$PY" -c 'import waitress, jinja2' 2>/dev/null; then
+	if [ "$(id -u)" = 0 ]; then
+		apt-get install -y -q python3-waitress python3-jinja2 >/dev/null 2>&1 ||
+			{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q python3-waitress python3-jinja2 >/dev/null 2>&1; }
+	fi
+	"$PY" -c 'import waitress, jinja2' 2>/dev/null || {
+		echo "python3-waitress or python3-jinja2 is not installed (apt-get install python3-waitress python3-jinja2)" >&2
 		echo "0 passed, 1 failed"
 		exit 1
 	}
@@ -75,6 +88,9 @@ port = 5432
 shared_preload_libraries = 'jobq'
 fsync = off
 jobq.naptime = 200
+# an application worker of the tests is alive for the whole run, however
+# busy the machine (the gone one is backdated by hours)
+jobq.worker_gone_after = '30min'
 EOF
 if ! "${AS[@]}" "$BINDIR/pg_ctl" -D "$DATA" -l "$PGLOG" -w start >/dev/null; then
 	cat "$PGLOG" >&2

@@ -12,6 +12,7 @@
 
 const pg = require('pg')
 const { checkSeconds } = require('./errors')
+const { guardPool, isPool } = require('./conn')
 
 // option name -> [SQL argument, cast]; priority and the times are special
 const OPTIONS = {
@@ -91,16 +92,27 @@ async function enqueueMany (db, kind, payloads, opts = {}) {
 
 // A producer bound to a pg.Pool or client (or a pg config, for a pool of its
 // own); opts.client in a call overrides it, e.g. with a client in a transaction.
+// A pool, given or made, gets the library's 'error' listener (an idle
+// connection lost is logged at warn with opts.logger, default console, and
+// never kills the process); the application's own listeners stay.
 class Producer {
-  constructor (db = {}) {
+  constructor (db = {}, opts = {}) {
     if (db && typeof db.query === 'function') {
       this.db = db
       this._own = false
     } else {
       this.db = new pg.Pool(typeof db === 'string' ? { connectionString: db } : db)
-      this.db.on('error', () => {}) // an idle connection lost: the next query reconnects
       this._own = true
     }
+    const logger = opts.logger ?? console
+    this._unguard = isPool(this.db)
+      ? guardPool(this.db, (e) => {
+        if (typeof logger.warn === 'function') {
+          logger.warn(`jobq producer: an idle database connection was lost (${e && e.message}); ` +
+            'the pool opens a new one when needed')
+        }
+      })
+      : () => {}
   }
 
   enqueue (kind, payload, opts = {}) {
@@ -115,6 +127,7 @@ class Producer {
 
   // Close the pool the producer made (a pool or client given is the caller's).
   async end () {
+    this._unguard()
     if (this._own) await this.db.end()
   }
 }

@@ -11,8 +11,8 @@
 // wait => `wait` seconds, sleeping in the server (no busy loop, no LISTEN)
 // until a job is ready, and back to batches once it gets one.
 //
-// Leases.  Every lease * renewEvery seconds one statement extends the lease
-// of every running job.  A NULL from jobq.extend (or false from
+// Leases.  Every lease * renewEvery seconds (every 15 s at least) one
+// statement extends the lease of every running job.  A NULL from jobq.extend (or false from
 // jobq.checkpoint) means the lease is lost: the job's signal is aborted
 // with LeaseLost and its outcome is discarded.
 //
@@ -31,18 +31,72 @@
 // Connections.  Every call is one statement in its own transaction, with
 // unnamed statements and no session state, so the worker runs through
 // PgBouncer in transaction mode.  A claim holds a pool connection for up to
-// `wait` seconds; reports and lease renewals use pool.query.
+// `wait` seconds.  The pool (the worker's own or the one it was given) has
+// the library's 'error' listener, and a client in use has one too, so a
+// server restart or failover is an error to retry, not the end of the
+// process.
+//
+// Outages.  A claim, a report or a renewal that fails because the database
+// cannot be reached (lib/conn.js: isTransient) is tried again, claims and
+// reports with backoff (100 ms doubling to 5 s, jittered): claims for as
+// long as the worker runs, a report for up to REPORT_PATIENCE_MS or until
+// the shutdown grace ends; then the job's lease expires and it runs again.
+// A report whose connection died after it was sent (isInDoubt) may have
+// committed: when the same statement, sent again with the same lease token,
+// finds the lease gone, the job's row tells whether the first one did it
+// (then it is done, not lost).  The first error of an outage is logged at
+// warn, its end at info.
+//
+// Later servers.  What the server offers is looked up once per connection
+// (lib/conn.js: featuresOf), so a restart, a failover or an ALTER EXTENSION
+// UPDATE under a running worker is taken into account.  Where jobq.fail
+// takes details, a failed attempt's stack (and its causes') goes there, at
+// most 16 kB.  Where the server has the worker registry, the worker
+// registers itself at start (library, version, host, pid, concurrency,
+// queues, kinds), refreshes its row on the renewal timer (one statement per
+// tick, none per job) and unregisters at the end; without it, none of this
+// is sent.
+//
+// Encodings.  node-postgres reads and writes UTF-8 and asks for
+// client_encoding UTF8, which the server converts from and to its own
+// encoding (SQL_ASCII passes bytes through); at start the worker checks
+// that a character outside ASCII makes the trip, and refuses to start with
+// a clear message when it does not (a client_encoding set otherwise).
 
 const os = require('os')
+const util = require('util')
 const pg = require('pg')
 const {
   Permanent, RetryIn, Snooze, LeaseLost, HandlerTimeout, HandedBack, checkSeconds
 } = require('./errors')
+const {
+  guardPool, isServerError, isTransient, isInDoubt, statement, sleep, backoffMs, fitBytes, asciiOnly
+} = require('./conn')
+const { version: VERSION } = require('../package.json')
 
 const LEVELS = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 }
+// How long a report (complete, fail, snooze) is tried again while the
+// database cannot be reached; after that the job's lease expires and it
+// runs again.
+const REPORT_PATIENCE_MS = 5 * 60 * 1000
+// The most bytes of a failure's story (its stack) sent as jobq.fail's details.
+const DETAILS_MAX_BYTES = 16 * 1024
+// The timer (lease renewals, the registry's heartbeat) fires every
+// lease * renewEvery seconds, but at least this often: the registry shows a
+// worker gone after jobq.worker_gone_after (default 1 min) without one.
+const BEAT_MAX_S = 15
 
 const interval = (s) => `${s} seconds`
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+// The encodings, checked at start.
+const DETECT_SQL = `
+SELECT pg_catalog.getdatabaseencoding() AS server_encoding,
+       pg_catalog.current_setting('client_encoding') AS client_encoding`
+// A character outside ASCII, there and back: what node-postgres sends and
+// reads must be what the server takes it for.
+const PROBE_SQL = `
+SELECT pg_catalog.convert_from(pg_catalog.decode('c3a9', 'hex'), 'UTF8') AS back,
+       $1::text = pg_catalog.convert_from(pg_catalog.decode('c3a9', 'hex'), 'UTF8') AS there`
 
 // A logger that passes messages at or above level to logger's methods.
 function levelled (logger, level) {
@@ -56,16 +110,25 @@ function levelled (logger, level) {
   return out
 }
 
-// Send a cancel request for the statement running on client.
+// Send a cancel request for the statement running on client; resolve once
+// the server (or PgBouncer) has closed the cancel connection, as libpq
+// waits, or after 5 s.  Closing it earlier, e.g. by exiting right after
+// stop(), crashes PgBouncer 1.18 ("bad client state: 0", fixed in 1.20).
 function sendCancel (client) {
   return new Promise((resolve) => {
     const p = client.connectionParameters
     const con = new pg.Connection()
-    con.on('error', () => resolve())
-    con.on('connect', () => {
-      con.cancel(client.processID, client.secretKey)
+    const done = () => {
+      clearTimeout(timer)
       resolve()
-    })
+    }
+    const timer = setTimeout(() => {
+      con.stream.destroy() // no Terminate message on a cancel connection
+      resolve()
+    }, 5000)
+    con.on('error', done)
+    con.on('end', done)
+    con.on('connect', () => con.cancel(client.processID, client.secretKey))
     if (String(p.host).startsWith('/')) con.connect(`${p.host}/.s.PGSQL.${p.port}`)
     else con.connect(p.port, p.host)
   })
@@ -143,23 +206,42 @@ class Worker {
       const c = typeof opts.connection === 'string' ? { connectionString: opts.connection } : (opts.connection ?? {})
       this.pool = new pg.Pool({
         application_name: 'jobq-worker',
+        // a claim per queue, a report or checkpoint per job, the timer's statement
         max: this.queues.length + this.concurrency + 1,
+        // a server gone without a word (a failover, a cut cable) is noticed
+        // within seconds, not the kernel's two hours
+        keepAlive: true,
+        keepAliveInitialDelayMillis: 10000,
+        connectionTimeoutMillis: 30000,
         ...c
       })
-      this.pool.on('error', (e) => this.log.warn(`${this.workerId}: idle connection lost: ${e.message}`))
       this._ownPool = true
     }
+    // the pool's 'error' event (an idle connection lost) is logged, never fatal
+    this._unguard = guardPool(this.pool, (e) => {
+      this.log.warn(`${this.workerId}: an idle database connection was lost (${e && e.message}); ` +
+        'the pool opens a new one when needed')
+      this._hook('onError', e, { op: 'pool' })
+    })
     this._handlers = new Map() // kind -> { fn, timeout }
     this._running = new Map() // job id -> { job, ac, state }
     this._reserved = 0 // slots held by claims in flight
     this._claims = new Set() // claims in flight: { client, cancelled }
+    this._cancels = [] // cancel requests sent at stop(), until their connections close
     this._waiters = [] // resolved when a slot frees or on stop
     this._stopping = false
+    this._stopped = new Promise((resolve) => { this._onStop = resolve }) // settles at stop()
     this._handedBack = 0
     this._done = null // the promise of run()
     this._graceTimer = null
     this._completions = [] // completions waiting for the next statement
     this._flushing = false // a completion statement is on its way
+    this._giveUp = false // the grace period is over: reports are not tried again
+    this._outageSince = null // when the database stopped answering, or null
+    this._features = null // the server's encoding and what it offers, as seen at start (_detect)
+    this._registered = false // a heartbeat went through
+    this._registryRefused = false // register_worker refused: no more heartbeats
+    this._beating = false
   }
 
   // Register fn (an async function of a Job) for jobs of kind; opts.timeout
@@ -194,12 +276,17 @@ class Worker {
       process.on('SIGTERM', onSignal)
       process.on('SIGINT', onSignal)
     }
-    const beat = setInterval(() => this._renew(), Math.max(this.lease * this.renewEvery, 0.05) * 1000)
-    this.log.info(`${this.workerId}: queues ${this.queues.join(',')}, kinds ${this.kinds.join(',')}, ` +
-      `concurrency ${this.concurrency}, batch ${this.batch}, lease ${this.lease}s, wait ${this.wait}s`)
+    let beat = null
     try {
+      await this._detect()
+      this.log.info(`${this.workerId}: queues ${this.queues.join(',')}, kinds ${this.kinds.join(',')}, ` +
+        `concurrency ${this.concurrency}, batch ${this.batch}, lease ${this.lease}s, wait ${this.wait}s`)
+      await this._heartbeat()
+      beat = setInterval(() => this._beat(), Math.max(Math.min(this.lease * this.renewEvery, BEAT_MAX_S), 0.05) * 1000)
       await Promise.all(this.queues.map((q) => this._loop(q)))
       while (this._running.size) await this._slotFreed()
+      await this._unregister()
+      await Promise.all(this._cancels)
       this.log.info(`${this.workerId}: stopped` +
         (this._handedBack ? `; ${this._handedBack} job(s) handed back` : ''))
       return { handedBack: this._handedBack }
@@ -210,6 +297,7 @@ class Worker {
         process.off('SIGTERM', onSignal)
         process.off('SIGINT', onSignal)
       }
+      this._unguard()
       if (this._ownPool) await this.pool.end().catch(() => {})
     }
   }
@@ -219,12 +307,13 @@ class Worker {
   stop (opts = {}) {
     if (!this._stopping) {
       this._stopping = true
+      this._onStop()
       const grace = checkSeconds(opts.grace ?? this.shutdownGrace, 'grace')
       this.log.info(`${this.workerId}: no more claims; finishing ${this._running.size} running job(s) ` +
         `(grace ${grace}s)`)
       for (const c of this._claims) {
         c.cancelled = true
-        sendCancel(c.client)
+        this._cancels.push(sendCancel(c.client))
       }
       this._graceTimer = setTimeout(() => this._handBackAll(), grace * 1000)
       this._wake()
@@ -238,8 +327,131 @@ class Worker {
 
   // --- internals -------------------------------------------------------------
 
-  _query (text, values) {
-    return this.pool.query(text, values)
+  // One statement on a pool client of its own (see conn.statement).
+  async _query (text, values) {
+    const r = await statement(this.pool, text, values)
+    this._reachable()
+    return r
+  }
+
+  // A statement failed because the database cannot be reached: the first
+  // failure of an outage is a warning, the others are debug lines.
+  _outage (e, what) {
+    if (this._outageSince === null) {
+      this._outageSince = Date.now()
+      this.log.warn(`${this.workerId}: the database cannot be reached (${what}: ${e && e.message}); ` +
+        'claims and reports are tried again with backoff')
+    } else {
+      this.log.debug(`${this.workerId}: ${what}: ${e && e.message}; trying again`)
+    }
+  }
+
+  // A statement went through: the end of an outage, if there was one.
+  _reachable () {
+    if (this._outageSince !== null) {
+      const s = ((Date.now() - this._outageSince) / 1000).toFixed(1)
+      this._outageSince = null
+      this.log.info(`${this.workerId}: the database answers again (after ${s} s)`)
+    }
+  }
+
+  // Learn what the server offers, and check that text makes the trip intact;
+  // wait (with backoff) while the database cannot be reached.  Throws when
+  // the session's encoding is one the library cannot work with.
+  async _detect () {
+    for (let i = 0; ; i++) {
+      try {
+        const r = (await this._query(DETECT_SQL)).rows[0]
+        if (String(r.client_encoding).toUpperCase() !== 'UTF8') {
+          throw new Error(`jobq: the session's client_encoding is ${r.client_encoding}, but node-postgres ` +
+            'reads and writes UTF-8: leave client_encoding alone (no SET client_encoding on the pool\'s clients)')
+        }
+        try {
+          const p = (await this._query(PROBE_SQL, ['é'])).rows[0]
+          if (p.back !== 'é' || p.there !== true) {
+            throw new Error(`jobq: text does not survive the trip to the server (encoding ${r.server_encoding}) ` +
+              `and back: 'é' came back as '${p.back}'; leave client_encoding out of the pg config (UTF-8)`)
+          }
+        } catch (e) {
+          // an encoding without the character (WIN1251, say) cannot tell
+          if (!isServerError(e) || (e.code !== '22P05' && e.code !== '22021')) throw e
+        }
+        // what the server offers, as a connection of the pool sees it
+        let f = null
+        await this._query((features) => { f = features; return null })
+        this._features = { serverEncoding: r.server_encoding, ...f }
+        this.log.debug(`${this.workerId}: server encoding ${r.server_encoding}; ` +
+          `jobq.fail details: ${f.failDetails ? 'yes' : 'no'}; worker registry: ${f.registry ? 'yes' : 'no'}`)
+        return
+      } catch (e) {
+        if (!isTransient(e)) throw e
+        this._outage(e, 'start')
+        this._hook('onError', e, { op: 'start' })
+        await sleep(backoffMs(i), this._stopped)
+        if (this._stopping) return // stopped before the database answered: nothing to do
+      }
+    }
+  }
+
+  // What the registry shows of this worker.
+  _info () {
+    return {
+      library: 'jobq-node',
+      version: VERSION,
+      host: os.hostname(),
+      pid: process.pid,
+      concurrency: this.concurrency,
+      queues: this.queues,
+      kinds: this.kinds
+    }
+  }
+
+  // Register, or refresh the registry's row (a heartbeat), where the server
+  // has the registry.  A refusal (a queue this role may not work on, say)
+  // is logged once and ends the heartbeats; the worker runs on.
+  async _heartbeat () {
+    if (!this._features || this._registryRefused) return
+    try {
+      await this._query((f) => f.registry
+        ? ['SELECT jobq.register_worker($1::text, $2::text[], $3::jsonb)',
+            [this.workerId, this.queues, JSON.stringify(this._info())]]
+        : null)
+      this._registered = true
+    } catch (e) {
+      if (isTransient(e)) {
+        this._outage(e, 'heartbeat')
+      } else {
+        this.log.warn(`${this.workerId}: jobq.register_worker failed: ${e.message}; the worker runs on unregistered`)
+        this._registryRefused = true
+      }
+      this._hook('onError', e, { op: 'heartbeat' })
+    }
+  }
+
+  // Leave the registry (at the end of run()), where the worker registered.
+  async _unregister () {
+    if (!this._registered) return
+    try {
+      await this._retrying('unregister', (f) => f.registry
+        ? ['SELECT jobq.unregister_worker($1::text) AS v', [this.workerId]]
+        : null, undefined, 10000, false)
+    } catch (e) {
+      this.log.warn(`${this.workerId}: jobq.unregister_worker failed: ${e.message}; ` +
+        'the registry shows the worker gone once it misses its heartbeats')
+      this._hook('onError', e, { op: 'unregister' })
+    }
+  }
+
+  // The timer: renew the leases of running jobs, then the heartbeat.
+  async _beat () {
+    if (this._beating) return
+    this._beating = true
+    try {
+      await this._renew()
+      await this._heartbeat()
+    } finally {
+      this._beating = false
+    }
   }
 
   _free () {
@@ -269,6 +481,7 @@ class Worker {
   // One queue's claim loop, until stop().
   async _loop (queue) {
     let idle = false
+    let failures = 0
     while (!this._stopping) {
       const free = this._free()
       if (free <= 0) {
@@ -280,11 +493,13 @@ class Worker {
       this._reserved += n
       try {
         rows = await this._claim(queue, n, idle ? this.wait : 0)
+        failures = 0
       } catch (e) {
-        this.log.error(`${this.workerId}: claim on queue ${queue} failed: ${e.message}; again in 1 s`)
-        this._hook('onError', e, { op: 'claim', queue })
         rows = []
-        await Promise.race([sleep(1000), this._slotFreedOrStop()])
+        if (isTransient(e)) this._outage(e, `claim on queue ${queue}`)
+        else this.log.error(`${this.workerId}: claim on queue ${queue} failed: ${e.message}; trying again`)
+        this._hook('onError', e, { op: 'claim', queue })
+        await sleep(backoffMs(failures++), this._stopped)
       } finally {
         this._reserved -= n
       }
@@ -298,16 +513,22 @@ class Worker {
     }
   }
 
-  _slotFreedOrStop () {
-    return this._stopping ? Promise.resolve() : this._slotFreed()
-  }
-
   // Claim up to n jobs of queue, sleeping up to wait seconds for one; [] when
   // cancelled by stop().
   async _claim (queue, n, wait) {
-    const client = await this.pool.connect()
+    let client
+    try {
+      client = await this.pool.connect()
+    } catch (e) {
+      if (e && typeof e === 'object') e.jobqSent = false
+      throw e
+    }
     const c = { client, cancelled: false }
     let broken = null
+    // pg emits 'error' on a client whose connection dies, even under a
+    // running query, and the pool does not listen while it is checked out
+    const onError = (e) => { broken = broken || e }
+    client.on('error', onError)
     try {
       if (this._stopping) return []
       this._claims.add(c)
@@ -317,13 +538,15 @@ class Worker {
            FROM jobq.claim($1::text, worker_id => $2::text, batch => $3::integer,
                            lease => $4::interval, kinds => $5::text[], wait => $6::interval)`,
         [queue, this.workerId, n, interval(this.lease), this.kinds, interval(wait)])
+      this._reachable()
       return r.rows
     } catch (e) {
-      broken = e
+      broken = broken || e
       if (c.cancelled && e.code === '57014') return [] // our cancel: it claimed nothing
       throw e
     } finally {
       this._claims.delete(c)
+      client.removeListener('error', onError)
       // a connection we sent a cancel to is dropped: a late cancel must not
       // hit the next statement run on it
       client.release(c.cancelled || broken ? true : undefined)
@@ -386,7 +609,8 @@ class Worker {
       // the report did not reach the database: the lease expires and the
       // job runs again (at least once)
       outcome = 'unreported'
-      this.log.error(`${this.workerId}: job ${job.id} (${job.kind}): could not report its outcome: ${e.message}`)
+      this.log.error(`${this.workerId}: job ${job.id} (${job.kind}): could not report its outcome: ${e.message}; ` +
+        'its lease will expire and it will run again')
       this._hook('onError', e, { op: 'report', job })
     } finally {
       clearTimeout(timer)
@@ -395,7 +619,8 @@ class Worker {
         this._running.delete(job.id)
         this._wake()
       }
-      this._hook('onFinish', job, outcome, ms)
+      const e = rj.error
+      this._hook('onFinish', job, outcome, ms, { error: e === undefined ? null : errorText(e), thrown: e })
     }
   }
 
@@ -404,51 +629,54 @@ class Worker {
   async _report (rj, result, error) {
     const { job } = rj
     const attempt = `job ${job.id} (${job.kind}) attempt ${job.attempt}`
+    rj.error = error // for onFinish
     if (rj.state === 'lost') return 'lost'
     if (rj.state === 'handedBack') return 'handedBack'
     if (error instanceof LeaseLost) {
       rj.state = 'lost'
       return 'lost'
     }
-    let r
-    let outcome
     let json = null
     if (error === undefined && result !== undefined) {
       try {
         json = JSON.stringify(result)
       } catch (e) {
-        error = new Error(`the result is not JSON: ${e.message}`)
+        // BigInt, a circular object, a toJSON that throws: this job's
+        // result can never be sent, whatever runs it again
+        error = unsendable(`the result is not JSON: ${errorText(e)}`, e)
       }
     }
     if (error === undefined) {
+      let ok
       try {
-        r = await this._complete(job, json)
-        outcome = r ? 'completed' : null
+        ok = await this._complete(job, json)
       } catch (e) {
-        if (!e.code) throw e // the server was not reached
-        // the server refused the result (too large, say): the attempt failed
-        error = new Error(`the result was refused: ${e.message}`)
+        if (isTransient(e)) throw e // not delivered, in time
+        // the server refused the result (over jobq.max_result_size, a
+        // character its encoding lacks): for good, this job alone
+        error = unsendable(`the result was refused: ${e.message}${isServerError(e) ? ` (SQLSTATE ${e.code})` : ''}`, e)
+      }
+      if (error === undefined) {
+        if (!ok) {
+          this.log.warn(`${this.workerId}: ${attempt}: lease lost; outcome discarded`)
+          return 'lost'
+        }
+        this.log.debug(`${this.workerId}: ${attempt}: completed in ${Date.now() - rj.t0} ms`)
+        return 'completed'
       }
     }
-    if (error === undefined) {
-      // reported above
-    } else if (error instanceof Snooze) {
-      r = await this._retrying('SELECT jobq.snooze($1, $2, $3::interval) AS v',
+    rj.error = error // for onFinish
+    let outcome
+    if (error instanceof Snooze) {
+      const { rows } = await this._retrying(`snooze job ${job.id}`, 'SELECT jobq.snooze($1, $2, $3::interval) AS v',
         [job.id, job.leaseToken, interval(error.seconds)])
-      outcome = r ? 'snoozed' : null
+      outcome = rows[0].v ? 'snoozed' : null
     } else {
       const text = errorText(error)
-      if (error instanceof Permanent) {
-        r = await this._retrying('SELECT jobq.fail($1, $2, $3, retryable => false) AS v',
-          [job.id, job.leaseToken, text])
-      } else if (error instanceof RetryIn) {
-        r = await this._retrying('SELECT jobq.fail($1, $2, $3, retry_in => $4::interval) AS v',
-          [job.id, job.leaseToken, text, interval(error.seconds)])
-      } else {
-        r = await this._retrying('SELECT jobq.fail($1, $2, $3) AS v', [job.id, job.leaseToken, text])
-      }
+      const r = await this._fail(job, error, text)
       outcome = r == null ? null : r === 'pending' ? 'retrying' : 'failed'
-      if (outcome) this.log.info(`${this.workerId}: ${attempt}: ${outcome}: ${text}`)
+      if (outcome === 'retrying') this.log.warn(`${this.workerId}: ${attempt} failed, to be retried: ${text}`)
+      else if (outcome === 'failed') this.log.error(`${this.workerId}: ${attempt} failed for good (dead letter): ${text}`)
     }
     if (outcome === null) {
       this.log.warn(`${this.workerId}: ${attempt}: lease lost; outcome discarded`)
@@ -458,24 +686,98 @@ class Worker {
     return outcome
   }
 
-  // Run a reporting statement, again after a connection error (3 tries);
-  // resolve to column v of its row (all rows when allRows).
-  async _retrying (text, values, allRows = false) {
-    for (let i = 1; ; i++) {
+  // jobq.fail for an attempt that ended with error (text: errorText(error));
+  // resolve to its answer ('pending', 'failed', or null: the lease is gone).
+  async _fail (job, error, text) {
+    let details = detailsOf(error)
+    // the statement, with details where the connection's server takes them
+    const send = (t, d) => this._retrying(`fail job ${job.id}`, (f) => {
+      const values = [job.id, job.leaseToken, t]
+      let args = ''
+      if (error instanceof Permanent || (error && error.jobqPermanent)) {
+        args += ', retryable => false'
+      } else if (error instanceof RetryIn) {
+        values.push(interval(error.seconds))
+        args += `, retry_in => $${values.length}::interval`
+      }
+      if (f.failDetails) {
+        values.push(d)
+        args += `, details => $${values.length}::text`
+      }
+      return [`SELECT jobq.fail($1, $2, $3::text${args}) AS v`, values]
+    })
+    let res
+    for (let tries = 1; ; tries++) {
+      try {
+        res = await send(text, details)
+        break
+      } catch (e) {
+        if (!isServerError(e)) throw e
+        const ascii = asciiOnly(text + details) === text + details
+        if ((e.code === '22P05' || e.code === '22021') && !ascii) {
+          // a character the server's encoding lacks (a euro sign in
+          // LATIN1): the same story, in ASCII
+          text = asciiOnly(text)
+          details = asciiOnly(details)
+        } else if (e.code !== '42883' || tries > 1) {
+          throw e
+        }
+        // 42883: the connection's server lost the details argument since it
+        // was looked up (conn.statement forgot it): again, as it is now
+      }
+    }
+    let v = res.rows[0].v
+    if (v == null && res.inDoubt) {
+      // the first one may have gone through before its connection died
+      const row = await this._jobRow(job)
+      if (row && row.status !== 'running' && row.last_error &&
+          (text.startsWith(row.last_error) || asciiOnly(text).startsWith(row.last_error))) {
+        this.log.info(`${this.workerId}: job ${job.id}: its failure was recorded before the connection was lost`)
+        v = row.status
+      }
+    }
+    return v
+  }
+
+  // The job's row as jobq.jobs shows it, or null (not there, or no answer).
+  async _jobRow (job) {
+    try {
+      const { rows } = await this._retrying(`look up job ${job.id}`,
+        'SELECT status, retry_count, worker_id, last_error FROM jobq.jobs WHERE job_id = $1', [job.id])
+      return rows[0] || null
+    } catch (e) {
+      this.log.warn(`${this.workerId}: job ${job.id}: could not look it up: ${e.message}`)
+      return null
+    }
+  }
+
+  // Run a statement, again while it fails because the database cannot be
+  // reached, with backoff, for up to patienceMs (and, when stopAtGiveUp,
+  // not after the shutdown grace ended).  Resolve to { rows, inDoubt }:
+  // inDoubt when a failed try may have committed (isInDoubt).  The error
+  // thrown has jobqInDoubt likewise.
+  async _retrying (what, text, values, patienceMs = REPORT_PATIENCE_MS, stopAtGiveUp = true) {
+    const deadline = Date.now() + patienceMs
+    let inDoubt = false
+    for (let i = 0; ; i++) {
       try {
         const r = await this._query(text, values)
-        return allRows ? r.rows : r.rows[0].v
+        return { rows: r ? r.rows : [], inDoubt }
       } catch (e) {
-        if (i >= 3 || e.code) throw e // an SQL error is not retried
-        await sleep(250 * i)
+        inDoubt = inDoubt || isInDoubt(e)
+        if (e && typeof e === 'object') e.jobqInDoubt = inDoubt
+        if (!isTransient(e) || (stopAtGiveUp && this._giveUp) || Date.now() > deadline) throw e
+        this._outage(e, what)
+        await sleep(backoffMs(i))
       }
     }
   }
 
-  // Complete a job; resolve to jobq.complete's answer.  Completions that
-  // arrive while one is on its way to the server go together in the next
-  // statement (one transaction, one round trip), so a busy worker reports
-  // many jobs per statement and an idle one sends each at once.
+  // Complete a job; resolve to jobq.complete's answer (true: completed).
+  // Completions that arrive while one is on its way to the server go
+  // together in the next statement (one transaction, one round trip), so a
+  // busy worker reports many jobs per statement and an idle one sends each
+  // at once.
   _complete (job, resultJson) {
     return new Promise((resolve, reject) => {
       this._completions.push({ job, resultJson, resolve, reject })
@@ -489,22 +791,32 @@ class Worker {
       while (this._completions.length) {
         const batch = this._completions.splice(0, 100)
         try {
-          const r = batch.length === 1
-            ? await this._retrying('SELECT 1 AS i, jobq.complete($1, $2, $3::jsonb) AS v',
-              [batch[0].job.id, batch[0].job.leaseToken, batch[0].resultJson], true)
-            : await this._retrying(
+          const { rows, inDoubt } = batch.length === 1
+            ? await this._retrying(`complete job ${batch[0].job.id}`, 'SELECT 1 AS i, jobq.complete($1, $2, $3::jsonb) AS v',
+              [batch[0].job.id, batch[0].job.leaseToken, batch[0].resultJson])
+            : await this._retrying(`complete ${batch.length} jobs`,
               `SELECT t.i, jobq.complete(t.id, t.token, t.result) AS v
                  FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) WITH ORDINALITY AS t(id, token, result, i)`,
-              [batch.map((c) => c.job.id), batch.map((c) => c.job.leaseToken), batch.map((c) => c.resultJson)], true)
-          const ok = new Map(r.map((row) => [Number(row.i), row.v]))
-          batch.forEach((c, i) => c.resolve(ok.get(i + 1) ?? false))
+              [batch.map((c) => c.job.id), batch.map((c) => c.job.leaseToken), batch.map((c) => c.resultJson)])
+          const ok = new Map(rows.map((row) => [Number(row.i), row.v]))
+          const answers = batch.map((c, i) => ok.get(i + 1) ?? false)
+          if (inDoubt) await this._confirmCompleted(batch, answers)
+          batch.forEach((c, i) => c.resolve(answers[i]))
         } catch (e) {
-          if (batch.length === 1 || !e.code) {
+          if (batch.length === 1 || isTransient(e)) {
             for (const c of batch) c.reject(e)
           } else {
             // one bad result (too large, say) must not fail the others: one by one
+            this.log.warn(`${this.workerId}: ${batch.length} completions in one statement failed (${e.message}); ` +
+              'sending them one by one')
             for (const c of batch) {
-              this._retrying('SELECT jobq.complete($1, $2, $3::jsonb) AS v', [c.job.id, c.job.leaseToken, c.resultJson])
+              this._retrying(`complete job ${c.job.id}`, 'SELECT jobq.complete($1, $2, $3::jsonb) AS v',
+                [c.job.id, c.job.leaseToken, c.resultJson])
+                .then(async ({ rows, inDoubt }) => {
+                  const answers = [rows[0].v]
+                  if (inDoubt) await this._confirmCompleted([c], answers)
+                  return answers[0]
+                })
                 .then(c.resolve, c.reject)
             }
           }
@@ -515,12 +827,25 @@ class Worker {
     }
   }
 
-  // Extend the lease of every running job (a timer, every lease * renewEvery).
+  // A completion sent again after its connection died under it answers
+  // false when the first one committed (the lease token is spent): the
+  // job's row tells, and such a job is done, not lost.  answers is updated.
+  async _confirmCompleted (batch, answers) {
+    for (let i = 0; i < batch.length; i++) {
+      if (answers[i]) continue
+      const { job } = batch[i]
+      const row = await this._jobRow(job)
+      if (row && row.status === 'completed' && row.retry_count === job.retryCount && row.worker_id === this.workerId) {
+        this.log.info(`${this.workerId}: job ${job.id}: its completion had committed before the connection was lost`)
+        answers[i] = true
+      }
+    }
+  }
+
+  // Extend the lease of every running job (on the timer).
   async _renew () {
-    if (this._renewing) return
     const jobs = [...this._running.values()].filter((rj) => rj.state === 'running').map((rj) => rj.job)
     if (!jobs.length) return
-    this._renewing = true
     try {
       const r = await this._query(
         `SELECT t.id AS id, jobq.extend(t.id, t.token, $1::interval) AS until
@@ -534,15 +859,15 @@ class Worker {
       }
       this._hook('onRenew', { count: jobs.length })
     } catch (e) {
-      this.log.error(`${this.workerId}: lease renewal failed: ${e.message}`)
+      if (isTransient(e)) this._outage(e, 'lease renewal')
+      else this.log.error(`${this.workerId}: lease renewal failed: ${e.message}`)
       this._hook('onError', e, { op: 'renew' })
-    } finally {
-      this._renewing = false
     }
   }
 
   // Hand back every job still running (grace over, or a second stop()).
   async _handBackAll () {
+    this._giveUp = true
     const rjs = [...this._running.values()].filter((rj) => this._abort(rj, 'handedBack', new HandedBack()))
     if (!rjs.length) return
     try {
@@ -557,12 +882,12 @@ class Worker {
   // retry spent.
   async _release (rows, why) {
     try {
-      const r = await this._query(
+      const { rows: r } = await this._retrying('hand back',
         `SELECT count(*) FILTER (WHERE jobq.release(t.id, t.token))::integer AS n
            FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)`,
-        [rows.map((x) => x.job_id), rows.map((x) => x.lease_token)])
-      this._handedBack += r.rows[0].n
-      this.log.warn(`${this.workerId}: handed back ${r.rows[0].n} job(s) ${why}: ` +
+        [rows.map((x) => x.job_id), rows.map((x) => x.lease_token)], 10000, false)
+      this._handedBack += r[0].n
+      this.log.warn(`${this.workerId}: handed back ${r[0].n} job(s) ${why}: ` +
         rows.map((x) => x.job_id).join(', '))
     } catch (e) {
       this.log.error(`${this.workerId}: could not hand back job(s) ${rows.map((x) => x.job_id).join(', ')}: ` +
@@ -572,10 +897,42 @@ class Worker {
   }
 }
 
+// An attempt that failed for a reason no retry can change (its result
+// cannot be sent): jobq.fail(..., retryable => false).
+function unsendable (message, cause) {
+  const e = new Error(message, { cause })
+  e.jobqPermanent = true
+  return e
+}
+
+// A thrown value as text, whatever it is.
+function describe (v) {
+  if (typeof v === 'string') return v
+  try {
+    const s = JSON.stringify(v)
+    if (s !== undefined) return s
+  } catch (e) {}
+  return util.inspect(v, { depth: 4, breakLength: Infinity }) // BigInt, circular: as Node shows them
+}
+
 // What a failed attempt leaves in last_error: the error's class and message.
 function errorText (e) {
   if (e instanceof Error) return `${e.name || 'Error'}: ${e.message}`
-  return `thrown: ${typeof e === 'string' ? e : JSON.stringify(e)}`
+  return `thrown: ${describe(e)}`
 }
 
-module.exports = { Worker, Job }
+// A failed attempt's story for jobq.fail's details: the stack, and the
+// stacks of its causes, at most DETAILS_MAX_BYTES bytes, cut on a
+// character boundary.
+function detailsOf (e) {
+  let s = e instanceof Error ? String(e.stack || errorText(e)) : errorText(e)
+  let c = e instanceof Error ? e.cause : undefined
+  for (let depth = 0; c !== undefined && c !== null && depth < 5; depth++) {
+    s += '\nCaused by: ' + (c instanceof Error ? String(c.stack || errorText(c)) : describe(c))
+    c = c instanceof Error ? c.cause : undefined
+    if (s.length > 4 * DETAILS_MAX_BYTES) break
+  }
+  return fitBytes(s, DETAILS_MAX_BYTES)
+}
+
+module.exports = { Worker, Job, errorText, detailsOf, DETAILS_MAX_BYTES }

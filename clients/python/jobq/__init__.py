@@ -21,15 +21,15 @@
 Only psycopg 3 is needed.  See clients/python/README.md.
 """
 
+from ._version import __version__
+from .encoder import JSONEncoder, dumps
 from .errors import LeaseLost, Permanent, RetryIn, Snooze
 from .producer import (Enqueued, connect, enqueue, enqueue_async, enqueue_many,
                        enqueue_many_async)
 from .worker import AsyncJob, Event, Job, Worker
 
-__version__ = "0.2.0"
-
 __all__ = [
-    "AsyncJob", "Enqueued", "Event", "Job", "LeaseLost", "Permanent", "RetryIn",
-    "Snooze", "Worker", "connect", "enqueue", "enqueue_async", "enqueue_many",
-    "enqueue_many_async",
+    "AsyncJob", "Enqueued", "Event", "JSONEncoder", "Job", "LeaseLost", "Permanent",
+    "RetryIn", "Snooze", "Worker", "__version__", "connect", "dumps", "enqueue",
+    "enqueue_async", "enqueue_many", "enqueue_many_async",
 ]

@@ -12,16 +12,25 @@ Every function runs on what it is given and never commits on its own:
 
 Times come from the database clock: ``run_at`` is a ``datetime``, or a
 ``timedelta`` counted from the database's ``now()``.
+
+Payloads are written with ``jobq.dumps`` (Decimal, datetime, date, time and
+UUID too; see jobq.encoder): as UTF-8 text on a connection whose client
+encoding is UTF8, with non-ASCII characters escaped on any other (the server
+translates them into its encoding, or refuses what it cannot hold).
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 from typing import (Any, AsyncContextManager, ContextManager, List, Mapping,
                     NamedTuple, Optional, Protocol, Sequence, Tuple, Union)
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
+
+from .encoder import dumps as _dumps
 
 
 class Enqueued(NamedTuple):
@@ -113,24 +122,44 @@ def _many(kind: str, payloads: Sequence[Mapping[str, Any]], queue: str,
         concurrency_key] + dparams
 
 
+def _utf8_dumps(obj: Any) -> str:
+    return _dumps(obj)
+
+
+def _ascii_dumps(obj: Any) -> str:
+    return _dumps(obj, ascii=True)
+
+
+def _bind(params: List[Any], conn: Any) -> List[Any]:
+    """Give the JSON parameters the writer that suits conn's client encoding:
+    psycopg sends JSON text as UTF-8 bytes, which only a UTF8 connection
+    reads as such; on any other, ASCII with escapes is safe."""
+    fn = _utf8_dumps if conn.info.encoding == "utf-8" else _ascii_dumps
+    for p in params:
+        for j in (p if isinstance(p, list) else [p]):
+            if isinstance(j, Jsonb):
+                j.dumps = fn
+    return params
+
+
 def _run(target: Target, sql: str, params: List[Any]) -> List[Tuple[Any, ...]]:
     if isinstance(target, psycopg.Cursor):
-        target.execute(sql, params)
+        target.execute(sql, _bind(params, target.connection))
         return target.fetchall()
     if isinstance(target, psycopg.Connection):
-        return target.execute(sql, params).fetchall()
+        return target.execute(sql, _bind(params, target)).fetchall()
     with target.connection() as conn:
-        return conn.execute(sql, params).fetchall()
+        return conn.execute(sql, _bind(params, conn)).fetchall()
 
 
 async def _arun(target: AsyncTarget, sql: str, params: List[Any]) -> List[Tuple[Any, ...]]:
     if isinstance(target, psycopg.AsyncCursor):
-        await target.execute(sql, params)
+        await target.execute(sql, _bind(params, target.connection))
         return await target.fetchall()
     if isinstance(target, psycopg.AsyncConnection):
-        return await (await target.execute(sql, params)).fetchall()
+        return await (await target.execute(sql, _bind(params, target))).fetchall()
     async with target.connection() as conn:
-        return await (await conn.execute(sql, params)).fetchall()
+        return await (await conn.execute(sql, _bind(params, conn))).fetchall()
 
 
 def enqueue(target: Target, kind: str, payload: Optional[Mapping[str, Any]] = None, *,
@@ -193,10 +222,23 @@ async def enqueue_many_async(target: AsyncTarget, kind: str,
     return [Enqueued(i, c) for i, c in await _arun(target, sql, params)]
 
 
+def _has_client_encoding(conninfo: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether the caller chose a client encoding (conninfo, keyword or
+    PGCLIENTENCODING)."""
+    if "client_encoding" in kwargs or os.environ.get("PGCLIENTENCODING"):
+        return True
+    return "client_encoding" in conninfo_to_dict(conninfo)
+
+
 def connect(conninfo: str = "", *, pooler: bool = False, autocommit: bool = False,
             **kwargs: Any) -> psycopg.Connection[Any]:
     """psycopg.connect(), with ``pooler=True`` for a PgBouncer in transaction
-    mode: no server-side prepared statements (prepare_threshold=None)."""
+    mode: no server-side prepared statements (prepare_threshold=None).  The
+    client encoding is UTF8 unless the caller chose one, so that text comes
+    back as str whatever the server's encoding (on SQL_ASCII, psycopg would
+    otherwise return bytes)."""
     if pooler:
         kwargs["prepare_threshold"] = None
+    if not _has_client_encoding(conninfo, kwargs):
+        kwargs["client_encoding"] = "UTF8"
     return psycopg.connect(conninfo, autocommit=autocommit, **kwargs)

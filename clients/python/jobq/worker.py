@@ -16,6 +16,28 @@ How a handler ends decides what happens to its job:
     raises Snooze(s)         jobq.snooze(job_id, token, s): no retry spent
     runs past its timeout    jobq.fail(..., 'timed out after ...'): retried
     raises anything else     jobq.fail(...): retried with the queue's backoff
+    returns what cannot be   jobq.fail(..., 'result not stored: ...',
+      stored (not JSON, over   retryable => false): the dead letter, that job
+      jobq.max_result_size)    alone
+
+Results are written with jobq.dumps (Decimal and UUID as strings, datetime,
+date and time in ISO 8601; see jobq.encoder).  Completions that arrive
+together are sent in one statement; when it fails, they are sent one by one,
+so one result the server refuses fails its own job and no other.
+
+A failure is logged with its error at WARNING when the job will be retried,
+at ERROR when it is dead (permanent, or no retries left); Event.error has the
+same text.  The stack trace goes to jobq.fail as ``details`` (at most 16 kB)
+when the server has that argument (jobq 0.3.0; looked up once per
+connection).
+
+Connections use client_encoding UTF8, whatever the server's encoding: text
+comes back as str on SQL_ASCII databases too, and JSON is sent as UTF-8.
+When the server has jobq.register_worker (0.3.0), the worker registers in
+jobq.app_workers at start (library, version, host, pid, queues, concurrency,
+kinds), refreshes its row four times within jobq.worker_gone_after (at least
+every 15 s; no write per job: the view counts the jobs in hand), and
+unregisters when it stops.  Servers without it are left alone.
 
 SIGTERM or SIGINT (or ``stop()``) stops claiming at once: a claim blocked in
 its wait is cancelled, which claims nothing.  Running jobs get ``grace``
@@ -34,13 +56,18 @@ from __future__ import annotations
 import asyncio
 import datetime
 import inspect
+import io
+import json
 import logging
 import os
+import platform
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional,
                     Sequence, Set, Tuple, TypeVar, Union)
@@ -48,6 +75,8 @@ from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional,
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ._version import __version__
+from .encoder import dumps as _dumps
 from .errors import LeaseLost, Permanent, RetryIn, Snooze
 
 log = logging.getLogger("jobq")
@@ -56,6 +85,29 @@ _CLAIM = ("SELECT job_id, lease_token, kind, payload, priority, retry_count,"
           "       max_retries, checkpoint, enqueued_at, lease_expires_at"
           "  FROM jobq.claim(%s, worker_id => %s, batch => %s, lease => %s,"
           "                  kinds => %s, wait => %s)")
+# On a SQL_ASCII database the server sends text as the bytes it holds, and
+# refuses (the whole claim) when they are not valid in the client encoding:
+# there, payload and checkpoint come as bytes, decoded here (the kinds match
+# ours, which are valid).
+_CLAIM_SQL_ASCII = _CLAIM.replace(
+    "payload,", "pg_catalog.convert_to(payload::text, 'SQL_ASCII'),").replace(
+    "checkpoint,", "pg_catalog.convert_to(checkpoint::text, 'SQL_ASCII'),")
+
+
+# what the worker asks the server about once per connection: does it have
+# jobq.fail(..., details) and the application worker registry (jobq 0.3.0),
+# and after how long does the registry show a silent worker as gone?
+_CAPABILITIES = (
+    "SELECT coalesce(bool_or(p.proname = 'fail' AND 'details' = ANY (p.proargnames)), false),"
+    "       coalesce(bool_or(p.proname = 'register_worker'), false)"
+    "       AND coalesce(bool_or(p.proname = 'unregister_worker'), false),"
+    "       pg_catalog.date_part('epoch', pg_catalog.current_setting("
+    "           'jobq.worker_gone_after', true)::pg_catalog.interval)"
+    "  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+    " WHERE n.nspname = 'jobq' AND p.proname IN ('fail', 'register_worker', 'unregister_worker')")
+
+#: the most bytes of stack trace sent as jobq.fail's details
+MAX_DETAILS = 16 * 1024
 
 
 def _seconds(s: float) -> datetime.timedelta:
@@ -63,13 +115,51 @@ def _seconds(s: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=s)
 
 
+@dataclass
+class _Capabilities:
+    details: bool = False               # jobq.fail(..., details => ...)
+    registry: bool = False              # jobq.register_worker / unregister_worker
+    gone_after: float = 60.0            # jobq.worker_gone_after, in seconds
+
+    @property
+    def beat(self) -> float:
+        """How often to refresh the worker's row: four times within
+        jobq.worker_gone_after, and at least every 15 s."""
+        return min(max(self.gone_after / 4, 0.25), 15.0)
+
+
+class _Undecodable:
+    """A jsonb value (payload, checkpoint) that is not valid UTF-8: bytes a
+    SQL_ASCII database took from a client of another encoding."""
+
+    def __init__(self, error: UnicodeDecodeError) -> None:
+        self.error = error
+
+
+def _json_of(raw: Any) -> Any:
+    """JSON from the bytes of a SQL_ASCII database (see _CLAIM_SQL_ASCII);
+    anything else as it is."""
+    if not isinstance(raw, (bytes, memoryview)):
+        return raw
+    try:
+        return json.loads(bytes(raw).decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return _Undecodable(e)
+
+
+class _WrongEncoding(psycopg.InterfaceError):
+    """A connection whose client encoding is not UTF8."""
+
+
 class _JobBase:
     """One claimed job: what its handler sees."""
 
     def __init__(self, worker: "Worker", queue: str, row: Tuple[Any, ...]) -> None:
-        (self.id, self.lease_token, self.kind, self.payload, self.priority,
+        (self.id, self.lease_token, self.kind, payload, self.priority,
          self.retry_count, self.max_retries, checkpoint, self.enqueued_at,
          self.lease_expires_at) = row
+        self.payload = _json_of(payload)
+        checkpoint = _json_of(checkpoint)
         self.id: int
         self.lease_token: int
         self.kind: str
@@ -87,6 +177,7 @@ class _JobBase:
         self._worker = worker
         self._phase = "claimed"         # claimed, running, reporting, done
         self._handed_back = False       # released at shutdown
+        self._thread: Optional[int] = None  # the thread running a plain handler
 
     @property
     def attempt(self) -> int:
@@ -129,7 +220,9 @@ class Event:
     """What a metrics hook receives.  ``name`` is one of claimed, completed,
     retried (failed with retries left), failed (dead letter), snoozed,
     released (handed back at shutdown), lost (lease lost, outcome discarded),
-    error (a report did not reach the database)."""
+    error (a report did not reach the database).  ``error`` is the error
+    text of retried and failed jobs (as stored in last_error) and of error
+    events."""
 
     name: str
     job_id: int
@@ -161,8 +254,12 @@ class _State:
     ops: Optional[psycopg.AsyncConnection[Any]] = None
     ops_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     claiming: Set[psycopg.AsyncConnection[Any]] = field(default_factory=set)
-    completes: List[Tuple[AnyJob, Any, "asyncio.Future[bool]"]] = field(default_factory=list)
+    completes: List[Tuple[AnyJob, Optional[str], "asyncio.Future[Any]"]] = field(
+        default_factory=list)
     flushing: bool = False              # a _flush task is sending completes
+    caps: _Capabilities = field(default_factory=_Capabilities)  # of the ops connection
+    registered: bool = False            # in jobq.app_workers
+    registry_error: Optional[str] = None    # the last registration error logged
 
 
 class Worker:
@@ -179,6 +276,7 @@ class Worker:
     timeout       default handler timeout in seconds (None: no timeout)
     pooler        True behind PgBouncer in transaction mode: nothing prepared
     on_event      a metrics hook, called with an Event on the event loop
+    dumps         writes results and checkpoints as JSON text (jobq.dumps)
     """
 
     def __init__(self, conninfo: str = "", *, queues: Union[str, Sequence[str]] = "default",
@@ -186,7 +284,8 @@ class Worker:
                  renew: float = 1 / 3, wait: float = 5.0, grace: float = 30.0,
                  timeout: Optional[float] = None, worker_id: Optional[str] = None,
                  pooler: bool = False, connect_kwargs: Optional[Mapping[str, Any]] = None,
-                 on_event: Optional[Callable[[Event], None]] = None) -> None:
+                 on_event: Optional[Callable[[Event], None]] = None,
+                 dumps: Callable[[Any], str] = _dumps) -> None:
         self.conninfo = conninfo
         self.queues = [queues] if isinstance(queues, str) else list(queues)
         if not self.queues:
@@ -206,6 +305,7 @@ class Worker:
         self.pooler = pooler
         self.connect_kwargs = dict(connect_kwargs or {})
         self.on_event = on_event
+        self.dumps = dumps
         self._handlers: Dict[str, _Registered] = {}
         self._threads = _Threads()
         self._state: Optional[_State] = None
@@ -272,7 +372,20 @@ class Worker:
         kw.update(self.connect_kwargs)
         if self.pooler:
             kw["prepare_threshold"] = None  # prepared statements are session state
-        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **kw)
+        # UTF8 whatever the server's encoding: on SQL_ASCII psycopg would
+        # return text as bytes (no handler matches a kind), on LATIN1 it
+        # could not read non-ASCII JSON; psycopg sends JSON as UTF-8 anyway
+        kw["client_encoding"] = "UTF8"
+        conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **kw)
+        if conn.info.encoding != "utf-8":
+            client, server = (conn.info.parameter_status(n) or "?"
+                              for n in ("client_encoding", "server_encoding"))
+            await conn.close()
+            raise _WrongEncoding(
+                "jobq: the worker needs client_encoding UTF8, but its connection has %s"
+                " (server encoding %s): does a pooler or a setting force another one?"
+                % (client, server))
+        return conn
 
     async def run_async(self, *, install_signals: bool = True) -> int:
         """run() for a caller that has an event loop already."""
@@ -291,8 +404,18 @@ class Worker:
         log.info("%s: queues %s, kinds %s, concurrency %d, lease %gs, wait %gs",
                  self.worker_id, ",".join(self.queues), ",".join(self.kinds),
                  self.concurrency, self.lease, self.wait)
-        heartbeat = asyncio.ensure_future(self._heartbeat())
+        heartbeat: Optional["asyncio.Future[None]"] = None
+        beat: Optional["asyncio.Future[None]"] = None
         try:
+            try:
+                await self._ops()       # refuses a connection that is not UTF8
+            except _WrongEncoding:
+                raise
+            except psycopg.Error as e:  # the claims will keep trying
+                log.warning("%s: cannot connect yet: %s", self.worker_id, e)
+            await self._register()
+            heartbeat = asyncio.ensure_future(self._heartbeat())
+            beat = asyncio.ensure_future(self._registry_beat())
             claimers = [asyncio.ensure_future(self._claim_loop(q)) for q in self.queues]
             await st.stop.wait()
             await self._cancel_claims(claimers)
@@ -301,24 +424,37 @@ class Worker:
                      ", %d job(s) unfinished" % handed_back if handed_back else "")
             return 1 if handed_back else 0
         finally:
-            heartbeat.cancel()
-            try:
-                await heartbeat
-            except (asyncio.CancelledError, psycopg.Error):
-                pass
+            for task in (heartbeat, beat):
+                if task is not None:
+                    task.cancel()
+                    try:
+                        await task
+                    except (asyncio.CancelledError, psycopg.Error):
+                        pass
             for s in signals:
                 loop.remove_signal_handler(s)
+            await self._unregister()
             if st.ops is not None:
                 await st.ops.close()
             self._state = None
 
     async def _ops(self) -> psycopg.AsyncConnection[Any]:
-        """The connection for reports, extends and checkpoints."""
+        """The connection for reports, extends and checkpoints; what the
+        server can do (st.caps) is looked up once per connection."""
         st = self._state
         assert st is not None
         async with st.ops_lock:
             if st.ops is None or st.ops.closed or st.ops.broken:
-                st.ops = await self._connect()
+                conn = await self._connect()
+                try:
+                    row = await (await conn.execute(_CAPABILITIES)).fetchone()
+                except BaseException:
+                    await conn.close()
+                    raise
+                assert row is not None
+                st.caps = _Capabilities(details=bool(row[0]), registry=bool(row[1]),
+                                        gone_after=row[2] or 60.0)
+                st.ops = conn
             return st.ops
 
     async def _call(self, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
@@ -375,7 +511,9 @@ class Worker:
                     st.claiming.add(conn)
                     try:
                         if not st.stop.is_set():
-                            cur = await conn.execute(_CLAIM, (
+                            raw = (conn.info.parameter_status("server_encoding")
+                                   == "SQL_ASCII")
+                            cur = await conn.execute(_CLAIM_SQL_ASCII if raw else _CLAIM, (
                                 queue, self.worker_id, n, _seconds(self.lease),
                                 self.kinds, _seconds(self.wait)))
                             rows = await cur.fetchall()
@@ -383,7 +521,7 @@ class Worker:
                         st.claiming.discard(conn)
                 except psycopg.errors.QueryCanceled:
                     pass                # our own cancel at stop: nothing claimed
-                except psycopg.Error as e:
+                except Exception as e:  # psycopg.Error, or rows we cannot read
                     log.error("%s: claim on queue %s failed: %s; again in 1 s",
                               self.worker_id, queue, e)
                     try:
@@ -445,6 +583,7 @@ class Worker:
                     fut.set_exception(value)
 
         def call() -> None:
+            job._thread = threading.get_ident()
             try:
                 value, ok = fn(job), True
             except BaseException as e:      # handed to the loop, re-raised there
@@ -465,6 +604,12 @@ class Worker:
         fut: Optional[asyncio.Future[Any]] = None
         try:
             try:
+                for what, value in (("payload", job.payload), ("checkpoint", job.saved)):
+                    if isinstance(value, _Undecodable):
+                        raise _Unreadable(
+                            "the job's %s is not valid UTF-8 (%s): the database's encoding"
+                            " is SQL_ASCII, and a client wrote it in another encoding"
+                            % (what, value.error))
                 if reg.is_async:
                     fut = asyncio.ensure_future(reg.fn(job))    # type: ignore[arg-type]
                 else:
@@ -472,8 +617,9 @@ class Worker:
                 if reg.timeout is not None:
                     done, _ = await asyncio.wait({fut}, timeout=reg.timeout)
                     if not done:
+                        where = _stack_of(job, fut)
                         fut.cancel()        # a thread runs on, unheard
-                        raise _TimedOut("timed out after %gs" % reg.timeout)
+                        raise _TimedOut("timed out after %gs" % reg.timeout, where)
                 result = await fut
             except asyncio.CancelledError:
                 if fut is not None:
@@ -482,36 +628,41 @@ class Worker:
                     return              # the drain releases it
                 raise
             except _TimedOut as e:
-                outcome = await self._report(job, t0, "fail", str(e))
+                details = None
+                if e.where:
+                    details = ("the handler was still running here after %gs:\n%s"
+                               % (reg.timeout or 0, e.where))
+                out = await self._fail(job, str(e), details=details)
+            except _Unreadable as e:
+                out = await self._fail(job, str(e), retryable=False)
             except Permanent as e:
-                outcome = await self._report(job, t0, "dead", _describe(e))
+                out = await self._fail(job, _describe(e), retryable=False, details=_trace(e))
             except RetryIn as e:
-                outcome = await self._report(job, t0, "retry_in", _describe(e), e.seconds)
+                out = await self._fail(job, _describe(e), retry_in=e.seconds,
+                                       details=_trace(e))
             except Snooze as e:
-                outcome = await self._report(job, t0, "snooze", _describe(e), e.seconds)
+                out = await self._snooze(job, e.seconds)
             except LeaseLost:
-                outcome = "lost"
+                out = _Outcome("lost")
             except Exception as e:
                 log.debug("%s: job %d raised", self.worker_id, job.id, exc_info=True)
-                outcome = await self._report(job, t0, "fail", _describe(e))
+                out = await self._fail(job, _describe(e), details=_trace(e))
             else:
                 if job._handed_back:
                     return
-                outcome = await self._report(job, t0, "complete", result)
+                out = await self._complete_job(job, result)
             duration = time.monotonic() - t0
-            if outcome == "lost":
-                job.lost = True
-                log.warning("%s: job %d (%s): lease lost, outcome discarded",
-                            self.worker_id, job.id, job.kind)
-            else:
-                log.info("%s: job %d (%s) attempt %d: %s in %.3fs", self.worker_id,
-                         job.id, job.kind, job.attempt, outcome, duration)
-            self._emit(outcome, job, duration)
+            self._log_outcome(job, out, duration)
+            self._emit(out.name, job, duration, out.error)
         except psycopg.Error as e:
             # the report did not reach the database: the lease expires and
             # the job runs again (at least once)
             log.error("%s: job %d: could not report (%s)", self.worker_id, job.id, e)
             self._emit("error", job, time.monotonic() - t0, str(e))
+        except Exception as e:
+            # a fault of ours: say so here rather than in an unheard task
+            log.exception("%s: job %d: could not report", self.worker_id, job.id)
+            self._emit("error", job, time.monotonic() - t0, _describe(e))
         finally:
             job._phase = "done"
             if not job._handed_back:
@@ -519,34 +670,82 @@ class Worker:
                 st.tasks.pop(job.id, None)
                 await self._unreserve(1)
 
-    async def _report(self, job: AnyJob, t0: float, how: str, arg: Any,
-                      seconds: Optional[float] = None) -> str:
-        """Tell the database how the job ended; return the event name."""
-        job._phase = "reporting"
-        if how == "complete":
-            return "completed" if await self._complete(job, arg) else "lost"
-        if how == "snooze":
-            rows = await self._call("SELECT jobq.snooze(%s, %s, %s)",
-                                    (job.id, job.lease_token, _seconds(seconds or 0)))
-            return "snoozed" if rows[0][0] is not None else "lost"
-        if how == "dead":
-            sql, params = ("SELECT jobq.fail(%s, %s, %s, retryable => false)",
-                           (job.id, job.lease_token, arg))
-        elif how == "retry_in":
-            sql, params = ("SELECT jobq.fail(%s, %s, %s, retry_in => %s)",
-                           (job.id, job.lease_token, arg, _seconds(seconds or 0)))
+    def _log_outcome(self, job: AnyJob, out: "_Outcome", duration: float) -> None:
+        """One line per finished attempt: failures with their error, at
+        WARNING when the job will run again, at ERROR when it is dead."""
+        what = "%s: job %d (%s) attempt %d of %d" % (
+            self.worker_id, job.id, job.kind, job.attempt, job.max_retries + 1)
+        if out.name == "lost":
+            job.lost = True
+            log.warning("%s: lease lost, outcome discarded", what)
+        elif out.name == "retried":
+            log.warning("%s failed after %.3fs, will be retried%s: %s", what, duration,
+                        "" if out.retry_in is None else " in %gs" % out.retry_in,
+                        _shorten(out.error))
+        elif out.name == "failed":
+            log.error("%s failed after %.3fs, dead (%s): %s", what, duration,
+                      "permanent" if out.permanent else "no retries left", _shorten(out.error))
+        elif out.name == "snoozed":
+            log.info("%s: snoozed for %gs after %.3fs", what, out.retry_in or 0, duration)
         else:
-            sql, params = ("SELECT jobq.fail(%s, %s, %s)", (job.id, job.lease_token, arg))
-        status = (await self._call(sql, params))[0][0]
-        return {"pending": "retried", "failed": "failed"}.get(status, "lost")
+            log.info("%s: %s in %.3fs", what, out.name, duration)
 
-    async def _complete(self, job: AnyJob, result: Any) -> bool:
-        """jobq.complete, batched: the completions that arrive while one
-        statement runs go together in the next (one round trip for many)."""
+    async def _fail(self, job: AnyJob, error: str, *, retryable: bool = True,
+                    retry_in: Optional[float] = None,
+                    details: Optional[str] = None) -> "_Outcome":
+        """jobq.fail; details go along when the server takes them."""
         st = self._state
         assert st is not None
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        st.completes.append((job, result, fut))
+        job._phase = "reporting"
+        conn = await self._ops()
+        sql = "SELECT jobq.fail(%s, %s, %s"
+        params: List[Any] = [job.id, job.lease_token, error]
+        if not retryable:
+            sql += ", retryable => false"
+        if retry_in is not None:
+            sql += ", retry_in => %s"
+            params.append(_seconds(retry_in))
+        if st.caps.details and details:
+            sql += ", details => %s"
+            params.append(_bound(details, MAX_DETAILS))
+        row = await (await conn.execute(sql + ")", params)).fetchone()
+        status = row[0] if row else None
+        if status == "pending":
+            return _Outcome("retried", error, retry_in=retry_in)
+        if status == "failed":
+            return _Outcome("failed", error, permanent=not retryable)
+        return _Outcome("lost", error)
+
+    async def _snooze(self, job: AnyJob, seconds: float) -> "_Outcome":
+        job._phase = "reporting"
+        rows = await self._call("SELECT jobq.snooze(%s, %s, %s)",
+                                (job.id, job.lease_token, _seconds(seconds)))
+        return _Outcome("snoozed" if rows[0][0] is not None else "lost", retry_in=seconds)
+
+    async def _complete_job(self, job: AnyJob, result: Any) -> "_Outcome":
+        """jobq.complete with the handler's result; a result that cannot be
+        stored (not JSON, refused by the server) fails this job for good."""
+        job._phase = "reporting"
+        try:
+            text = None if result is None else self.dumps(result)
+        except Exception as e:
+            return await self._fail(job, "result not stored: " + _describe(e),
+                                    retryable=False, details=_trace(e))
+        done = await self._complete(job, text)
+        if isinstance(done, _Refused):
+            return await self._fail(job, "result not stored: " + done.message,
+                                    retryable=False)
+        return _Outcome("completed" if done else "lost")
+
+    async def _complete(self, job: AnyJob, text: Optional[str]) -> "Union[bool, _Refused]":
+        """jobq.complete, batched: the completions that arrive while one
+        statement runs go together in the next (one round trip for many).
+        True, False (the lease is lost) or _Refused (the server refused the
+        result)."""
+        st = self._state
+        assert st is not None
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        st.completes.append((job, text, fut))
         if not st.flushing:
             st.flushing = True
             asyncio.ensure_future(self._flush())
@@ -558,13 +757,31 @@ class Worker:
         try:
             while st.completes:
                 batch, st.completes = st.completes, []
+                if len(batch) == 1:
+                    await self._complete_one(*batch[0])
+                    continue
                 try:
                     rows = await self._call(
-                        "SELECT t.id, jobq.complete(t.id, t.token, t.result)"
-                        "  FROM unnest(%s::bigint[], %s::bigint[], %s::jsonb[])"
+                        "SELECT t.id, jobq.complete(t.id, t.token, t.result::jsonb)"
+                        "  FROM unnest(%s::bigint[], %s::bigint[], %s::text[])"
                         "       AS t(id, token, result)",
                         ([j.id for j, _, _ in batch], [j.lease_token for j, _, _ in batch],
-                         [None if r is None else Jsonb(r) for _, r, _ in batch]))
+                         [r for _, r, _ in batch]))
+                except psycopg.Error as e:
+                    # one bad result (too large, say) fails the statement:
+                    # one by one, so that it fails its own job and no other
+                    log.warning("%s: completing %d jobs in one statement failed (%s);"
+                                " completing them one by one", self.worker_id, len(batch),
+                                _server_message(e))
+                    for i, (job, text, fut) in enumerate(batch):
+                        try:
+                            await self._complete_one(job, text, fut)
+                        except BaseException as e2:
+                            for _, _, f in batch[i:]:
+                                if not f.done():
+                                    f.set_exception(e2)
+                            raise
+                    continue
                 except BaseException as e:
                     for _, _, fut in batch:
                         if not fut.done():
@@ -579,9 +796,33 @@ class Worker:
         finally:
             st.flushing = False
 
+    async def _complete_one(self, job: AnyJob, text: Optional[str],
+                            fut: "asyncio.Future[Any]") -> None:
+        """jobq.complete of one job; settles fut (a refused result: _Refused)."""
+        try:
+            rows = await self._call("SELECT jobq.complete(%s, %s, %s::jsonb)",
+                                    (job.id, job.lease_token, text))
+        except psycopg.Error as e:
+            if not fut.done():
+                if (e.sqlstate or "")[:2] in ("22", "54"):
+                    # data exception, program limit exceeded: the result itself
+                    fut.set_result(_Refused(_server_message(e)))
+                else:
+                    fut.set_exception(e)
+            return
+        except BaseException as e:
+            if not fut.done():
+                fut.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+            return
+        if not fut.done():
+            fut.set_result(bool(rows[0][0]))
+
     async def _checkpoint(self, job: AnyJob, data: Mapping[str, Any]) -> None:
         rows = await self._call("SELECT jobq.checkpoint(%s, %s, %s)",
-                                (job.id, job.lease_token, Jsonb(dict(data))))
+                                (job.id, job.lease_token,
+                                 Jsonb(dict(data), dumps=self.dumps)))
         if not rows[0][0]:
             job.lost = True
             raise LeaseLost("job %d: the lease is no longer ours" % job.id)
@@ -618,6 +859,59 @@ class Worker:
                         log.warning("%s: job %d: lease lost", self.worker_id, job_id)
                 else:
                     job.lease_expires_at = expires
+
+    # --- the application worker registry (jobq 0.3.0) ---------------------
+
+    def registry_info(self) -> Dict[str, Any]:
+        """What the worker registers about itself in jobq.app_workers."""
+        return {"library": "jobq-python", "version": __version__,
+                "host": socket.gethostname(), "pid": os.getpid(),
+                "concurrency": self.concurrency, "queues": self.queues,
+                "kinds": self.kinds, "python": platform.python_version()}
+
+    async def _register(self) -> None:
+        """jobq.register_worker (insert or refresh), when the server has it."""
+        st = self._state
+        assert st is not None
+        try:
+            conn = await self._ops()
+            if not st.caps.registry:
+                return
+            await conn.execute("SELECT jobq.register_worker(%s, %s::text[], %s::jsonb)",
+                               (self.worker_id, self.queues,
+                                Jsonb(self.registry_info(), dumps=self.dumps)))
+        except psycopg.Error as e:
+            if str(e) != st.registry_error:     # once, not at every heartbeat
+                log.warning("%s: could not register in jobq.app_workers: %s",
+                            self.worker_id, e)
+                st.registry_error = str(e)
+            return
+        if not st.registered:
+            log.info("%s: registered in jobq.app_workers", self.worker_id)
+        st.registered, st.registry_error = True, None
+
+    async def _registry_beat(self) -> None:
+        """Refresh the worker's row in jobq.app_workers (its heartbeat there)
+        well within jobq.worker_gone_after, whatever the lease; one write
+        per beat, none per job (the view counts the jobs in hand)."""
+        st = self._state
+        assert st is not None
+        while True:
+            await asyncio.sleep(st.caps.beat)
+            await self._register()
+
+    async def _unregister(self) -> None:
+        """jobq.unregister_worker, if the worker registered."""
+        st = self._state
+        assert st is not None
+        if not st.registered:
+            return
+        try:
+            await self._call("SELECT jobq.unregister_worker(%s)", (self.worker_id,))
+            st.registered = False
+        except Exception as e:          # stopping anyway: the row goes stale
+            log.warning("%s: could not unregister from jobq.app_workers: %s",
+                        self.worker_id, e)
 
     # --- stopping ------------------------------------------------------------
 
@@ -725,10 +1019,83 @@ class _Threads:
 
 
 class _TimedOut(Exception):
-    """A handler ran past its timeout."""
+    """A handler ran past its timeout; where: its stack then, if known."""
+
+    def __init__(self, message: str, where: Optional[str]) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+class _Unreadable(Exception):
+    """A claimed job whose payload or checkpoint cannot be decoded."""
+
+
+@dataclass
+class _Refused:
+    """The server refused a result (too large, not valid JSON for it)."""
+
+    message: str
+
+
+@dataclass
+class _Outcome:
+    """How a job's attempt ended: the event's name, and for failures the
+    error text; permanent: failed with retryable => false."""
+
+    name: str
+    error: Optional[str] = None
+    permanent: bool = False
+    retry_in: Optional[float] = None
 
 
 def _describe(e: BaseException) -> str:
     """An exception as the job's last_error."""
     text = str(e)
     return "%s: %s" % (type(e).__name__, text) if text else type(e).__name__
+
+
+def _server_message(e: psycopg.Error) -> str:
+    """A server's error as one line: message (detail)."""
+    diag = e.diag
+    primary = diag.message_primary or str(e).split("\n", 1)[0]
+    return "%s (%s)" % (primary, diag.message_detail) if diag.message_detail else primary
+
+
+def _shorten(text: Optional[str], limit: int = 1000) -> str:
+    """An error for a log line: its first limit characters."""
+    text = text or ""
+    if len(text) <= limit:
+        return text
+    return "%s... (%d more characters)" % (text[:limit], len(text) - limit)
+
+
+def _bound(text: str, limit: int) -> str:
+    """text in at most limit bytes of UTF-8, keeping its end (where a Python
+    traceback puts the error) and cutting on a character boundary."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    mark = "[... %d bytes cut ...]\n"
+    room = limit - len((mark % len(data)).encode())
+    tail = data[len(data) - room:].decode("utf-8", "ignore")
+    return mark % (len(data) - len(tail.encode())) + tail
+
+
+def _trace(e: BaseException) -> str:
+    """e's traceback, as Python prints it."""
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))
+
+
+def _stack_of(job: AnyJob, fut: "asyncio.Future[Any]") -> Optional[str]:
+    """Where a handler is now: its thread's stack, or its task's."""
+    try:
+        if isinstance(fut, asyncio.Task):
+            buf = io.StringIO()
+            fut.print_stack(file=buf)
+            return buf.getvalue()
+        frame = sys._current_frames().get(job._thread) if job._thread else None
+        if frame is not None:
+            return "".join(traceback.format_stack(frame))
+    except Exception:                   # a diagnosis only
+        pass
+    return None

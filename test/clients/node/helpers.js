@@ -4,6 +4,9 @@
 // by run.sh), queue names of our own, polling, a logger that keeps lines.
 
 const path = require('path')
+const fs = require('fs')
+const net = require('net')
+const os = require('os')
 const PKG = process.env.JOBQ_PKG || path.join(__dirname, '../../../clients/node')
 const jobq = require(PKG)
 const pg = require(require.resolve('pg', { paths: [PKG] }))
@@ -71,4 +74,62 @@ async function maxOverlap (queue) {
   return r[0].n
 }
 
-module.exports = { jobq, pg, via, libConfig, direct, queueName, q, poll, sleep, memLogger, ledgerTable, ledgerStart, maxOverlap }
+// A proxy in front of what the library connects to (the server or
+// pgbouncer), on a Unix socket of its own; its config is { host, port } for
+// pg.  proxy.killAll() cuts every connection (idle ones too: what a server
+// restart does to a pool); proxy.trap(text) makes the next statement whose
+// message contains text go through to the server, and then cuts its
+// connection instead of passing the answer on (the statement committed, the
+// client cannot know: in doubt).  proxy.trapped counts the cut statements;
+// proxy.count(text) how many messages sent to the server so far contain text
+// (a statement's text: how often it was sent).
+async function proxy () {
+  const dir = fs.mkdtempSync(path.join(process.env.JOBQ_TMP || os.tmpdir(), 'proxy-'))
+  const port = 5432
+  const upstream = path.join(process.env.PGHOST, `.s.PGSQL.${libConfig.port}`)
+  const pairs = new Set()
+  const traps = []
+  const sent = [] // what clients sent, chunk by chunk
+  const p = { config: { host: dir, port }, trapped: 0 }
+  const server = net.createServer((c) => {
+    const u = net.connect({ path: upstream })
+    const pair = { c, u }
+    pairs.add(pair)
+    let armed = null
+    const kill = () => { c.destroy(); u.destroy(); pairs.delete(pair) }
+    c.on('data', (d) => {
+      sent.push(d)
+      const i = traps.findIndex((t) => d.includes(t))
+      if (i >= 0) { armed = traps[i]; traps.splice(i, 1) }
+      u.write(d)
+    })
+    u.on('data', (d) => {
+      if (armed) {
+        p.trapped++
+        kill()
+        return
+      }
+      c.write(d)
+    })
+    c.on('error', kill)
+    u.on('error', kill)
+    c.on('close', kill)
+    u.on('close', kill)
+  })
+  await new Promise((resolve) => server.listen(path.join(dir, `.s.PGSQL.${port}`), resolve))
+  p.killAll = () => { for (const { c, u } of pairs) { c.destroy(); u.destroy() } pairs.clear() }
+  p.trap = (text) => traps.push(Buffer.from(text))
+  p.count = (text) => {
+    let n = 0
+    for (const d of sent) for (let i = d.indexOf(text); i >= 0; i = d.indexOf(text, i + 1)) n++
+    return n
+  }
+  p.close = async () => {
+    p.killAll()
+    await new Promise((resolve) => server.close(resolve))
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+  return p
+}
+
+module.exports = { jobq, pg, PKG, via, libConfig, direct, queueName, q, poll, sleep, memLogger, ledgerTable, ledgerStart, maxOverlap, proxy }

@@ -11,10 +11,20 @@
 #
 # The package is copied to the scratch directory and its locked dependencies
 # installed there with npm ci (clients/node is left as it is); npm pack must
-# make a tarball of it.  Then each test file (test/clients/node/*.test.js)
-# runs with node --test, once with the library connecting directly and once
-# through pgbouncer (the tests check the database directly either way), and
-# throughput.js measures jobs/s with no-op handlers against SQL-only loops.
+# make a tarball of it.  Then the commands of README.md's "The Node library"
+# (its first sh block: npm pack of clients/node, npm install of the tarball)
+# run in a fresh project, which must then require jobq and pg (one copy,
+# from a registry, at the version pinned) and survive npm ci; the
+# restart test's workers run from that project.  Then each test file
+# (test/clients/node/*.test.js) runs with node --test, once with the library
+# connecting directly and once through pgbouncer (the tests check the
+# database directly either way), and throughput.js measures jobs/s with
+# no-op handlers against SQL-only loops.
+#
+# Databases besides jobq_node: jobq_node_sql_ascii, _latin1 and _euc_jp (in
+# those encodings), and jobq_node_020 with jobq at 0.2.0 (CREATE EXTENSION
+# jobq VERSION '0.2.0'), a server without jobq.fail's details and the worker
+# registry.  restart.test.js restarts the server (JOBQ_RESTART=script MODE).
 #
 # Environment: PG_CONFIG, NODE (default node; e.g. a Node 18), PGBOUNCER
 # (default /usr/sbin/pgbouncer); for development: VIA=direct (or pgbouncer),
@@ -109,6 +119,72 @@ else
 	not_ok "npm pack makes a tarball with index.js, index.d.ts and lib/" "$(cat "$TMP/pack.log" "$TMP/pack.list" 2>/dev/null | tail -n 20)"
 fi
 
+# --- installed as the README says ------------------------------------------------
+
+# the first sh block of README.md's "The Node library"
+readme_install_block() {
+	awk '/^### The Node library/ { s = 1; next }
+	     s && /^#+ / { exit }
+	     s && /^```sh/ { b = 1; next }
+	     b && /^```/ { exit }
+	     b' "$ROOT/README.md"
+}
+APP=$TMP/app
+APP_OK=0
+mkdir -p "$APP"
+block=$(readme_install_block)
+if [ -z "$block" ]; then
+	not_ok "README.md's \"The Node library\" has its install commands (an sh block)"
+else
+	# the README's own lines: "cd my-app" is this fresh project, /path/to/jobq this tree
+	script=$(printf '%s\n' "$block" | sed -e "s|^cd my-app\b|cd \"\$APP\"|" -e "s|/path/to/jobq|$ROOT|g")
+	printf '%s\n' "$script" | sed 's/^/#   /'
+	if (cd "$APP" && npm init -y >/dev/null 2>&1 &&
+		env APP="$APP" npm_config_audit=false npm_config_fund=false npm_config_loglevel=error \
+			bash -eu -c "$script" >"$TMP/app-install.log" 2>&1); then
+		ok "the README's install commands run in a fresh project (npm $(npm --version))"
+	else
+		not_ok "the README's install commands run in a fresh project (npm $(npm --version))" "$(tail -n 20 "$TMP/app-install.log")"
+	fi
+	# jobq and pg load from it; both are copies in node_modules, one pg, from the registry, pinned
+	if out=$(cd "$APP" && "$NODE" -e '
+		const fs = require("fs")
+		const assert = require("assert")
+		const jobq = require("jobq")
+		const pg = require("pg")
+		assert.equal(typeof jobq.Worker, "function")
+		assert.equal(typeof pg.Pool, "function")
+		assert.ok(!fs.lstatSync("node_modules/jobq").isSymbolicLink(), "node_modules/jobq is a copy, not a link")
+		assert.ok(!fs.existsSync("node_modules/jobq/node_modules/pg"), "one copy of pg")
+		const want = JSON.parse(fs.readFileSync("node_modules/jobq/package.json", "utf8")).dependencies.pg
+		const lock = JSON.parse(fs.readFileSync("package-lock.json", "utf8")).packages
+		assert.equal(lock["node_modules/pg"].version, want, "pg at the version jobq pins")
+		assert.match(lock["node_modules/jobq"].resolved, /^file:jobq-[0-9.]+\.tgz$/, "jobq from the tarball")
+		// from a registry, with a hash (resolved is left out of the lock
+		// under omit-lockfile-registry-resolved); no link, no file
+		for (const [name, p] of Object.entries(lock)) {
+			if (name === "" || name === "node_modules/jobq") continue
+			assert.ok(!p.link && !/^file:/.test(p.resolved || ""), name + " from a registry")
+			assert.ok(p.integrity, name + " has an integrity hash")
+		}
+		console.log("pg " + lock["node_modules/pg"].version + "; " + (Object.keys(lock).length - 1) + " packages, all from the registry but jobq (" + lock["node_modules/jobq"].resolved + ")")
+	' 2>&1); then
+		ok "the project requires jobq and pg: copies, one pg at the pinned version, the rest from a registry ($out)"
+		APP_OK=1
+	else
+		not_ok "the project requires jobq and pg: copies, one pg at the pinned version, the rest from a registry" "$out"
+	fi
+	# the tarball kept with the project is all npm ci needs
+	if [ "$APP_OK" = 1 ] && (cd "$APP" && rm -rf node_modules && npm ci --no-audit --no-fund --loglevel=error >"$TMP/app-ci.log" 2>&1 &&
+		"$NODE" -e 'require("jobq"); require("pg")' >>"$TMP/app-ci.log" 2>&1); then
+		ok "npm ci in the project installs the same again from its lock and the tarball"
+	else
+		not_ok "npm ci in the project installs the same again from its lock and the tarball" "$(tail -n 10 "$TMP/app-ci.log" 2>/dev/null)"
+		APP_OK=0
+	fi
+fi
+[ "$APP_OK" = 1 ] || APP=
+
 # --- the servers ---------------------------------------------------------------
 
 PG_BIN=$("$PG_CONFIG" --bindir) || { not_ok "pg_config ($PG_CONFIG) runs"; finish; }
@@ -145,6 +221,31 @@ else
 	finish
 fi
 
+# the databases in other encodings, and one at jobq 0.2.0
+DBS_OK=1
+for enc in SQL_ASCII LATIN1 EUC_JP; do
+	db=jobq_node_$(echo "$enc" | tr '[:upper:]' '[:lower:]')
+	"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d postgres \
+		-c "CREATE DATABASE $db TEMPLATE template0 ENCODING '$enc' LC_COLLATE 'C' LC_CTYPE 'C'" >>"$TMP/psql.log" 2>&1 &&
+		"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$db" -c 'CREATE EXTENSION jobq' >>"$TMP/psql.log" 2>&1 || DBS_OK=0
+done
+"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d postgres -c 'CREATE DATABASE jobq_node_020' >>"$TMP/psql.log" 2>&1 &&
+	"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d jobq_node_020 -c "CREATE EXTENSION jobq VERSION '0.2.0'" >>"$TMP/psql.log" 2>&1 ||
+	DBS_OK=0
+if [ "$DBS_OK" = 1 ]; then
+	ok "databases in SQL_ASCII, LATIN1 and EUC_JP, and one at jobq 0.2.0"
+else
+	not_ok "databases in SQL_ASCII, LATIN1 and EUC_JP, and one at jobq 0.2.0" "$(tail -n 10 "$TMP/psql.log")"
+fi
+
+# restart.sh MODE: pg_ctl restart -m MODE (fast, immediate) of the server
+{
+	echo '#!/bin/sh'
+	printf 'exec %s' "$(printf '%q ' "${AS[@]}" "$PG_BIN/pg_ctl" -D "$TMP/data" -l "$TMP/server.log" -w -t 120)"
+	echo '-m "$1" restart'
+} >"$TMP/restart.sh"
+chmod 755 "$TMP/restart.sh"
+
 BOUNCER_PORT=$(free_port)
 BOUNCER_OK=0
 if [ -x "$PGBOUNCER" ] && [ -n "$BOUNCER_PORT" ]; then
@@ -173,8 +274,9 @@ run_file() {
 	local file=$1 via=$2 out=$TMP/out.tap lib_port=$PORT p f
 	[ "$via" = pgbouncer ] && lib_port=$BOUNCER_PORT
 	echo "# $(basename "$file") ($via)"
-	env JOBQ_PKG="$PKG" JOBQ_VIA="$via" JOBQ_LIB_PORT="$lib_port" JOBQ_FIXTURES="$HERE" \
-		timeout -k 5 "${FILE_TIMEOUT:-150}" "$NODE" --test --test-reporter=tap "$file" >"$out" 2>&1
+	env JOBQ_PKG="$PKG" JOBQ_VIA="$via" JOBQ_LIB_PORT="$lib_port" JOBQ_FIXTURES="$HERE" JOBQ_APP="$APP" \
+		JOBQ_RESTART="$TMP/restart.sh" JOBQ_TMP="$TMP" \
+		timeout -k 5 "${FILE_TIMEOUT:-300}" "$NODE" --test --test-reporter=tap "$file" >"$out" 2>&1
 	local rc=$?
 	# the results, and the details of failures only
 	awk '/^(not )?ok /{ bad = /^not ok/; print; next } /^# (pass|fail) /{ print; next } bad && /^ /' "$out" |

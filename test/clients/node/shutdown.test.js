@@ -47,31 +47,34 @@ const now = async () => (await q('SELECT clock_timestamp() AS t'))[0].t
 
 test('SIGTERM mid-batch: running jobs finish within the grace period, the rest are handed back; none lost or doubled', async () => {
   const queue = queueName('term')
-  // 12 jobs, every third one longer than the grace period; max_retries 0,
-  // so a hand-back that spent a retry would dead-letter it
-  const ms = Array.from({ length: 12 }, (_, i) => (i % 3 === 0 ? 20000 : 300))
+  // 12 jobs, every third one ten minutes long (far beyond the grace
+  // period: an exit at all shows they were handed back, however slow the
+  // machine); max_retries 0, so a hand-back that spent a retry would
+  // dead-letter it
+  const LONG = 600000
+  const ms = Array.from({ length: 12 }, (_, i) => (i % 3 === 0 ? LONG : 300))
   const jobs = await producer.enqueueMany('work', ms.map((m) => ({ ms: m })), { queue, maxRetries: 0 })
-  const w = startWorker(queue, { CONCURRENCY: '4', LEASE: '2', GRACE: '1.5' })
+  // a grace of 5 s: the 300 ms jobs running at the signal finish in it
+  const w = startWorker(queue, { CONCURRENCY: '4', LEASE: '2', GRACE: '5' })
   await poll(async () => (await q('SELECT count(*)::int AS n FROM node_ledger WHERE queue = $1', [queue]))[0].n >= 6,
     30000, 'six runs started')
-  const sigAt = await now()
   const running = (await q("SELECT count(*)::int AS n FROM jobq.job WHERE queue = $1 AND status = 'running'", [queue]))[0].n
-  const t0 = Date.now()
   w.child.kill('SIGTERM')
-  const { code, at } = await exitOf(w, 30000)
+  // once the worker says it stopped claiming, nothing may be claimed
+  await poll(() => /no more claims/.test(w.log()), 30000, 'the worker stopped claiming')
+  const sigAt = await now()
+  const { code } = await exitOf(w, 120000)
   assert.equal(code, 1, `exit status (1: jobs were handed back); log:\n${w.log()}`)
-  assert.ok(at - t0 < 6000, `exited ${at - t0} ms after SIGTERM (grace 1.5 s)`)
-  assert.match(w.log(), /no more claims/)
   assert.ok(running >= 2, `${running} jobs were running at SIGTERM`)
 
   // right after the exit: nothing left running for the reaper, nothing
-  // claimed after the signal, nothing spent
+  // claimed after the worker stopped claiming, nothing spent
   const after1 = await q(`SELECT job_id::text AS id, status, retry_count, claimed_at FROM jobq.jobs
                            WHERE queue = $1 ORDER BY job_id`, [queue])
   assert.deepEqual(after1.filter((j) => j.status === 'running'), [], 'no lease left to expire')
   assert.ok(after1.every((j) => j.retry_count === 0), 'no retry spent')
-  assert.ok(after1.every((j) => j.claimed_at === null || j.claimed_at <= sigAt), 'nothing claimed after SIGTERM')
-  const handedBack = after1.filter((j) => j.status === 'pending' && ms[jobs.findIndex((x) => x.jobId === j.id)] === 20000)
+  assert.ok(after1.every((j) => j.claimed_at === null || j.claimed_at <= sigAt), 'nothing claimed after the stop')
+  const handedBack = after1.filter((j) => j.status === 'pending' && ms[jobs.findIndex((x) => x.jobId === j.id)] === LONG)
   assert.ok(handedBack.length >= 1, 'a long job was handed back')
   assert.match(w.log(), /handed back \d+ job\(s\)/)
   // every run that started before the signal and was short finished
@@ -104,18 +107,16 @@ test('SIGTERM mid-batch: running jobs finish within the grace period, the rest a
 
 test('SIGINT while a claim sleeps in its wait: the claim is cancelled and the worker exits at once, claiming nothing', async () => {
   const queue = queueName('idle_int')
-  const w = startWorker(queue, { WAIT: '30' })
+  const w = startWorker(queue, { WAIT: '3600' }) // an exit at all shows the claim was cancelled
   await poll(() => /queues /.test(w.log()), 20000, 'the worker started')
   // its claim is sleeping in the server
   await poll(async () => (await q(`SELECT count(*)::int AS n FROM pg_stat_activity
                                     WHERE query LIKE '%jobq.claim(%' AND state = 'active' AND pid <> pg_backend_pid()`))[0].n > 0,
   20000, 'a claim waiting')
   await sleep(300)
-  const t0 = Date.now()
   w.child.kill('SIGINT')
-  const { code, at } = await exitOf(w, 30000)
+  const { code } = await exitOf(w, 120000)
   assert.equal(code, 0, w.log())
-  assert.ok(at - t0 < 3000, `exited ${at - t0} ms after SIGINT (wait was 30 s)`)
   const { jobId } = await producer.enqueue('ping', {}, { queue })
   await sleep(500)
   assert.deepEqual(await q('SELECT status, claimed_at FROM jobq.jobs WHERE job_id = $1', [jobId]),
@@ -124,17 +125,16 @@ test('SIGINT while a claim sleeps in its wait: the claim is cancelled and the wo
 
 test('a second SIGTERM hands the running job back at once (no retry spent, not dead-lettered)', async () => {
   const queue = queueName('term2')
-  const { jobId } = await producer.enqueue('work', { ms: 30000 }, { queue, maxRetries: 0 })
-  const w = startWorker(queue, { GRACE: '60' })
+  // an hour's job, an hour's grace: an exit at all shows the hand-back
+  const { jobId } = await producer.enqueue('work', { ms: 3600000 }, { queue, maxRetries: 0 })
+  const w = startWorker(queue, { GRACE: '3600' })
   await poll(async () => (await q('SELECT count(*)::int AS n FROM node_ledger WHERE job_id = $1', [jobId]))[0].n === 1,
     20000, 'the job started')
   w.child.kill('SIGTERM')
   await poll(() => /no more claims/.test(w.log()), 10000, 'the first signal seen')
-  const t0 = Date.now()
   w.child.kill('SIGTERM')
-  const { code, at } = await exitOf(w, 30000)
+  const { code } = await exitOf(w, 120000)
   assert.equal(code, 1, w.log())
-  assert.ok(at - t0 < 3000, `exited ${at - t0} ms after the second SIGTERM`)
   const s = await q('SELECT status, retry_count FROM jobq.jobs WHERE job_id = $1', [jobId])
   assert.deepEqual(s, [{ status: 'pending', retry_count: 0 }])
 })

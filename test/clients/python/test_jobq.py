@@ -1,69 +1,129 @@
 """Tests of the jobq Python library against a real server (test/clients/python/run.sh).
 
 JOBQ_TEST_DSN names the server, directly or through PgBouncer in transaction
-mode (JOBQ_TEST_VIA = direct | pgbouncer).  Every test works in queues of its
-own.  Handlers write what they did to a ledger table (job, attempt, start and
+mode (JOBQ_TEST_VIA = direct | pgbouncer); JOBQ_TEST_DIRECT_DSN the server
+itself, for making databases.  Every test works in queues of its own, some
+in databases of their own (SQL_ASCII, LATIN1, a small jobq.max_result_size,
+jobq 0.2.0, a short jobq.worker_gone_after).
+Handlers write what they did to a ledger table (job, attempt, start and
 finish on the database clock), and the checks read the ledger and jobq.jobs.
 Prints "ok - ..." / "not ok - ..." per test and "N passed, N failed" last.
 """
 
 import asyncio
 import datetime
+import decimal
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import unittest
+import uuid
 from contextlib import contextmanager
 
 import psycopg
+from psycopg import sql as pgsql
+from psycopg.conninfo import make_conninfo
 
 import jobq
 
 VIA = os.environ.get("JOBQ_TEST_VIA", "direct")
 DSN = os.environ.get("JOBQ_TEST_DSN", "")
+DIRECT_DSN = os.environ.get("JOBQ_TEST_DIRECT_DSN", DSN)
 POOLER = VIA == "pgbouncer"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def connect(autocommit=True):
-    return jobq.connect(DSN, pooler=POOLER, autocommit=autocommit)
+def connect(autocommit=True, dsn=None):
+    return jobq.connect(dsn or DSN, pooler=POOLER, autocommit=autocommit)
 
 
 _local = threading.local()
 
 
-def db():
-    """A connection of this thread's own (handlers run on threads)."""
-    conn = getattr(_local, "conn", None)
+def db(dsn=None):
+    """A connection of this thread's own (handlers run on threads), to DSN
+    or to dsn."""
+    conns = getattr(_local, "conns", None)
+    if conns is None:
+        conns = _local.conns = {}
+    conn = conns.get(dsn)
     if conn is None or conn.closed:
-        conn = _local.conn = connect()
+        conn = conns[dsn] = connect(dsn=dsn)
     return conn
 
 
-def q(sql, params=()):
+def q(sql, params=(), dsn=None):
     """Run one statement; all rows."""
-    cur = db().execute(sql, params)
+    cur = db(dsn).execute(sql, params)
     return cur.fetchall() if cur.description else []
 
 
-def q1(sql, params=()):
-    rows = q(sql, params)
+def q1(sql, params=(), dsn=None):
+    rows = q(sql, params, dsn)
     return rows[0][0] if rows else None
 
 
-def started(job):
+def database(name, encoding="UTF8", settings=(), setup=(), version=None):
+    """A database of the test's own, made afresh (through the server itself)
+    with jobq (of that version, default the newest) and the ledger, then
+    `setup`; returns its DSN (the way DSN goes: directly or through
+    PgBouncer).  settings: ALTER DATABASE ... SET pairs."""
+    ident = pgsql.Identifier(name)
+    with psycopg.connect(DIRECT_DSN, autocommit=True) as c:
+        c.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        c.execute(pgsql.SQL("CREATE DATABASE {} TEMPLATE template0 ENCODING {}"
+                          " LC_COLLATE 'C' LC_CTYPE 'C'").format(ident, pgsql.Literal(encoding)))
+        for k, v in settings:
+            c.execute(pgsql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                ident, pgsql.Identifier(*k.split(".")), pgsql.Literal(v)))
+    with psycopg.connect(make_conninfo(DIRECT_DSN, dbname=name), autocommit=True,
+                         client_encoding="UTF8") as c:
+        c.execute(pgsql.SQL("CREATE EXTENSION jobq{}").format(
+            pgsql.SQL(" VERSION {}").format(pgsql.Literal(version)) if version else pgsql.SQL("")))
+        c.execute("CREATE TABLE ledger (id serial PRIMARY KEY, queue text, job_id bigint,"
+                  " kind text, attempt int, started timestamptz, finished timestamptz)")
+        for s in setup:
+            c.execute(s)
+    return make_conninfo(DSN, dbname=name)
+
+
+class LogRecords(logging.Handler):
+    """The records of the jobq logger while installed."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def __enter__(self):
+        logging.getLogger("jobq").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("jobq").removeHandler(self)
+
+    def at(self, level, *words):
+        """The messages at level that contain every word."""
+        return [r.getMessage() for r in self.records
+                if r.levelno == level and all(w in r.getMessage() for w in words)]
+
+
+def started(job, dsn=None):
     """Record in the ledger that an attempt of job started."""
     job.ledger_id = q1("INSERT INTO ledger (queue, job_id, kind, attempt, started)"
                        " VALUES (%s, %s, %s, %s, clock_timestamp()) RETURNING id",
-                       (job.queue, job.id, job.kind, job.attempt))
+                       (job.queue, job.id, job.kind, job.attempt), dsn)
 
 
-def finished(job):
-    q("UPDATE ledger SET finished = clock_timestamp() WHERE id = %s", (job.ledger_id,))
+def finished(job, dsn=None):
+    q("UPDATE ledger SET finished = clock_timestamp() WHERE id = %s", (job.ledger_id,), dsn)
 
 
 def poll(fn, timeout=20.0):
@@ -102,21 +162,21 @@ class Base(unittest.TestCase):
         q("SELECT jobq.configure(%s, max_retries => 2, backoff_base => '50 ms',"
           " backoff_cap => '100 ms')", (self.queue,))
 
-    def worker(self, **kw):
+    def worker(self, dsn=None, **kw):
         kw.setdefault("concurrency", 4)
         kw.setdefault("lease", 10)
         kw.setdefault("wait", 1)
         kw.setdefault("grace", 5)
-        return jobq.Worker(DSN, queues=self.queue, pooler=POOLER,
+        return jobq.Worker(dsn or DSN, queues=self.queue, pooler=POOLER,
                            on_event=self.events.append, **kw)
 
-    def status(self, job_id):
+    def status(self, job_id, dsn=None):
         return q("SELECT status, retry_count, last_error, result FROM jobq.jobs"
-                 " WHERE job_id = %s", (job_id,))[0]
+                 " WHERE job_id = %s", (job_id,), dsn)[0]
 
-    def drained(self, timeout=20.0):
+    def drained(self, timeout=20.0, dsn=None):
         return poll(lambda: q1("SELECT count(*) FROM jobq.jobs WHERE queue = %s"
-                               " AND status IN ('pending', 'running')", (self.queue,)) == 0,
+                               " AND status IN ('pending', 'running')", (self.queue,), dsn) == 0,
                     timeout)
 
 
@@ -459,6 +519,341 @@ class Workers(Base):
                            " WHERE queue = %s AND finished IS NOT NULL", (self.queue,)),
                          [(26, 26)])
         self.assertEqual(len(fast) + len(slow), 26)
+
+
+class Failures(Base):
+    def test_bad_results_fail_alone(self):
+        """a batch with results that are Decimal, datetime, UUID, not JSON (a set) and over
+        jobq.max_result_size: converted or failed for good with their real error, alone;
+        every other job completes exactly once (ledger), none comes back as "lease expired\""""
+        small = database("%s_small_results" % VIA, settings=[("jobq.max_result_size", "1024")])
+        q("SELECT jobq.configure(%s, max_retries => 2, backoff_base => '50 ms',"
+          " backoff_cap => '100 ms')", (self.queue,), small)
+        # a completion that never arrives would come back when its lease
+        # expires, and run again: the ledger would show it
+        w = self.worker(small, concurrency=16, lease=10)
+        results = {
+            "decimal": {"total": decimal.Decimal("1.20")},
+            "datetime": {"at": datetime.datetime(2024, 5, 1, 12, 30, 15, 250000,
+                                                 tzinfo=datetime.timezone.utc),
+                         "on": datetime.date(2024, 5, 1), "time": datetime.time(9, 5)},
+            "uuid": {"id": uuid.UUID("1b4e28ba-2fa1-11d2-883f-0016d3cca427")},
+            "set": {"tags": {"a", "b"}},
+            "too_large": {"blob": "x" * 2000},
+        }
+        normal = ["normal%d" % i for i in range(6)]
+        ids = {}
+        with connect(dsn=small) as conn:
+            for t in list(results) + normal:
+                ids[t] = jobq.enqueue(conn, "report", {"t": t}, queue=self.queue).job_id
+        everyone = len(ids)
+        gate = {}
+
+        @w.handler("report")
+        async def report(job):
+            started(job, small)
+            # all return at once, so that their completions go in one statement
+            if "event" not in gate:
+                gate["event"], gate["n"] = asyncio.Event(), 0
+            gate["n"] += 1
+            if gate["n"] >= everyone:
+                gate["event"].set()
+            try:
+                await asyncio.wait_for(gate["event"].wait(), 60)
+            except asyncio.TimeoutError:
+                pass
+            t = job.payload["t"]
+            return results.get(t, {"t": t, "é": "Zoë"})
+
+        with LogRecords() as logs, running(w):
+            self.assertTrue(self.drained(120, small))
+        rows = {t: self.status(i, small) for t, i in ids.items()}
+        for t in normal:
+            self.assertEqual(rows[t], ("completed", 0, None, {"t": t, "é": "Zoë"}), t)
+        # converted by jobq.dumps
+        self.assertEqual(rows["decimal"], ("completed", 0, None, {"total": "1.20"}))
+        self.assertEqual(rows["datetime"], ("completed", 0, None, {
+            "at": "2024-05-01T12:30:15.250000+00:00", "on": "2024-05-01", "time": "09:05:00"}))
+        self.assertEqual(rows["uuid"], ("completed", 0, None,
+                                        {"id": "1b4e28ba-2fa1-11d2-883f-0016d3cca427"}))
+        self.assertEqual(q1("SELECT (result->>'total')::numeric FROM jobq.jobs WHERE job_id = %s",
+                            (ids["decimal"],), small), decimal.Decimal("1.20"))
+        # failed for good (retries were left), with the real error
+        self.assertEqual(rows["set"], ("failed", 0, "result not stored: TypeError: Object of"
+                                       " type set is not JSON serializable", None))
+        self.assertEqual(rows["too_large"][:2], ("failed", 0))
+        self.assertRegex(rows["too_large"][2], r"^result not stored: result is too large \(It"
+                         r" takes \d+ bytes; jobq.max_result_size is 1024 bytes.\)$")
+        # every job ran once; no attempt came back as "lease expired"
+        self.assertEqual(q("SELECT job_id, count(*) FROM ledger WHERE queue = %s GROUP BY 1"
+                           " HAVING count(*) <> 1", (self.queue,), small), [])
+        self.assertEqual(q1("SELECT count(*) FROM ledger WHERE queue = %s", (self.queue,), small),
+                         everyone)
+        self.assertEqual(q("SELECT job_id, outcome, error FROM jobq.attempt WHERE job_id ="
+                           " ANY (%s) AND outcome <> 'failed'", (list(ids.values()),), small), [])
+        failed = {e.job_id: e.error for e in self.events if e.name == "failed"}
+        self.assertEqual(failed, {ids["set"]: rows["set"][2],
+                                  ids["too_large"]: rows["too_large"][2]})
+        self.assertEqual(sum(e.name == "completed" for e in self.events), everyone - 2)
+        self.assertEqual(len(logs.at(logging.ERROR, "dead (permanent)", "result not stored")), 2)
+        # the too-large result was sent with others, and they were completed one by one
+        self.assertTrue(logs.at(logging.WARNING, "one by one", "result is too large"),
+                        [r.getMessage() for r in logs.records])
+
+    def test_failures_logged_with_their_error(self):
+        """failures are logged with their error, at WARNING when retried and ERROR when dead;
+        Event.error has it; the stack trace is kept as the attempt's details, at most 16 kB
+        of its end"""
+        w = self.worker(concurrency=4)
+
+        def call_upstream():
+            raise ConnectionError("upstream returned 503")
+
+        @w.handler("flaky")
+        def flaky(job):
+            call_upstream()
+
+        @w.handler("bad_input")
+        async def bad_input(job):
+            raise jobq.Permanent("order 42 has no lines")
+
+        unstick = threading.Event()
+
+        # a timeout long enough for its thread to be in the handler on a busy machine
+        @w.handler("stuck", timeout=3)
+        def stuck(job):
+            unstick.wait(60)
+
+        @w.handler("wordy")
+        def wordy(job):
+            raise ValueError("é" * 20000)   # 40,000 bytes of message
+
+        with connect() as conn:
+            flaky_id = jobq.enqueue(conn, "flaky", queue=self.queue, max_retries=1).job_id
+            bad_id = jobq.enqueue(conn, "bad_input", queue=self.queue).job_id
+            stuck_id = jobq.enqueue(conn, "stuck", queue=self.queue, max_retries=0).job_id
+            wordy_id = jobq.enqueue(conn, "wordy", queue=self.queue, max_retries=0).job_id
+        try:
+            with LogRecords() as logs, running(w):
+                self.assertTrue(self.drained(60))
+        finally:
+            unstick.set()
+        flaky_error = "ConnectionError: upstream returned 503"
+        self.assertEqual(self.status(flaky_id)[:3], ("failed", 1, flaky_error))
+        self.assertEqual(self.status(bad_id)[:3], ("failed", 0, "Permanent: order 42 has no lines"))
+        self.assertEqual(self.status(stuck_id)[:3], ("failed", 0, "timed out after 3s"))
+        self.assertEqual(self.status(wordy_id)[:2], ("failed", 0))
+        self.assertEqual(len(logs.at(logging.WARNING, "job %d (flaky) attempt 1 of 2" % flaky_id,
+                                     "will be retried", flaky_error)), 1, logs.records)
+        self.assertEqual(len(logs.at(logging.ERROR, "job %d (flaky) attempt 2 of 2" % flaky_id,
+                                     "dead (no retries left)", flaky_error)), 1, logs.records)
+        self.assertEqual(len(logs.at(logging.ERROR, "job %d (bad_input)" % bad_id,
+                                     "dead (permanent)", "order 42 has no lines")), 1)
+        self.assertEqual(len(logs.at(logging.ERROR, "job %d (stuck)" % stuck_id,
+                                     "dead (no retries left)", "timed out after 3s")), 1)
+        self.assertEqual([r.getMessage() for r in logs.records if r.levelno < logging.WARNING
+                          and "failed" in r.getMessage()], [])
+        # a long message is shortened in the log line
+        wordy_log = logs.at(logging.ERROR, "job %d (wordy)" % wordy_id, "dead (no retries left)",
+                            "ValueError: ééé", "... (19012 more characters)")
+        self.assertEqual(len(wordy_log), 1, logs.records)
+        self.assertLess(len(wordy_log[0]), 1200)
+        events = [(e.name, e.job_id, e.error) for e in self.events
+                  if e.name in ("retried", "failed") and e.job_id != wordy_id]
+        self.assertEqual(sorted(events), sorted([
+            ("retried", flaky_id, flaky_error), ("failed", flaky_id, flaky_error),
+            ("failed", bad_id, "Permanent: order 42 has no lines"),
+            ("failed", stuck_id, "timed out after 3s")]))
+        rows = dict(q("SELECT job_id, string_agg(details, '|' ORDER BY attempt)"
+                      " FROM jobq.attempt WHERE job_id = ANY (%s) GROUP BY 1",
+                      ([flaky_id, bad_id, stuck_id, wordy_id],)))
+        for attempt in rows[flaky_id].split("|"):
+            self.assertIn("Traceback (most recent call last)", attempt)
+            self.assertIn("in call_upstream", attempt)
+            self.assertTrue(attempt.endswith("ConnectionError: upstream returned 503\n"), attempt)
+        self.assertEqual(len(rows[flaky_id].split("|")), 2)
+        self.assertIn("in bad_input", rows[bad_id])
+        self.assertTrue(rows[bad_id].endswith("jobq.errors.Permanent: order 42 has no lines\n"),
+                        rows[bad_id])
+        stuck_details = rows[stuck_id]
+        self.assertTrue(stuck_details.startswith(
+            "the handler was still running here after 3s:"), stuck_details)
+        self.assertIn("in stuck", stuck_details)
+        self.assertIn("unstick.wait(60)", stuck_details)
+        # the end of a long story, cut on a character boundary before the client sent it
+        wordy_details = rows[wordy_id]
+        self.assertRegex(wordy_details, r"^\[\.\.\. \d+ bytes cut \.\.\.\]\n")
+        self.assertTrue(wordy_details.endswith("ééé\n"), wordy_details[-50:])
+        self.assertLessEqual(len(wordy_details.encode()), 16 * 1024)
+        self.assertGreater(len(wordy_details.encode()), 15 * 1024)
+
+
+class Registry(Base):
+    def test_app_workers(self):
+        """jobq.app_workers shows the running worker (library, version, host, pid,
+        concurrency, kinds) with the jobs in its hand, refreshes it while the jobs run, and
+        no longer shows it once it stopped"""
+        # gone after 12 s: the worker refreshes its row every 3 s
+        dsn = database("%s_app_workers" % VIA, settings=[("jobq.worker_gone_after", "12s")])
+        q("SELECT jobq.configure(%s)", (self.queue,), dsn)
+        worker_id = "%s-%s-%d" % (VIA, self.queue, os.getpid())
+        w = self.worker(dsn, worker_id=worker_id, concurrency=4)
+        release = threading.Event()
+
+        @w.handler("hold")
+        def hold(job):
+            started(job, dsn)
+            release.wait(60)
+            finished(job, dsn)
+            return {"held": True}
+
+        @w.handler("other")
+        async def other(job):
+            return None
+
+        seen = ("SELECT queues, info, started_at, last_seen_at, jobs_in_hand, gone"
+                "  FROM jobq.app_workers WHERE worker_id = %s")
+        with connect(dsn=dsn) as conn:
+            ids = [j.job_id for j in jobq.enqueue_many(conn, "hold", [{}] * 3, queue=self.queue)]
+        try:
+            with running(w) as codes:
+                self.assertTrue(poll(lambda: [r[4] for r in q(seen, (worker_id,), dsn)] == [3],
+                                     60), q(seen, (worker_id,), dsn))
+                queues, info, started_at, last_seen, _, _ = q(seen, (worker_id,), dsn)[0]
+                self.assertEqual(queues, [self.queue])
+                self.assertEqual(
+                    {k: info.get(k) for k in ("library", "version", "host", "pid",
+                                              "concurrency", "kinds")},
+                    {"library": "jobq-python", "version": jobq.__version__,
+                     "host": socket.gethostname(), "pid": os.getpid(), "concurrency": 4,
+                     "kinds": ["hold", "other"]})
+                # refreshed while the jobs run (its heartbeat), the same registration
+                self.assertTrue(poll(lambda: q(seen, (worker_id,), dsn)[0][3] > last_seen, 60))
+                row = q(seen, (worker_id,), dsn)[0]
+                self.assertEqual((row[2], row[4]), (started_at, 3))
+                release.set()
+                self.assertTrue(self.drained(60, dsn))
+                self.assertTrue(poll(lambda: q(seen, (worker_id,), dsn)[0][4] == 0, 60))
+            self.assertEqual(codes, [0])
+        finally:
+            release.set()
+        self.assertEqual(q(seen, (worker_id,), dsn), [])      # unregistered
+        self.assertEqual(q("SELECT status, count(*) FROM jobq.jobs WHERE job_id = ANY (%s)"
+                           " GROUP BY 1", (ids,), dsn), [("completed", 3)])
+        self.assertEqual(q1("SELECT count(*) FROM ledger WHERE finished IS NOT NULL", (), dsn), 3)
+
+    def test_older_server(self):
+        """on a database with jobq 0.2.0 (no fail details, no registry) the worker works as
+        before: failures through the five-argument jobq.fail, nothing registered, no
+        complaint"""
+        dsn = database("%s_jobq_020" % VIA, version="0.2.0")
+        self.assertEqual(q1("SELECT extversion FROM pg_extension WHERE extname = 'jobq'", (),
+                            dsn), "0.2.0")
+        q("SELECT jobq.configure(%s, max_retries => 1, backoff_base => '50 ms',"
+          " backoff_cap => '100 ms')", (self.queue,), dsn)
+        w = self.worker(dsn)
+
+        @w.handler("flaky")
+        def flaky(job):
+            started(job, dsn)
+            raise ConnectionError("upstream returned 503")
+
+        @w.handler("fine")
+        def fine(job):
+            started(job, dsn)
+            return {"total": decimal.Decimal("2.50")}
+
+        with connect(dsn=dsn) as conn:
+            flaky_id = jobq.enqueue(conn, "flaky", queue=self.queue).job_id
+            fine_id = jobq.enqueue(conn, "fine", queue=self.queue).job_id
+        with LogRecords() as logs, running(w) as codes:
+            self.assertTrue(self.drained(60, dsn))
+        self.assertEqual(codes, [0])
+        self.assertEqual(self.status(flaky_id, dsn)[:3],
+                         ("failed", 1, "ConnectionError: upstream returned 503"))
+        self.assertEqual(self.status(fine_id, dsn), ("completed", 0, None, {"total": "2.50"}))
+        self.assertEqual(q1("SELECT count(*) FROM ledger", (), dsn), 3)
+        self.assertEqual(len(logs.at(logging.ERROR, "job %d (flaky)" % flaky_id, "dead")), 1)
+        self.assertEqual([r.getMessage() for r in logs.records
+                          if "app_workers" in r.getMessage() or "register" in r.getMessage()],
+                         [])
+
+
+class Encodings(Base):
+    def encoding_round_trip(self, encoding, text):
+        """Jobs whose kind and payload have non-ASCII text, in a database of
+        this encoding: each runs once, its handler sees them as they were
+        sent, its result comes back the same."""
+        dsn = database("%s_%s" % (VIA, encoding.lower()), encoding=encoding)
+        kind = "wörk.%s" % text
+        payload = {"name": "Zoë %s" % text, "city": "München", "n": 1}
+        w = self.worker(dsn)
+        seen = []
+
+        @w.handler(kind)
+        def handle(job):
+            started(job, dsn)
+            seen.append((job.kind, job.payload))
+            return {"kind": job.kind, "payload": job.payload, "saw": "ß%s" % text}
+
+        with connect(dsn=dsn) as conn:
+            a = jobq.enqueue(conn, kind, payload, queue=self.queue).job_id
+        # a psycopg connection in the database's own client encoding
+        with psycopg.connect(dsn, autocommit=True, client_encoding=encoding,
+                             **({"prepare_threshold": None} if POOLER else {})) as conn:
+            if encoding == "SQL_ASCII":     # psycopg encodes text as ASCII there
+                b = None
+            else:
+                b = jobq.enqueue(conn, kind, payload, queue=self.queue).job_id
+        with running(w):
+            self.assertTrue(self.drained(60, dsn))
+            time.sleep(0.3)
+        for job_id in (a, b):
+            if job_id is None:
+                continue
+            self.assertEqual(self.status(job_id, dsn), (
+                "completed", 0, None, {"kind": kind, "payload": payload, "saw": "ß%s" % text}))
+            self.assertEqual(q1("SELECT count(*) FROM jobq.job(%s)", (job_id,), dsn), 1)
+            self.assertEqual(q1("SELECT kind FROM jobq.jobs WHERE job_id = %s", (job_id,), dsn),
+                             kind)
+        self.assertEqual(seen, [(kind, payload)] * (1 if b is None else 2))
+        self.assertEqual(q1("SELECT count(*) FROM ledger WHERE queue = %s", (self.queue,), dsn),
+                         len(seen))
+        return dsn, kind
+
+    def test_sql_ascii(self):
+        """a SQL_ASCII database: kinds and payloads with non-ASCII text round-trip, no job
+        loops; a payload that is not UTF-8 fails its job at once, for good"""
+        dsn, kind = self.encoding_round_trip("SQL_ASCII", "日本 ✓")
+        # bytes a LATIN1 client left there: {"a":"é"} in LATIN1
+        bad = q1("SELECT job_id FROM jobq.enqueue(%s, convert_from('\\x7b2261223a22e9227d'::bytea,"
+                 " 'SQL_ASCII')::jsonb, queue => %s)", (kind, self.queue), dsn)
+        w = self.worker(dsn)
+        w.handle(kind, lambda job: {"ran": True})
+        with running(w):
+            self.assertTrue(self.drained(60, dsn))
+        status = self.status(bad, dsn)
+        self.assertEqual(status[:2], ("failed", 0))
+        self.assertIn("the job's payload is not valid UTF-8", status[2])
+        self.assertEqual(q1("SELECT count(*) FROM jobq.job(%s)", (bad,), dsn), 1)
+        self.assertEqual(q1("SELECT count(*) FROM ledger WHERE job_id = %s", (bad,), dsn), 0)
+
+    def test_latin1(self):
+        """a LATIN1 database: kinds and payloads with non-ASCII text round-trip (through a UTF8
+        connection and one in LATIN1), no job loops; a result LATIN1 cannot hold fails alone"""
+        dsn, kind = self.encoding_round_trip("LATIN1", "é")
+        with connect(dsn=dsn) as conn:
+            ok = jobq.enqueue(conn, kind, {"t": "fine"}, queue=self.queue).job_id
+            bad = jobq.enqueue(conn, kind, {"t": "bad"}, queue=self.queue).job_id
+        w = self.worker(dsn)
+        w.handle(kind, lambda job: {"t": "日本" if job.payload["t"] == "bad" else "é"})
+        with running(w):
+            self.assertTrue(self.drained(60, dsn))
+        self.assertEqual(self.status(ok, dsn)[:2], ("completed", 0))
+        status = self.status(bad, dsn)
+        self.assertEqual(status[:2], ("failed", 0))
+        self.assertRegex(status[2], r'^result not stored: character with byte sequence .* in'
+                         r' encoding "UTF8" has no equivalent in encoding "LATIN1"')
 
 
 class Throughput(Base):

@@ -1,0 +1,3 @@
+"""The library's version."""
+
+__version__ = "0.2.0"

@@ -1,0 +1,13 @@
+/*-------------------------------------------------------------------------
+ *
+ * discard.h
+ *	  Removing queues and dead jobs (discard.c): SQL-callable only.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_DISCARD_H
+#define JOBQ_DISCARD_H
+
+#include "postgres.h"
+
+#endif							/* JOBQ_DISCARD_H */
