@@ -215,7 +215,7 @@ suite_packages() {
 			cli) printf '%s\n' python3 python3-psycopg ;;
 			examples) printf '%s\n' python3 python3-psycopg python3-yaml nodejs npm pgbouncer ;;
 			clients) printf '%s\n' python3 python3-psycopg nodejs npm pgbouncer ;;
-			web) printf '%s\n' python3 python3-psycopg chromium ;;
+			web) printf '%s\n' python3 python3-psycopg python3-waitress python3-jinja2 chromium ;;
 			# the bench records the commit it builds; its contenders run in Node
 			bench) printf '%s\n' git nodejs npm ;;
 		esac
