@@ -39,6 +39,16 @@ kinds), refreshes its row four times within jobq.worker_gone_after (at least
 every 15 s; no write per job: the view counts the jobs in hand), and
 unregisters when it stops.  Servers without it are left alone.
 
+A report (complete, fail, snooze, checkpoint) or a lease renewal that fails
+because the database cannot be reached (a restart, a failover: see
+_transient) is sent again on a new connection, with backoff (100 ms doubling
+to 5 s, jittered): a report for up to five minutes or until the shutdown
+grace ends, then the job's lease expires and it runs again.  A completion or
+failure whose connection died after it was sent may have committed: sent
+again with the same lease token it then finds the lease gone, and the job's
+row tells whether the first one did it (then the job is done, not lost).
+The first error of an outage is logged at WARNING, its end at INFO.
+
 SIGTERM or SIGINT (or ``stop()``) stops claiming at once: a claim blocked in
 its wait is cancelled, which claims nothing.  Running jobs get ``grace``
 seconds to finish and report; then (or at a second signal) every job still
@@ -62,6 +72,7 @@ import logging
 import os
 import platform
 import queue
+import random
 import signal
 import socket
 import sys
@@ -108,6 +119,17 @@ _CAPABILITIES = (
 
 #: the most bytes of stack trace sent as jobq.fail's details
 MAX_DETAILS = 16 * 1024
+
+#: seconds a report is tried again while the database cannot be reached;
+#: then the job's lease expires and it runs again
+REPORT_PATIENCE = 300.0
+
+# SQLSTATEs after which the same statement may simply be sent again: the
+# server shutting down or starting (57P01-57P03), too many connections, a
+# serialization failure or deadlock (rolled back), a read-only server (a
+# standby, before or during a failover); class 08 too (connection
+# exceptions, also what PgBouncer says when its server connection died).
+_TRANSIENT_STATES = frozenset(("57P01", "57P02", "57P03", "53300", "40001", "40P01", "25006"))
 
 
 def _seconds(s: float) -> datetime.timedelta:
@@ -213,6 +235,7 @@ SyncHandler = Callable[[Job], Any]
 AsyncHandler = Callable[[AsyncJob], Awaitable[Any]]
 Handler = Union[SyncHandler, AsyncHandler]
 F = TypeVar("F", bound=Callable[..., Any])
+_Statement = Tuple[str, Sequence[Any]]
 
 
 @dataclass
@@ -260,6 +283,8 @@ class _State:
     caps: _Capabilities = field(default_factory=_Capabilities)  # of the ops connection
     registered: bool = False            # in jobq.app_workers
     registry_error: Optional[str] = None    # the last registration error logged
+    outage_since: Optional[float] = None    # since when the database cannot be reached
+    give_up: asyncio.Event = field(default_factory=asyncio.Event)  # grace over: no more tries
 
 
 class Worker:
@@ -461,6 +486,88 @@ class Worker:
         conn = await self._ops()
         return await (await conn.execute(sql, params)).fetchall()
 
+    async def _retrying(self, what: str, sql: "Union[str, Callable[[_Capabilities], _Statement]]",
+                        params: Sequence[Any] = (), *,
+                        patience: float = REPORT_PATIENCE) -> Tuple[List[Tuple[Any, ...]], bool]:
+        """Run a statement, again on a new connection while it fails because
+        the database cannot be reached, with backoff, for up to patience
+        seconds and not after the shutdown grace ended; then the last error
+        is raised.  sql may be a function of what the server offers giving
+        the statement and its parameters.  Returns the rows, and whether a
+        failed try may have committed (in doubt)."""
+        st = self._state
+        assert st is not None
+        deadline = time.monotonic() + patience
+        in_doubt = False
+        tries = 0
+        while True:
+            conn: Optional[psycopg.AsyncConnection[Any]] = None
+            try:
+                conn = await self._ops()
+                text, values = sql(st.caps) if callable(sql) else (sql, params)
+                rows = await (await conn.execute(text, values)).fetchall()
+            except psycopg.Error as e:
+                if not _transient(e):
+                    raise
+                # a connection that failed to open never sent the statement
+                in_doubt = in_doubt or (conn is not None and _in_doubt(e))
+                await self._drop(conn)
+                if st.give_up.is_set() or time.monotonic() >= deadline:
+                    raise
+                self._outage(e, what)
+                await self._pause(_backoff(tries))
+                tries += 1
+                continue
+            self._reachable()
+            return rows, in_doubt
+
+    async def _drop(self, conn: Optional[psycopg.AsyncConnection[Any]]) -> None:
+        """Close the ops connection a statement failed on, so that the next
+        one opens a new one: one to a standby (25006) is alive, and wrong."""
+        st = self._state
+        assert st is not None
+        if conn is None or st.ops is not conn:
+            return                      # another task dropped it already
+        st.ops = None
+        if conn.broken:
+            await conn.close()
+            return
+        # alive: another task's statement may be running on it, and closing
+        # its socket under it would leave that task waiting for ever
+        async with conn.lock:
+            await conn.close()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep between tries; the end of the shutdown grace ends it."""
+        st = self._state
+        assert st is not None
+        try:
+            await asyncio.wait_for(st.give_up.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def _outage(self, e: psycopg.Error, what: str) -> None:
+        """A try failed because the database cannot be reached: the first
+        of an outage is a warning, the others are debug lines."""
+        st = self._state
+        assert st is not None
+        if st.outage_since is None:
+            st.outage_since = time.monotonic()
+            log.warning("%s: the database cannot be reached (%s: %s); reports and lease"
+                        " renewals are tried again with backoff", self.worker_id, what,
+                        _server_message(e))
+        else:
+            log.debug("%s: %s: %s; trying again", self.worker_id, what, _server_message(e))
+
+    def _reachable(self) -> None:
+        """A statement went through: the end of an outage, if there was one."""
+        st = self._state
+        assert st is not None
+        if st.outage_since is not None:
+            log.info("%s: the database answers again (after %.1f s)", self.worker_id,
+                     time.monotonic() - st.outage_since)
+            st.outage_since = None
+
     # --- claiming ------------------------------------------------------------
 
     async def _reserve(self) -> int:
@@ -655,9 +762,10 @@ class Worker:
             self._log_outcome(job, out, duration)
             self._emit(out.name, job, duration, out.error)
         except psycopg.Error as e:
-            # the report did not reach the database: the lease expires and
-            # the job runs again (at least once)
-            log.error("%s: job %d: could not report (%s)", self.worker_id, job.id, e)
+            # the report did not reach the database (in time): the lease
+            # expires and the job runs again (at least once)
+            log.error("%s: job %d: could not report (%s); its lease will expire and it will"
+                      " run again", self.worker_id, job.id, _server_message(e))
             self._emit("error", job, time.monotonic() - t0, str(e))
         except Exception as e:
             # a fault of ours: say so here rather than in an unheard task
@@ -694,22 +802,25 @@ class Worker:
                     retry_in: Optional[float] = None,
                     details: Optional[str] = None) -> "_Outcome":
         """jobq.fail; details go along when the server takes them."""
-        st = self._state
-        assert st is not None
         job._phase = "reporting"
-        conn = await self._ops()
-        sql = "SELECT jobq.fail(%s, %s, %s"
-        params: List[Any] = [job.id, job.lease_token, error]
-        if not retryable:
-            sql += ", retryable => false"
-        if retry_in is not None:
-            sql += ", retry_in => %s"
-            params.append(_seconds(retry_in))
-        if st.caps.details and details:
-            sql += ", details => %s"
-            params.append(_bound(details, MAX_DETAILS))
-        row = await (await conn.execute(sql + ")", params)).fetchone()
-        status = row[0] if row else None
+
+        def statement(caps: _Capabilities) -> _Statement:
+            sql = "SELECT jobq.fail(%s, %s, %s"
+            params: List[Any] = [job.id, job.lease_token, error]
+            if not retryable:
+                sql += ", retryable => false"
+            if retry_in is not None:
+                sql += ", retry_in => %s"
+                params.append(_seconds(retry_in))
+            if caps.details and details:
+                sql += ", details => %s"
+                params.append(_bound(details, MAX_DETAILS))
+            return sql + ")", params
+
+        rows, in_doubt = await self._retrying("fail job %d" % job.id, statement)
+        status = rows[0][0] if rows else None
+        if status is None and in_doubt:
+            status = await self._had_failed(job, error)
         if status == "pending":
             return _Outcome("retried", error, retry_in=retry_in)
         if status == "failed":
@@ -718,8 +829,8 @@ class Worker:
 
     async def _snooze(self, job: AnyJob, seconds: float) -> "_Outcome":
         job._phase = "reporting"
-        rows = await self._call("SELECT jobq.snooze(%s, %s, %s)",
-                                (job.id, job.lease_token, _seconds(seconds)))
+        rows, _ = await self._retrying("snooze job %d" % job.id, "SELECT jobq.snooze(%s, %s, %s)",
+                                       (job.id, job.lease_token, _seconds(seconds)))
         return _Outcome("snoozed" if rows[0][0] is not None else "lost", retry_in=seconds)
 
     async def _complete_job(self, job: AnyJob, result: Any) -> "_Outcome":
@@ -761,13 +872,19 @@ class Worker:
                     await self._complete_one(*batch[0])
                     continue
                 try:
-                    rows = await self._call(
+                    rows, in_doubt = await self._retrying(
+                        "complete %d jobs" % len(batch),
                         "SELECT t.id, jobq.complete(t.id, t.token, t.result::jsonb)"
                         "  FROM unnest(%s::bigint[], %s::bigint[], %s::text[])"
                         "       AS t(id, token, result)",
                         ([j.id for j, _, _ in batch], [j.lease_token for j, _, _ in batch],
                          [r for _, r, _ in batch]))
                 except psycopg.Error as e:
+                    if _transient(e):   # tried long enough: none reached the database
+                        for _, _, fut in batch:
+                            if not fut.done():
+                                fut.set_exception(e)
+                        continue
                     # one bad result (too large, say) fails the statement:
                     # one by one, so that it fails its own job and no other
                     log.warning("%s: completing %d jobs in one statement failed (%s);"
@@ -791,8 +908,11 @@ class Worker:
                     continue
                 ok = dict(rows)
                 for j, _, fut in batch:
+                    done = bool(ok.get(j.id))
+                    if not done and in_doubt:
+                        done = await self._had_completed(j)
                     if not fut.done():
-                        fut.set_result(bool(ok.get(j.id)))
+                        fut.set_result(done)
         finally:
             st.flushing = False
 
@@ -800,8 +920,10 @@ class Worker:
                             fut: "asyncio.Future[Any]") -> None:
         """jobq.complete of one job; settles fut (a refused result: _Refused)."""
         try:
-            rows = await self._call("SELECT jobq.complete(%s, %s, %s::jsonb)",
-                                    (job.id, job.lease_token, text))
+            rows, in_doubt = await self._retrying("complete job %d" % job.id,
+                                                  "SELECT jobq.complete(%s, %s, %s::jsonb)",
+                                                  (job.id, job.lease_token, text))
+            done = bool(rows[0][0]) or (in_doubt and await self._had_completed(job))
         except psycopg.Error as e:
             if not fut.done():
                 if (e.sqlstate or "")[:2] in ("22", "54"):
@@ -817,12 +939,54 @@ class Worker:
                 raise
             return
         if not fut.done():
-            fut.set_result(bool(rows[0][0]))
+            fut.set_result(done)
+
+    async def _had_completed(self, job: AnyJob) -> bool:
+        """A completion sent again after its connection died under it finds
+        the lease token spent when the first one committed: the job's row
+        tells (completed, in this attempt, by this worker)."""
+        row = await self._job_row(job)
+        if row is None or row[:3] != ("completed", job.retry_count, self.worker_id):
+            return False
+        log.info("%s: job %d: its completion had committed before the connection was lost",
+                 self.worker_id, job.id)
+        return True
+
+    async def _had_failed(self, job: AnyJob, error: str) -> Optional[str]:
+        """Likewise for a failure: its status ('pending', 'failed') when the
+        row shows it recorded (its error, and a retry spent if retried),
+        else None."""
+        row = await self._job_row(job)
+        if row is None:
+            return None
+        status, retry_count, _, last_error = row
+        spent = {"pending": job.retry_count + 1, "failed": job.retry_count}.get(status)
+        if retry_count != spent or not last_error or not error.startswith(last_error):
+            return None
+        log.info("%s: job %d: its failure had committed before the connection was lost",
+                 self.worker_id, job.id)
+        return str(status)
+
+    async def _job_row(self, job: AnyJob) -> Optional[Tuple[Any, ...]]:
+        """status, retry_count, worker_id and last_error of the job, as
+        jobq.jobs shows them to a role that may work on its queue; None when
+        it is not there or cannot be read."""
+        try:
+            rows, _ = await self._retrying(
+                "look up job %d" % job.id,
+                "SELECT status, retry_count, worker_id, last_error FROM jobq.jobs"
+                " WHERE job_id = %s", (job.id,))
+        except psycopg.Error as e:
+            log.warning("%s: job %d: could not look it up: %s", self.worker_id, job.id,
+                        _server_message(e))
+            return None
+        return rows[0] if rows else None
 
     async def _checkpoint(self, job: AnyJob, data: Mapping[str, Any]) -> None:
-        rows = await self._call("SELECT jobq.checkpoint(%s, %s, %s)",
-                                (job.id, job.lease_token,
-                                 Jsonb(dict(data), dumps=self.dumps)))
+        rows, _ = await self._retrying("checkpoint job %d" % job.id,
+                                       "SELECT jobq.checkpoint(%s, %s, %s)",
+                                       (job.id, job.lease_token,
+                                        Jsonb(dict(data), dumps=self.dumps)))
         if not rows[0][0]:
             job.lost = True
             raise LeaseLost("job %d: the lease is no longer ours" % job.id)
@@ -841,13 +1005,16 @@ class Worker:
             if not jobs:
                 continue
             try:
-                rows = await self._call(
+                # tried again until the next beat, which sends its own
+                rows, _ = await self._retrying(
+                    "lease renewal",
                     "SELECT t.id, jobq.extend(t.id, t.token, %s)"
                     "  FROM unnest(%s::bigint[], %s::bigint[]) AS t(id, token)",
                     (_seconds(self.lease), [j.id for j in jobs],
-                     [j.lease_token for j in jobs]))
+                     [j.lease_token for j in jobs]), patience=period)
             except psycopg.Error as e:
-                log.error("%s: extending leases failed: %s", self.worker_id, e)
+                if not _transient(e):   # an outage is logged once, by _outage
+                    log.error("%s: extending leases failed: %s", self.worker_id, e)
                 continue
             for job_id, expires in rows:
                 job = st.jobs.get(job_id)
@@ -931,6 +1098,8 @@ class Worker:
                 await asyncio.wait(left + [abandon], timeout=remaining,
                                    return_when=asyncio.FIRST_COMPLETED)
             abandon.cancel()
+        # reports still trying to reach the database stop: their leases expire
+        st.give_up.set()
         # still in their handler: hand them back; reporting ones finish
         back = [j for j in st.jobs.values() if j._phase in ("claimed", "running")]
         for job in back:
@@ -1059,6 +1228,35 @@ def _server_message(e: psycopg.Error) -> str:
     diag = e.diag
     primary = diag.message_primary or str(e).split("\n", 1)[0]
     return "%s (%s)" % (primary, diag.message_detail) if diag.message_detail else primary
+
+
+def _transient(e: BaseException) -> bool:
+    """Is e a lost or refused connection, or a server error after which the
+    same statement may simply be sent again?  Not a refused value (classes
+    22, 54), a missing privilege or a constraint: those stay as they are."""
+    if not isinstance(e, psycopg.Error) or isinstance(e, _WrongEncoding):
+        return False
+    if e.sqlstate:
+        return e.sqlstate[:2] == "08" or e.sqlstate in _TRANSIENT_STATES
+    # libpq's own: refused, closed unexpectedly, lost, timed out
+    return isinstance(e, psycopg.OperationalError)
+
+
+def _in_doubt(e: psycopg.Error) -> bool:
+    """Did a statement sent perhaps commit although it failed?  Only when the
+    connection was lost with no answer from the server (an error the server
+    sent means it rolled back); class 08 is what PgBouncer sends when its
+    server connection died under the statement."""
+    if e.sqlstate:
+        return e.sqlstate[:2] == "08"
+    return _transient(e)
+
+
+def _backoff(tries: int) -> float:
+    """Seconds before the next try after tries failed ones (from 0): 100 ms
+    doubling to 5 s, jittered (a half to all of it), so that workers a
+    restart disconnected together do not come back together."""
+    return min(5.0, 0.1 * 2 ** min(tries, 10)) * (0.5 + random.random() / 2)
 
 
 def _shorten(text: Optional[str], limit: int = 1000) -> str:
