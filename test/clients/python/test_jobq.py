@@ -15,10 +15,12 @@ import datetime
 import decimal
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -27,7 +29,7 @@ from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql as pgsql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import jobq
 
@@ -93,21 +95,31 @@ def database(name, encoding="UTF8", settings=(), setup=(), version=None):
 
 
 class LogRecords(logging.Handler):
-    """The records of the jobq logger while installed."""
+    """The records of the jobq logger while installed; from level on when
+    given (else as the logger is: WARNING)."""
 
-    def __init__(self):
+    def __init__(self, level=None):
         super().__init__(logging.DEBUG)
         self.records = []
+        self.level_wanted = level
+        self.level_was = None
 
     def emit(self, record):
         self.records.append(record)
 
     def __enter__(self):
-        logging.getLogger("jobq").addHandler(self)
+        logger = logging.getLogger("jobq")
+        logger.addHandler(self)
+        if self.level_wanted is not None:
+            self.level_was = logger.level
+            logger.setLevel(self.level_wanted)
         return self
 
     def __exit__(self, *exc):
-        logging.getLogger("jobq").removeHandler(self)
+        logger = logging.getLogger("jobq")
+        logger.removeHandler(self)
+        if self.level_was is not None:
+            logger.setLevel(self.level_was)
 
     def at(self, level, *words):
         """The messages at level that contain every word."""
@@ -133,6 +145,108 @@ def poll(fn, timeout=20.0):
             return True
         time.sleep(0.05)
     return False
+
+
+class Proxy:
+    """A proxy in front of what DSN names (the server or PgBouncer), on a
+    Unix socket of its own; dsn is its conninfo.  kill_all() cuts every
+    connection (what a server restart does); while down is set, new
+    connections are closed at once (a server that is not there yet).
+    trap(text) makes the next message that contains text go through to the
+    server, then cuts its connection instead of passing the answer on (the
+    statement committed, the client cannot know: in doubt); trapped counts
+    the statements so cut."""
+
+    def __init__(self):
+        up = conninfo_to_dict(DSN)
+        self.upstream = os.path.join(up["host"], ".s.PGSQL.%s" % up.get("port", 5432))
+        self.dir = tempfile.mkdtemp(prefix="proxy-")
+        self.dsn = make_conninfo(DSN, host=self.dir, port=5432)
+        self.down = False
+        self.trapped = 0
+        self._traps = []
+        self._pairs = set()
+        self._lock = threading.Lock()
+        self._listener = socket.socket(socket.AF_UNIX)
+        self._listener.bind(os.path.join(self.dir, ".s.PGSQL.5432"))
+        self._listener.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def trap(self, text):
+        with self._lock:
+            self._traps.append(text.encode())
+
+    def kill_all(self):
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            self._cut(pair)
+
+    def close(self):
+        self._listener.close()
+        self.kill_all()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return              # closed
+            if self.down:
+                client.close()
+                continue
+            server = socket.socket(socket.AF_UNIX)
+            try:
+                server.connect(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            pair = _Pair(client, server)
+            with self._lock:
+                self._pairs.add(pair)
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(pair, src, dst), daemon=True).start()
+
+    def _pump(self, pair, src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if src is pair.client:
+                    with self._lock:
+                        for t in self._traps:
+                            if t in data:
+                                self._traps.remove(t)
+                                pair.armed = True
+                                break
+                elif pair.armed:            # the answer of a trapped statement
+                    with self._lock:
+                        self.trapped += 1
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        self._cut(pair)
+
+    def _cut(self, pair):
+        with self._lock:
+            self._pairs.discard(pair)
+        for s in (pair.client, pair.server):
+            try:
+                s.shutdown(socket.SHUT_RDWR)    # wakes the other pump
+            except OSError:
+                pass
+            s.close()
+
+
+class _Pair:
+    """A client's connection to the proxy and the proxy's to the server."""
+
+    def __init__(self, client, server):
+        self.client, self.server = client, server
+        self.armed = False          # a trapped statement went through
 
 
 @contextmanager
@@ -688,6 +802,133 @@ class Failures(Base):
         self.assertGreater(len(wordy_details.encode()), 15 * 1024)
 
 
+class Reconnect(Base):
+    """Lost connections, made on purpose by a Proxy between the worker and
+    the server: reports tried again while the database cannot be reached,
+    and reports whose connection died after they committed (in doubt), sent
+    again with the same lease token."""
+
+    def proxy(self):
+        p = Proxy()
+        self.addCleanup(p.close)
+        return p
+
+    def outcomes(self):
+        return [e.name for e in self.events if e.name != "claimed"]
+
+    def test_which_errors(self):
+        """which errors are tried again, and which may have committed (lost connections,
+        shutdowns and a standby are tried again; refused values and privileges are not)"""
+        from jobq.worker import _in_doubt, _transient
+        E = psycopg.errors
+        lost = psycopg.OperationalError("consuming input failed: server closed the"
+                                        " connection unexpectedly")
+        for e in (lost, E.AdminShutdown("x"), E.CrashShutdown("x"), E.CannotConnectNow("x"),
+                  E.ConnectionFailure("x"), E.ProtocolViolation("x"),
+                  E.ReadOnlySqlTransaction("x"), E.TooManyConnections("x")):
+            self.assertTrue(_transient(e), repr(e))
+        for e in (E.ProgramLimitExceeded("x"), E.InsufficientPrivilege("x"),
+                  E.UntranslatableCharacter("x"), E.InvalidTextRepresentation("x"),
+                  E.UniqueViolation("x"), E.UndefinedFunction("x"), E.QueryCanceled("x"),
+                  ValueError("x")):
+            self.assertFalse(_transient(e), repr(e))
+        self.assertTrue(_in_doubt(lost))
+        self.assertTrue(_in_doubt(E.ProtocolViolation("x")), "PgBouncer lost the server")
+        self.assertFalse(_in_doubt(E.AdminShutdown("x")), "the server said it: rolled back")
+        self.assertFalse(_in_doubt(E.ReadOnlySqlTransaction("x")))
+
+    def test_report_retried_while_unreachable(self):
+        """a report is tried again with backoff while the database cannot be reached
+        (connections cut, then refused for 2.5 s): the job is done once, on its attempt, not
+        after its lease; the outage is logged once at WARNING and its end at INFO"""
+        p = self.proxy()
+        w = self.worker(p.dsn, concurrency=1, lease=30)
+        go = threading.Event()
+        runs = []
+
+        @w.handler("pay")
+        def pay(job):
+            runs.append(job.id)
+            go.wait(30)
+            return {"paid": True}
+
+        with connect() as conn:
+            job_id = jobq.enqueue(conn, "pay", queue=self.queue, max_retries=0).job_id
+        with LogRecords(logging.DEBUG) as logs, running(w):
+            self.assertTrue(poll(lambda: runs))
+            p.down = True
+            p.kill_all()
+            go.set()
+            time.sleep(2.5)
+            p.down = False
+            self.assertTrue(poll(lambda: self.outcomes(), 30))
+        messages = [r.getMessage() for r in logs.records]
+        self.assertEqual(self.outcomes(), ["completed"], messages)
+        self.assertEqual(self.status(job_id)[:2], ("completed", 0))
+        self.assertEqual(runs, [job_id])
+        self.assertEqual(len(logs.at(logging.WARNING, "the database cannot be reached",
+                                     "complete job %d" % job_id)), 1, messages)
+        self.assertEqual(len(logs.at(logging.WARNING, "the database cannot be reached")), 1,
+                         messages)
+        self.assertGreaterEqual(len(logs.at(logging.DEBUG, "complete job %d" % job_id,
+                                            "trying again")), 2, messages)
+        self.assertEqual(len(logs.at(logging.INFO, "the database answers again")), 1, messages)
+        self.assertFalse([m for m in messages if "could not report" in m], messages)
+
+    def test_completion_in_doubt(self):
+        """a completion whose connection died after it committed is sent again: done, not lost
+        (sent again with its token, false means done when the job's row says so)"""
+        p = self.proxy()
+        w = self.worker(p.dsn, concurrency=1)
+        runs = []
+
+        @w.handler("pay")
+        async def pay(job):
+            runs.append(job.id)
+            return {"paid": True}
+
+        p.trap("SELECT jobq.complete(")
+        with connect() as conn:
+            job_id = jobq.enqueue(conn, "pay", queue=self.queue, max_retries=0).job_id
+        with LogRecords(logging.DEBUG) as logs, running(w):
+            self.assertTrue(poll(lambda: self.outcomes(), 30))
+        messages = [r.getMessage() for r in logs.records]
+        self.assertEqual(p.trapped, 1, "the completion was cut after it went through")
+        self.assertEqual(self.outcomes(), ["completed"], messages)
+        self.assertEqual(runs, [job_id])
+        self.assertEqual(self.status(job_id)[:2], ("completed", 0))
+        self.assertEqual(len(logs.at(logging.INFO, "job %d: its completion had committed"
+                                     " before the connection was lost" % job_id)), 1, messages)
+        self.assertFalse([m for m in messages if "lease lost" in m or "could not report" in m],
+                         messages)
+
+    def test_failure_in_doubt(self):
+        """a failure whose connection died after it committed is not taken for a lost lease
+        (sent again with its token, the job's row tells); the retry runs"""
+        p = self.proxy()
+        w = self.worker(p.dsn, concurrency=1)
+
+        @w.handler("flaky")
+        def flaky(job):
+            if job.attempt == 1:
+                raise RuntimeError("upstream 503")
+            return {"attempt": job.attempt}
+
+        p.trap("SELECT jobq.fail(")
+        with connect() as conn:
+            job_id = jobq.enqueue(conn, "flaky", queue=self.queue, max_retries=2).job_id
+        with LogRecords(logging.DEBUG) as logs, running(w):
+            self.assertTrue(poll(lambda: self.status(job_id)[0] == "completed", 30))
+        messages = [r.getMessage() for r in logs.records]
+        self.assertEqual(p.trapped, 1)
+        self.assertEqual(self.outcomes(), ["retried", "completed"], messages)
+        self.assertEqual(self.status(job_id)[:3], ("completed", 1, "RuntimeError: upstream 503"))
+        self.assertEqual(len(logs.at(logging.INFO, "job %d: its failure had committed before"
+                                     " the connection was lost" % job_id)), 1, messages)
+        self.assertFalse([m for m in messages if "lease lost" in m or "could not report" in m],
+                         messages)
+
+
 class Registry(Base):
     def test_app_workers(self):
         """jobq.app_workers shows the running worker (library, version, host, pid,
@@ -888,6 +1129,8 @@ class Result(unittest.TextTestResult):
 def main():
     sys.path.insert(0, HERE)
     logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="#   log: %(message)s")
+    for h in logging.getLogger().handlers:     # a test's LogRecords(DEBUG) prints nothing more
+        h.setLevel(logging.WARNING)
     suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     only = sys.argv[1:]
     if only:
