@@ -307,6 +307,41 @@ WorkerExtensionPresent(bool *usable)
  */
 static TimestampTz settle_due = 0;
 
+/*
+ * Once in the slot's life (it begins when the server starts, or when the
+ * launcher takes the database in), end the leases of the jobs that
+ * executors of a server that stopped held (jobq_end_orphaned_leases); the
+ * executors of this database that run now keep theirs.  False when the
+ * extension is being changed: the round ends.
+ */
+static bool
+WorkerOrphansEnded(void)
+{
+	bool		done;
+
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	done = JobqBgw->slots[MySlot].orphans_ended;
+	LWLockRelease(JobqBgwLock);
+	if (done)
+		return true;
+
+	WorkerBeginStep("jobq: ending the leases of executors gone with the server");
+	if (!WorkerLockExtension())
+	{
+		WorkerEndStep();
+		jobq_budget_end();
+		return false;
+	}
+	SPI_connect();
+	(void) jobq_end_orphaned_leases();
+	SPI_finish();
+	WorkerEndStep();
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	JobqBgw->slots[MySlot].orphans_ended = true;
+	LWLockRelease(JobqBgwLock);
+	return true;
+}
+
 static bool
 WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 {
@@ -357,6 +392,10 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 	JobqBgw->slots[MySlot].has_handlers = has_handlers;
 	LWLockRelease(JobqBgwLock);
+
+	/* once after the server started: the claims of executors gone with it */
+	if (!WorkerOrphansEnded())
+		return false;
 
 	/* reap expired leases, batch by batch */
 	do

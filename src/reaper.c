@@ -37,6 +37,7 @@
 #include "queue_attempt.h"
 #include "queue_settle.h"
 #include "reaper.h"
+#include "shm_bgw.h"
 #include "spi_plan.h"
 
 PG_FUNCTION_INFO_V1(jobq_reap);
@@ -47,6 +48,8 @@ static SPIPlanPtr plan_reap_lock;
 static SPIPlanPtr plan_deferred_take;
 static SPIPlanPtr plan_deferred_done;
 static SPIPlanPtr plan_deferred_next;
+static SPIPlanPtr plan_orphans;
+static SPIPlanPtr plan_orphan_end;
 
 /* One queue's reaping, as a unit: what it is given and what it did. */
 typedef struct JobqReapUnit
@@ -187,6 +190,109 @@ jobq_reap_expired(int batch, bool *more)
 	if (total >= batch)
 		*more = true;
 	return total;
+}
+
+/* The leases of executors gone with the server, as a unit. */
+typedef struct JobqOrphanUnit
+{
+	TimestampTz now;
+	int64		ended;			/* out: leases ended */
+} JobqOrphanUnit;
+
+/* The pid of an executor's worker_id ("jobq executor PID"), else 0. */
+static pid_t
+ExecutorPid(const char *worker_id)
+{
+	int			pid;
+	int			end = 0;
+
+	if (sscanf(worker_id, "jobq executor %d%n", &pid, &end) != 1 ||
+		worker_id[end] != '\0' || pid <= 0)
+		return 0;
+	return (pid_t) pid;
+}
+
+static void
+EndOrphanedLeases(void *arg)
+{
+	JobqOrphanUnit *u = (JobqOrphanUnit *) arg;
+	Oid			types[2] = {INT8OID, TIMESTAMPTZOID};
+	Datum		values[2];
+	SPITupleTable *tuptable;
+	uint64		n;
+	pid_t		live[JOBQ_MAX_EXECUTORS];
+	int			nlive;
+
+	u->ended = 0;
+	values[0] = Int64GetDatum(0);
+	values[1] = TimestampTzGetDatum(u->now);
+	/* the running jobs of the queues with handlers: job_running_lease_idx */
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_orphans,
+											"SELECT j.job_id, j.worker_id, j.queue FROM jobq.job j"
+											" WHERE j.queue IN (SELECT h.queue FROM jobq.handler h)"
+											" AND j.lease_expires_at > $2 AND j.status = 'running'"
+											" AND j.worker_id LIKE 'jobq executor %'"
+											" FOR UPDATE OF j SKIP LOCKED",
+											2, types),
+						  values, NULL, SPI_OK_SELECT);
+	tuptable = SPI_tuptable;
+	n = SPI_processed;
+	/* read after the jobs: an executor is listed before its first claim */
+	nlive = jobq_bgw_executor_pids(live);
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tup = tuptable->vals[i];
+		bool		isnull;
+		char	   *worker_id = SPI_getvalue(tup, tuptable->tupdesc, 2);
+		pid_t		pid = ExecutorPid(worker_id);
+		bool		alive = false;
+
+		if (pid == 0)
+			continue;
+		for (int k = 0; k < nlive; k++)
+			alive |= (live[k] == pid);
+		if (alive)
+			continue;
+		/* just expired: the reaper's next look, this round, takes it */
+		values[0] = SPI_getbinval(tup, tuptable->tupdesc, 1, &isnull);
+		values[1] = TimestampTzGetDatum(u->now - 1);
+		jobq_spi_exec(jobq_plan_generic(&plan_orphan_end,
+										"UPDATE jobq.job SET lease_expires_at = $2"
+										" WHERE job_id = $1",
+										2, types),
+					  values, NULL, SPI_OK_UPDATE);
+		ereport(LOG,
+				(errmsg("jobq: job %lld was running in %s, which is gone with the server's restart; its lease ends now",
+						(long long) DatumGetInt64(values[0]), worker_id),
+				 errdetail("Queue \"%s\". The reaper ends the attempt as for an expired lease: a retry is spent.",
+						   SPI_getvalue(tup, tuptable->tupdesc, 3))));
+		u->ended++;
+	}
+}
+
+/*
+ * After a server start, end the leases of the jobs that executors held
+ * when it stopped.  An executor claims in a transaction of its own and runs
+ * the handler in another, so when the server stops under it (the fast
+ * shutdown of a switchover, a crash, the failover to a standby) the claim
+ * stays, and the job would wait for its whole lease (the queue's, five
+ * minutes by default) on the server that comes back.  A running job whose
+ * worker_id names ("jobq executor PID", as ExecClaim gives it) none of the
+ * database's executors that run now is orphaned:
+ * its lease ends now, and the reaper ends its attempt in the same round as
+ * any expired lease's.  A retry is spent, as when the lease expires, so a
+ * handler that crashes the server is dead-lettered, not run for ever.
+ * Returns how many; SPI must be connected.
+ */
+int64
+jobq_end_orphaned_leases(void)
+{
+	JobqOrphanUnit u;
+
+	u.now = GetCurrentTimestamp();
+	u.ended = 0;
+	(void) jobq_run_unit("ending the leases of executors gone with the server", EndOrphanedLeases, &u);
+	return u.ended;
 }
 
 /* Deferred parents' settling, as a unit: all of them, or one. */

@@ -15,5 +15,6 @@
 /* SPI must be connected. */
 extern int64 jobq_reap_expired(int batch, bool *more);
 extern int64 jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry);
+extern int64 jobq_end_orphaned_leases(void);
 
 #endif							/* JOBQ_REAPER_H */

@@ -389,6 +389,32 @@ jobq_bgw_executor_attach(int index)
 	return ok;
 }
 
+/*
+ * The pids of this database's executors that run now, into pids (room for
+ * JOBQ_MAX_EXECUTORS); returns how many.  An executor is here from before
+ * its first claim until it exits.
+ */
+int
+jobq_bgw_executor_pids(pid_t *pids)
+{
+	int			n = 0;
+
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	for (int i = 0; i < JobqBgw->nslots; i++)
+	{
+		JobqDbSlot *slot = &JobqBgw->slots[i];
+
+		if (slot->dbid != MyDatabaseId)
+			continue;
+		for (int k = 0; k < JOBQ_MAX_EXECUTORS; k++)
+			if (slot->executor_pid[k] != 0)
+				pids[n++] = slot->executor_pid[k];
+		break;
+	}
+	LWLockRelease(JobqBgwLock);
+	return n;
+}
+
 /* This executor's slot (JobqBgwLock held), or NULL. */
 static JobqDbSlot *
 ExecutorSlot(void)

@@ -49,6 +49,8 @@ typedef struct JobqDbSlot
 	bool		has_handlers;	/* the last pass found job handlers here */
 	bool		late_warned;	/* a WARNING said the database waits */
 	bool		executors_wanted;	/* handler jobs wait; the budget was full */
+	bool		orphans_ended;	/* a worker ended the leases of executors gone
+								 * with the server (reaper.c) */
 	TimestampTz next_due_at;
 	TimestampTz last_prune_at;
 	TimestampTz poke_at;
@@ -96,6 +98,7 @@ extern bool jobq_bgw_executor_attach(int index);
 extern void jobq_bgw_executor_set_job(int64 job_id, TimestampTz deadline);
 extern bool jobq_bgw_executor_take_share(Oid role, int nroles);
 extern bool jobq_bgw_executor_should_leave(void);
+extern int	jobq_bgw_executor_pids(pid_t *pids);
 
 /* the budget of jobq.max_workers (JobqBgwLock held) */
 extern int	jobq_bgw_processes(void);

@@ -137,8 +137,10 @@ ok($node->poll_query_until('postgres',
 $node->safe_psql('postgres', q{SELECT jobq.unschedule('tick')});
 
 # kill -9 of the executor mid-job: the crash-restart rolls the attempt back,
-# the lease is reaped, the job runs again, its effect exists once
-$node->safe_psql('postgres', q{SELECT jobq.configure('default', lease => '2 s')});
+# and the job runs again at once, not after its lease (10 minutes): the
+# first round after the restart ends the leases of executors gone with the
+# server; its effect exists once
+$node->safe_psql('postgres', q{SELECT jobq.configure('default', lease => '10 min')});
 $id = $node->safe_psql('postgres',
 	q{SELECT job_id FROM jobq.enqueue('work', '{"note": "crash", "sleep": 60}')});
 ok($node->poll_query_until('postgres',
@@ -146,14 +148,39 @@ ok($node->poll_query_until('postgres',
 	'the job to be killed is running');
 my $pid = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'jobq executor' AND wait_event = 'PgSleep'});
+my $log_at = -s $node->logfile;
 kill 'KILL', $pid;
 ok($node->poll_query_until('postgres',
 	"SELECT status = 'completed' FROM jobq.job WHERE job_id = $id"),
-	'after the crash the job ran again and completed');
+	'after the crash the job ran again and completed, long before its lease would have expired');
 is($node->safe_psql('postgres', "SELECT count(*) FROM app.effects WHERE job_id = $id"),
 	'1', 'its effect exists exactly once');
 is($node->safe_psql('postgres', "SELECT retry_count FROM jobq.job WHERE job_id = $id"),
-	'1', 'the killed attempt counted as a retry (lease expired)');
+	'1', 'the killed attempt counted as a retry (its lease ended)');
+like(slurp_file($node->logfile, $log_at),
+	qr/job $id was running in jobq executor $pid, which is gone with the server's restart; its lease ends now/,
+	'the log names the job and the executor gone');
+
+# the same across a fast shutdown (a switchover's): the executor's claim
+# outlives it; the server that comes back runs the job again at once
+# (an application's worker's claim in the same queue keeps its lease)
+$id = $node->safe_psql('postgres',
+	q{SELECT job_id FROM jobq.enqueue('work', '{"note": "stop", "sleep": 60}')});
+my $app_job = $node->safe_psql('postgres', q{SELECT job_id FROM jobq.enqueue('external')});
+my $app_lease = $node->safe_psql('postgres',
+	q{SELECT lease_token || ' ' || lease_expires_at FROM jobq.claim('default', 'app-1', 1, '10 min', ARRAY['external'])});
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'jobq executor' AND wait_event = 'PgSleep'}),
+	'the job to be stopped is running');
+$node->restart;
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'completed' FROM jobq.job WHERE job_id = $id"),
+	'after the restart the job ran again and completed, long before its lease would have expired');
+is($node->safe_psql('postgres', "SELECT count(*) || ' ' || max(retry_count) FROM app.effects e JOIN jobq.job j USING (job_id) WHERE job_id = $id"),
+	'1 1', 'its effect exists exactly once; the stopped attempt spent a retry');
+is($node->safe_psql('postgres',
+	"SELECT status || ' ' || lease_token || ' ' || lease_expires_at FROM jobq.job WHERE job_id = $app_job"),
+	"running $app_lease", "an application worker's job keeps its lease across the restart");
 
 # a workflow in the database: a fan-in callback's job argument carries its
 # parents' outcomes and results (parent_results, as the handler's role sees it)
