@@ -16,10 +16,12 @@
  * lease, and each queue is a unit of its own (contain.c): one queue's error
  * is logged once and does not keep the others unreaped.  A queue with a circuit breaker counts a reaped lease as a
  * failure in its queue row, which a client's open transaction can hold (a
- * fail or a claim not yet committed): the reaper takes that row with SKIP
- * LOCKED first, and when it is held leaves the queue, its leases and their
- * breaker accounting all for the next round, so nothing is lost and no
- * other queue waits.
+ * fail or a claim not yet committed): once it has locked leases to reap,
+ * the reaper takes that row with SKIP LOCKED, and when it is held leaves the
+ * queue, its leases and their breaker accounting all for the next round, so
+ * nothing is lost and no other queue waits.  A round with no lease it can
+ * lock leaves the row alone (a jobq.reap() run beside the worker's round
+ * then finds it free).
  *
  *-------------------------------------------------------------------------
  */
@@ -77,18 +79,6 @@ ReapQueue(void *arg)
 	values[1] = TimestampTzGetDatum(u->now);
 	values[2] = Int32GetDatum(u->limit);
 
-	/* the breaker's row first, without waiting: held, the queue waits */
-	if (u->has_breaker)
-	{
-		jobq_spi_exec(jobq_plan_generic(&plan_reap_queue_lock,
-										"SELECT 1 FROM jobq.queue WHERE name = $1"
-										" FOR NO KEY UPDATE SKIP LOCKED",
-										1, types),
-					  values, NULL, SPI_OK_SELECT);
-		if (SPI_processed == 0)
-			return;
-	}
-
 	/*
 	 * The expired leases of a queue are a prefix of job_running_lease_idx
 	 * (queue, lease_expires_at).  A long-held snapshot keeps an entry there
@@ -105,10 +95,27 @@ ReapQueue(void *arg)
 											" FOR UPDATE OF j SKIP LOCKED",
 											3, types),
 						  values, NULL, SPI_OK_SELECT);
-
 	/* jobq_end_attempt runs more SPI queries: keep our result set */
 	tuptable = SPI_tuptable;
 	n = SPI_processed;
+
+	/*
+	 * The breaker's row, without waiting, once there is a lease to reap (so
+	 * that a round which reaps nothing here does not take the row from a
+	 * client): held, the queue waits for the next round, its leases and their
+	 * breaker accounting with it.
+	 */
+	if (n > 0 && u->has_breaker)
+	{
+		jobq_spi_exec(jobq_plan_generic(&plan_reap_queue_lock,
+										"SELECT 1 FROM jobq.queue WHERE name = $1"
+										" FOR NO KEY UPDATE SKIP LOCKED",
+										1, types),
+					  values, NULL, SPI_OK_SELECT);
+		if (SPI_processed == 0)
+			return;
+	}
+
 	for (uint64 i = 0; i < n; i++)
 	{
 		JobqAttempt a;
