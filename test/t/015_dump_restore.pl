@@ -71,9 +71,12 @@ $node->safe_psql('src', q{
 	SELECT jobq.fail(job_id, lease_token, 'boom') FROM jobq.claim('q2', kinds => ARRAY['k.failed']);
 	SELECT jobq.cancel(job_id) FROM jobq.job WHERE kind = 'k.cancelled';
 	SELECT jobq.pause('q2');
-	-- schedules (paused: nothing changes while the tables are compared)
+	-- schedules (paused: nothing changes while the tables are compared;
+	-- paused in the transaction that makes it, or the worker may fire it)
+	BEGIN;
 	SELECT jobq.schedule('tick', '* * * * * *', 'k.tick', '{"from": "cron"}', 'q1', misfire => 'skip');
 	SELECT jobq.pause_schedule('tick');
+	COMMIT;
 	SELECT jobq.schedule('nightly', '0 2 * * *', 'k.nightly', queue => 'q2', timezone => 'Europe/Paris',
 	                     misfire => 'run_all', priority => 30);
 	SET ROLE r_work;
