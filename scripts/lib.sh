@@ -109,7 +109,8 @@ declare -A PKG_COMMAND=([nodejs]=node [npm]=npm [git]=git)
 
 # Services that installing a package enables and starts: stopped and
 # disabled again when that package was installed by us (see quiet_services).
-declare -A PKG_SERVICE=([pgbouncer]=pgbouncer ["postgresql-$PG_MAJOR"]=postgresql)
+declare -A PKG_SERVICE=([pgbouncer]=pgbouncer ["postgresql-$PG_MAJOR"]=postgresql
+	[etcd-server]=etcd [patroni]=patroni)
 
 # Install the given Debian packages that are not installed yet.  apt-get
 # runs only when something is missing, non-interactively.  Services that the
@@ -216,6 +217,7 @@ suite_packages() {
 			examples) printf '%s\n' python3 python3-psycopg python3-yaml nodejs npm pgbouncer ;;
 			clients) printf '%s\n' python3 python3-psycopg nodejs npm pgbouncer ;;
 			web) printf '%s\n' python3 python3-psycopg python3-waitress python3-jinja2 chromium ;;
+			ha) printf '%s\n' patroni etcd-server etcd-client python3-etcd python3-psycopg nodejs npm ;;
 			# the bench records the commit it builds; its contenders run in Node
 			bench) printf '%s\n' git nodejs npm ;;
 		esac

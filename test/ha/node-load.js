@@ -10,8 +10,9 @@
 // sending the same key again after any error, and writes "ack KEY JOB_ID
 // CREATED 0 TIME TRIES" to LEDGER_DIR/nodeprod0 once acknowledged; a Worker
 // (concurrency 4, lease 15 s) runs them, its handler writing "run JOB TOKEN
-// TIME" to LEDGER_DIR/nodework.  SIGTERM: the producer stops, the worker
-// finishes its jobs and returns.
+// TIME" to LEDGER_DIR/nodework.  SIGUSR2: the producer stops (after its
+// last enqueue, acknowledged or given up, it writes "stopped" to its ledger).
+// SIGTERM: the producer stops, the worker finishes its jobs and returns.
 
 const fs = require('fs')
 const path = require('path')
@@ -47,6 +48,7 @@ async function produce () {
     }
     await sleep(200)
   }
+  line(prodLedger, 'stopped', now())
 }
 
 const worker = new Worker({
@@ -65,6 +67,7 @@ worker.handle('ha.node', async (job) => {
   return { by: 'nodework' }
 })
 
+process.on('SIGUSR2', () => { stopping = true }) // the producer only: ha.py drains the queues next
 process.on('SIGTERM', () => { stopping = true; worker.stop() })
 Promise.all([produce(), worker.run()]).then(async () => {
   await producer.end().catch(() => {})

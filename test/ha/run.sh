@@ -16,9 +16,10 @@
 #                                     really lost, and present the lost tokens to
 #                                     the new primary)
 #   test/ha/run.sh --dcs etcd3        Patroni talks to etcd over the v3 API (default:
-#                                     v2; Patroni 3.0.2's etcd3 code can give the
-#                                     leader key back to a primary that was frozen,
-#                                     see test/ha/README-notes.md)
+#                                     v3 from Patroni 3.0.3 on, else v2: Patroni
+#                                     3.0.2's etcd3 code can give the leader key
+#                                     back to a primary that was frozen, see
+#                                     README.md "High availability")
 #   test/ha/run.sh --no-node          without the Node library (it needs npm to
 #                                     install pg; it reaches the cluster through a
 #                                     proxy that follows the leader: node-postgres
@@ -37,7 +38,8 @@
 # Everything it starts is stopped when it ends, whatever the way.
 #
 # Environment: HA_DIR (scratch directory; default a new /var/tmp/jobq-ha.*,
-# removed at the end unless --keep), HA_PORT_BASE (56100).
+# removed at the end unless --keep), HA_PORT_BASE (default 56100, or another
+# hundred when one of those 30 ports is taken).
 
 set -euo pipefail
 
@@ -76,11 +78,26 @@ while [ "$#" -gt 0 ]; do
 	esac
 	shift
 done
-PORT_BASE=${HA_PORT_BASE:-56100}
+# HA_PORT_BASE+1..+30, all free: 56100 when it is, else another hundred
+# (two runs on one machine, a fresh root's beside the host's, share the
+# loopback)
+ports_free() {
+	local p
+	for ((p = $1 + 1; p <= $1 + 30; p++)); do
+		! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || return 1
+	done
+}
+if [ -n "${HA_PORT_BASE:-}" ]; then
+	PORT_BASE=$HA_PORT_BASE
+else
+	PORT_BASE=56100
+	for _ in $(seq 1 50); do
+		ports_free "$PORT_BASE" && break
+		PORT_BASE=$((40000 + RANDOM % 200 * 100))
+	done
+	ports_free "$PORT_BASE" || die "no free range of 30 ports found for the cluster (set HA_PORT_BASE)"
+fi
 
-# services these packages enable: stopped and disabled again by ensure_packages
-PKG_SERVICE["etcd-server"]=etcd
-PKG_SERVICE["patroni"]=patroni
 section "packages"
 ensure_packages "${BUILD_PACKAGES[@]}" patroni etcd-server etcd-client python3-etcd python3-psycopg
 
