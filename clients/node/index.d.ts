@@ -48,15 +48,37 @@ export type Payload = Record<string, unknown>
 export function enqueue(db: Queryable, kind: string, payload?: Payload, opts?: Omit<EnqueueOptions, 'client'>): Promise<Enqueued>
 export function enqueueMany(db: Queryable, kind: string, payloads: Payload[], opts?: Omit<EnqueueManyOptions, 'client'>): Promise<Enqueued[]>
 
+export interface ProducerOptions {
+  /** outages and idle connections lost are logged here (default console) */
+  logger?: Logger
+  /**
+   * seconds for which a call on a pool whose every job has an idempotency key is sent again
+   * (100 ms doubling to 2 s, jittered) while the database cannot be reached; a first try that
+   * had committed then answers created: false.  Default 30; 0: never.
+   */
+  retryFor?: number
+}
+
+/** What a failed enqueue on a pool throws: an Error of pg or Node's, marked */
+export interface EnqueueError extends Error {
+  /** true: a try may have committed (the connection died after it was sent); false: none did */
+  jobqInDoubt?: boolean
+}
+
 export class Producer {
   /**
    * a pool or client of the caller's, or a config / connection string for a pool of its own;
    * a pool gets the library's 'error' listener (an idle connection lost is logged at warn
    * with opts.logger, default console)
    */
-  constructor(db?: Queryable | PoolConfig | string, opts?: { logger?: Logger })
+  constructor(db?: Queryable | PoolConfig | string, opts?: ProducerOptions)
   readonly db: Queryable
+  /**
+   * On a pool: with an idempotency key, tried again while the database cannot be reached
+   * (retryFor); a failure has jobqInDoubt (EnqueueError).  On a client: sent once.
+   */
   enqueue(kind: string, payload?: Payload, opts?: EnqueueOptions): Promise<Enqueued>
+  /** as enqueue; tried again only when every job has an idempotency key */
   enqueueMany(kind: string, payloads: Payload[], opts?: EnqueueManyOptions): Promise<Enqueued[]>
   /** ends the pool the producer made; a pool or client given is left alone */
   end(): Promise<void>

@@ -165,11 +165,11 @@ function sleep (ms, until) {
   })
 }
 
-// The wait before try i + 1 (i from 0): 100 ms doubling to a 5 s cap, with
-// jitter (a half to all of it), so that workers a restart disconnected
-// together do not come back together.
-function backoffMs (i) {
-  return Math.min(5000, 100 * 2 ** Math.min(i, 10)) * (0.5 + Math.random() / 2)
+// The wait before try i + 1 (i from 0): 100 ms doubling to capMs (5 s by
+// default; the producer's 2 s), with jitter (a half to all of it), so that
+// workers a restart disconnected together do not come back together.
+function backoffMs (i, capMs = 5000) {
+  return Math.min(capMs, 100 * 2 ** Math.min(i, 10)) * (0.5 + Math.random() / 2)
 }
 
 // s cut to at most max bytes of UTF-8, on a character boundary.
