@@ -10,6 +10,22 @@ Every function runs on what it is given and never commits on its own:
   ``psycopg_pool.ConnectionPool``): one connection is borrowed, and the pool
   commits when it is given back.
 
+Ambiguous commits.  When the connection dies after the statement (or its
+COMMIT) was sent, the enqueue may have committed or not.  On a pool the
+library owns the transaction: a call whose every job has an idempotency key
+is sent again on a new connection while it fails because the database
+cannot be reached (a restart, a failover: worker._transient), with backoff
+(100 ms doubling to 2 s, jittered), for up to ``retry_for`` seconds (default
+30; 0: never).  The key makes a second try after a first that committed a
+no-op: it answers ``created=False`` with the job's id.  A call without keys
+is never sent twice (it could make two jobs).  A psycopg error raised from a
+pool has ``jobq_in_doubt``: True when a try may have committed, False when
+none did.  The first failure is logged at WARNING (logger "jobq"), the
+answer after it at INFO.  On the caller's connection or cursor nothing is
+tried again: the caller's transaction is gone with its connection; run it
+again, with the same idempotency keys, on a new connection (an enqueue that
+had committed is then found, not doubled).
+
 Times come from the database clock: ``run_at`` is a ``datetime``, or a
 ``timedelta`` counted from the database's ``now()``.
 
@@ -21,8 +37,12 @@ translates them into its encoding, or refuses what it cannot hold).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import logging
 import os
+import random
+import time
 from typing import (Any, AsyncContextManager, ContextManager, List, Mapping,
                     NamedTuple, Optional, Protocol, Sequence, Tuple, Union)
 
@@ -31,6 +51,11 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from .encoder import dumps as _dumps
+from .worker import _in_doubt, _transient
+
+log = logging.getLogger("jobq")
+
+RETRY_FOR = 30.0
 
 
 class Enqueued(NamedTuple):
@@ -142,36 +167,128 @@ def _bind(params: List[Any], conn: Any) -> List[Any]:
     return params
 
 
-def _run(target: Target, sql: str, params: List[Any]) -> List[Tuple[Any, ...]]:
+def _check_retry_for(retry_for: float) -> float:
+    r = float(retry_for)
+    if not r >= 0:          # NaN too
+        raise ValueError("retry_for must be a non-negative number of seconds")
+    return r
+
+
+def _backoff(tries: int) -> float:
+    """Seconds before the next try after tries failed ones (from 0): 100 ms
+    doubling to 2 s, jittered (a half to all of it)."""
+    return min(2.0, 0.1 * 2 ** min(tries, 10)) * (0.5 + random.random() / 2)
+
+
+# how far a try on a pool got: no connection; the statement sent; its COMMIT
+_NONE, _SENT, _COMMIT = 0, 1, 2
+
+
+class _Try:
+    """One try on a pool: whether its failure may have committed, and
+    whether another try is in order."""
+
+    def __init__(self, what: str, keyed: bool, retry_for: float) -> None:
+        self.what = what
+        self.keyed = keyed
+        self.retry_for = retry_for
+        self.deadline = time.monotonic() + retry_for
+        self.in_doubt = False
+        self.tries = 0
+        self.outage: Optional[float] = None
+
+    def failed(self, e: psycopg.Error, stage: int, autocommit: bool) -> float:
+        """Mark e (jobq_in_doubt); the seconds to wait before the next try,
+        or raise e."""
+        # without autocommit, a statement that failed never committed: only
+        # its COMMIT (the pool's, when the connection is given back) can have
+        if stage == _COMMIT or (stage == _SENT and autocommit):
+            self.in_doubt = self.in_doubt or _in_doubt(e)
+        try:
+            setattr(e, "jobq_in_doubt", self.in_doubt)
+        except AttributeError:
+            pass
+        left = self.deadline - time.monotonic()
+        if (not self.keyed or left <= 0 or not _transient(e)
+                or type(e).__name__ == "PoolClosed"):
+            raise e
+        if self.outage is None:
+            self.outage = time.monotonic()
+            log.warning("jobq: the database cannot be reached (%s: %s); tried again with its"
+                        " idempotency keys for up to %g s", self.what,
+                        str(e).strip().split("\n", 1)[0], self.retry_for)
+        wait = min(_backoff(self.tries), left)
+        self.tries += 1
+        return wait
+
+    def done(self) -> None:
+        if self.outage is not None:
+            log.info("jobq: %s: the database answers again (after %.1f s)", self.what,
+                     time.monotonic() - self.outage)
+
+
+def _run(target: Target, sql: str, params: List[Any], what: str = "enqueue",
+         keyed: bool = False, retry_for: float = RETRY_FOR) -> List[Tuple[Any, ...]]:
     if isinstance(target, psycopg.Cursor):
         target.execute(sql, _bind(params, target.connection))
         return target.fetchall()
     if isinstance(target, psycopg.Connection):
         return target.execute(sql, _bind(params, target)).fetchall()
-    with target.connection() as conn:
-        return conn.execute(sql, _bind(params, conn)).fetchall()
+    t = _Try(what, keyed, retry_for)
+    while True:
+        stage, autocommit = _NONE, False
+        try:
+            with target.connection() as conn:
+                stage, autocommit = _SENT, conn.autocommit
+                rows = conn.execute(sql, _bind(params, conn)).fetchall()
+                stage = _COMMIT
+        except psycopg.Error as e:
+            time.sleep(t.failed(e, stage, autocommit))
+            continue
+        t.done()
+        return rows
 
 
-async def _arun(target: AsyncTarget, sql: str, params: List[Any]) -> List[Tuple[Any, ...]]:
+async def _arun(target: AsyncTarget, sql: str, params: List[Any], what: str = "enqueue",
+                keyed: bool = False, retry_for: float = RETRY_FOR) -> List[Tuple[Any, ...]]:
     if isinstance(target, psycopg.AsyncCursor):
         await target.execute(sql, _bind(params, target.connection))
         return await target.fetchall()
     if isinstance(target, psycopg.AsyncConnection):
         return await (await target.execute(sql, _bind(params, target))).fetchall()
-    async with target.connection() as conn:
-        return await (await conn.execute(sql, _bind(params, conn))).fetchall()
+    t = _Try(what, keyed, retry_for)
+    while True:
+        stage, autocommit = _NONE, False
+        try:
+            async with target.connection() as conn:
+                stage, autocommit = _SENT, conn.autocommit
+                rows = await (await conn.execute(sql, _bind(params, conn))).fetchall()
+                stage = _COMMIT
+        except psycopg.Error as e:
+            await asyncio.sleep(t.failed(e, stage, autocommit))
+            continue
+        t.done()
+        return rows
+
+
+def _all_keyed(keys: Optional[Sequence[Optional[str]]]) -> bool:
+    return keys is not None and all(k is not None for k in keys)
 
 
 def enqueue(target: Target, kind: str, payload: Optional[Mapping[str, Any]] = None, *,
             queue: str = "default", priority: Priority = 0, run_at: RunAt = None,
             max_retries: Optional[int] = None, idempotency_key: Optional[str] = None,
             concurrency_key: Optional[str] = None, depends_on: Optional[Sequence[int]] = None,
-            on_parent_failure: str = "cancel") -> Enqueued:
+            on_parent_failure: str = "cancel", retry_for: float = RETRY_FOR) -> Enqueued:
     """Enqueue one job on ``target`` (see the module docstring).  With
-    ``depends_on`` (job ids) the job is blocked until every parent finished."""
+    ``depends_on`` (job ids) the job is blocked until every parent finished.
+    On a pool, with an idempotency key, tried again for up to ``retry_for``
+    seconds while the database cannot be reached."""
+    retry_for = _check_retry_for(retry_for)
     sql, params = _one(kind, payload, queue, priority, run_at, max_retries,
                        idempotency_key, concurrency_key, depends_on, on_parent_failure)
-    job_id, created = _run(target, sql, params)[0]
+    job_id, created = _run(target, sql, params, "enqueue %s" % kind,
+                           idempotency_key is not None, retry_for)[0]
     return Enqueued(job_id, created)
 
 
@@ -181,14 +298,19 @@ def enqueue_many(target: Target, kind: str, payloads: Sequence[Mapping[str, Any]
                  idempotency_keys: Optional[Sequence[Optional[str]]] = None,
                  concurrency_key: Optional[str] = None,
                  depends_on: Optional[Sequence[int]] = None,
-                 on_parent_failure: str = "cancel") -> List[Enqueued]:
+                 on_parent_failure: str = "cancel",
+                 retry_for: float = RETRY_FOR) -> List[Enqueued]:
     """Enqueue one job per payload in one statement; results in input order.
-    ``depends_on``: every job of the batch waits for all of these."""
+    ``depends_on``: every job of the batch waits for all of these.  On a
+    pool, tried again (``retry_for``) only when every job has a key."""
+    retry_for = _check_retry_for(retry_for)
     if not payloads:
         return []
     sql, params = _many(kind, payloads, queue, priority, run_at, max_retries,
                         idempotency_keys, concurrency_key, depends_on, on_parent_failure)
-    return [Enqueued(i, c) for i, c in _run(target, sql, params)]
+    return [Enqueued(i, c) for i, c in _run(target, sql, params,
+                                            "enqueue_many %s (%d jobs)" % (kind, len(payloads)),
+                                            _all_keyed(idempotency_keys), retry_for)]
 
 
 async def enqueue_async(target: AsyncTarget, kind: str,
@@ -198,11 +320,14 @@ async def enqueue_async(target: AsyncTarget, kind: str,
                         idempotency_key: Optional[str] = None,
                         concurrency_key: Optional[str] = None,
                         depends_on: Optional[Sequence[int]] = None,
-                        on_parent_failure: str = "cancel") -> Enqueued:
+                        on_parent_failure: str = "cancel",
+                        retry_for: float = RETRY_FOR) -> Enqueued:
     """enqueue() for a psycopg AsyncConnection, AsyncCursor or async pool."""
+    retry_for = _check_retry_for(retry_for)
     sql, params = _one(kind, payload, queue, priority, run_at, max_retries,
                        idempotency_key, concurrency_key, depends_on, on_parent_failure)
-    job_id, created = (await _arun(target, sql, params))[0]
+    job_id, created = (await _arun(target, sql, params, "enqueue %s" % kind,
+                                   idempotency_key is not None, retry_for))[0]
     return Enqueued(job_id, created)
 
 
@@ -213,13 +338,17 @@ async def enqueue_many_async(target: AsyncTarget, kind: str,
                              idempotency_keys: Optional[Sequence[Optional[str]]] = None,
                              concurrency_key: Optional[str] = None,
                              depends_on: Optional[Sequence[int]] = None,
-                             on_parent_failure: str = "cancel") -> List[Enqueued]:
+                             on_parent_failure: str = "cancel",
+                             retry_for: float = RETRY_FOR) -> List[Enqueued]:
     """enqueue_many() for a psycopg AsyncConnection, AsyncCursor or async pool."""
+    retry_for = _check_retry_for(retry_for)
     if not payloads:
         return []
     sql, params = _many(kind, payloads, queue, priority, run_at, max_retries,
                         idempotency_keys, concurrency_key, depends_on, on_parent_failure)
-    return [Enqueued(i, c) for i, c in await _arun(target, sql, params)]
+    return [Enqueued(i, c) for i, c in await _arun(
+        target, sql, params, "enqueue_many %s (%d jobs)" % (kind, len(payloads)),
+        _all_keyed(idempotency_keys), retry_for)]
 
 
 def _has_client_encoding(conninfo: str, kwargs: Mapping[str, Any]) -> bool:

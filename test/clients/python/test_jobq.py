@@ -25,7 +25,7 @@ import threading
 import time
 import unittest
 import uuid
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 
 import psycopg
 from psycopg import sql as pgsql
@@ -927,6 +927,114 @@ class Reconnect(Base):
                                      " the connection was lost" % job_id)), 1, messages)
         self.assertFalse([m for m in messages if "lease lost" in m or "could not report" in m],
                          messages)
+
+
+    def jobs(self):
+        return q("SELECT job_id, idempotency_key FROM jobq.job WHERE queue = %s ORDER BY job_id",
+                 (self.queue,))
+
+    def test_enqueue_in_doubt_on_pool(self):
+        """an enqueue on a pool whose COMMIT's answer was lost is sent again: created False
+        (with its key: the job that exists, one job; enqueue_many on an autocommit pool and
+        enqueue_async likewise; the outage logged once)"""
+        p = self.proxy()
+        pool = _Pool(p.dsn)
+        key = self.queue + "-k"
+        p.trap("COMMIT")
+        with LogRecords(logging.DEBUG) as logs:
+            r = jobq.enqueue(pool, "pay", {"n": 1}, queue=self.queue, idempotency_key=key)
+        messages = [m.getMessage() for m in logs.records]
+        self.assertEqual(p.trapped, 1, "the COMMIT went through, its answer was cut")
+        self.assertEqual(self.jobs(), [(r.job_id, key)])
+        self.assertEqual(r.created, False, "the first try had created it")
+        self.assertEqual(len(logs.at(logging.WARNING, "the database cannot be reached",
+                                     "enqueue pay")), 1, messages)
+        self.assertEqual(len(logs.at(logging.INFO, "the database answers again")), 1, messages)
+
+        p.trap("jobq.enqueue_many(")
+        keys = [self.queue + "-m1", self.queue + "-m2"]
+        rs = jobq.enqueue_many(_Pool(p.dsn, autocommit=True), "pay", [{}, {}], queue=self.queue,
+                               idempotency_keys=keys)
+        self.assertEqual(p.trapped, 2)
+        self.assertEqual([x.created for x in rs], [False, False])
+        self.assertEqual(self.jobs()[1:], [(x.job_id, k) for x, k in zip(rs, keys)])
+
+        p.trap("COMMIT")
+        ra = asyncio.run(jobq.enqueue_async(_AsyncPool(p.dsn), "pay", queue=self.queue,
+                                            idempotency_key=self.queue + "-a"))
+        self.assertEqual(p.trapped, 3)
+        self.assertEqual(ra.created, False)
+        self.assertEqual(self.jobs()[3:], [(ra.job_id, self.queue + "-a")])
+
+    def test_enqueue_retried_while_unreachable(self):
+        """an enqueue with a key is tried again while the database cannot be reached
+        (2 s, on a pool: one job once it answers; retry_for=0 never tries again)"""
+        p = self.proxy()
+        p.down = True
+        threading.Timer(2.0, lambda: setattr(p, "down", False)).start()
+        t0 = time.monotonic()
+        r = jobq.enqueue(_Pool(p.dsn), "pay", queue=self.queue, idempotency_key=self.queue + "-k")
+        self.assertGreaterEqual(time.monotonic() - t0, 1.9)
+        self.assertTrue(r.created)
+        self.assertEqual(self.jobs(), [(r.job_id, self.queue + "-k")])
+        p.down = True
+        with self.assertRaises(psycopg.OperationalError) as cm:
+            jobq.enqueue(_Pool(p.dsn), "pay", queue=self.queue, idempotency_key=self.queue + "-0",
+                         retry_for=0)
+        self.assertIs(getattr(cm.exception, "jobq_in_doubt", None), False)
+
+    def test_enqueue_without_key_not_retried(self):
+        """an enqueue without a key is never sent twice: the error says if it may have committed
+        (a key for some jobs only likewise; on the caller's connection nothing is sent again)"""
+        p = self.proxy()
+        p.trap("COMMIT")
+        with self.assertRaises(psycopg.OperationalError) as cm:
+            jobq.enqueue(_Pool(p.dsn), "pay", queue=self.queue)
+        self.assertIs(getattr(cm.exception, "jobq_in_doubt", None), True)
+        self.assertEqual(len(self.jobs()), 1, "it had committed, once")
+        p.trap("COMMIT")
+        with self.assertRaises(psycopg.OperationalError) as cm:
+            jobq.enqueue_many(_Pool(p.dsn), "pay", [{}, {}], queue=self.queue,
+                              idempotency_keys=[self.queue + "-x", None])
+        self.assertIs(getattr(cm.exception, "jobq_in_doubt", None), True)
+        self.assertEqual(len(self.jobs()), 3)
+        p.down = True
+        with self.assertRaises(psycopg.OperationalError) as cm:
+            jobq.enqueue(_Pool(p.dsn), "pay", queue=self.queue)
+        self.assertIs(getattr(cm.exception, "jobq_in_doubt", None), False, "never sent")
+        p.down = False
+        # the caller's transaction: gone with its connection; not sent again
+        with jobq.connect(p.dsn, pooler=POOLER) as conn:
+            p.trap("jobq.enqueue(")
+            with self.assertRaises(psycopg.OperationalError):
+                with conn.transaction():
+                    jobq.enqueue(conn, "pay", queue=self.queue, idempotency_key=self.queue + "-t")
+        self.assertEqual(p.trapped, 3)
+        self.assertEqual(len(self.jobs()), 3, "rolled back")
+
+
+class _Pool:
+    """A pool as the producer sees one: a new connection per use, committed
+    when it is given back (psycopg's own context manager)."""
+
+    def __init__(self, dsn, autocommit=False):
+        self.dsn, self.autocommit = dsn, autocommit
+
+    @contextmanager
+    def connection(self):
+        with jobq.connect(self.dsn, pooler=POOLER, autocommit=self.autocommit) as conn:
+            yield conn
+
+
+class _AsyncPool:
+    def __init__(self, dsn):
+        self.dsn = dsn
+
+    @asynccontextmanager
+    async def connection(self):
+        kw = {"prepare_threshold": None} if POOLER else {}
+        async with await psycopg.AsyncConnection.connect(self.dsn, **kw) as conn:
+            yield conn
 
 
 class Registry(Base):
