@@ -553,8 +553,8 @@ class Worker:
         assert st is not None
         if st.outage_since is None:
             st.outage_since = time.monotonic()
-            log.warning("%s: the database cannot be reached (%s: %s); reports and lease"
-                        " renewals are tried again with backoff", self.worker_id, what,
+            log.warning("%s: the database cannot be reached (%s: %s); claims, reports and"
+                        " lease renewals are tried again with backoff", self.worker_id, what,
                         _server_message(e))
         else:
             log.debug("%s: %s: %s; trying again", self.worker_id, what, _server_message(e))
@@ -612,9 +612,11 @@ class Worker:
                 if n == 0:
                     break
                 rows: List[Tuple[Any, ...]] = []
+                fresh = False
                 try:
                     if conn is None or conn.closed or conn.broken:
                         conn = await self._connect()
+                        fresh = True
                     st.claiming.add(conn)
                     try:
                         if not st.stop.is_set():
@@ -624,13 +626,28 @@ class Worker:
                                 queue, self.worker_id, n, _seconds(self.lease),
                                 self.kinds, _seconds(self.wait)))
                             rows = await cur.fetchall()
+                            self._reachable()
                     finally:
                         st.claiming.discard(conn)
                 except psycopg.errors.QueryCanceled:
                     pass                # our own cancel at stop: nothing claimed
                 except Exception as e:  # psycopg.Error, or rows we cannot read
-                    log.error("%s: claim on queue %s failed: %s; again in 1 s",
-                              self.worker_id, queue, e)
+                    if isinstance(e, psycopg.Error) and _transient(e) and not fresh:
+                        # a connection cut while it waited between claims (a
+                        # restart, PgBouncer): a new one at once, no outage yet
+                        log.info("%s: the claim connection of queue %s was lost (%s);"
+                                 " connecting again", self.worker_id, queue, _server_message(e))
+                        if conn is not None:
+                            await conn.close()
+                        conn = None
+                        await self._unreserve(n)
+                        continue
+                    if isinstance(e, psycopg.Error) and _transient(e):
+                        # an outage is logged once, by _outage
+                        self._outage(e, "claim on queue %s" % queue)
+                    else:
+                        log.error("%s: claim on queue %s failed: %s; again in 1 s",
+                                  self.worker_id, queue, e)
                     try:
                         await asyncio.wait_for(st.stop.wait(), 1.0)
                     except asyncio.TimeoutError:
