@@ -612,11 +612,15 @@ class Worker:
                 if n == 0:
                     break
                 rows: List[Tuple[Any, ...]] = []
-                fresh = False
+                reused = False          # a connection that waited since its last claim
                 try:
                     if conn is None or conn.closed or conn.broken:
+                        if conn is not None:
+                            await conn.close()
+                            conn = None
                         conn = await self._connect()
-                        fresh = True
+                    else:
+                        reused = True
                     st.claiming.add(conn)
                     try:
                         if not st.stop.is_set():
@@ -632,7 +636,7 @@ class Worker:
                 except psycopg.errors.QueryCanceled:
                     pass                # our own cancel at stop: nothing claimed
                 except Exception as e:  # psycopg.Error, or rows we cannot read
-                    if isinstance(e, psycopg.Error) and _transient(e) and not fresh:
+                    if isinstance(e, psycopg.Error) and _transient(e) and reused:
                         # a connection cut while it waited between claims (a
                         # restart, PgBouncer): a new one at once, no outage yet
                         log.info("%s: the claim connection of queue %s was lost (%s);"
