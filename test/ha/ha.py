@@ -524,26 +524,23 @@ class Load:
             seq += 1
             time.sleep(self.h.a.produce_sleep if pause is None else pause)
 
-    def sql_producer(self, i):
+    def _sql_enqueues(self, name, queue, kind, pause=None):
+        """Plain jobq.enqueue calls of kind into queue, each with its key."""
         conn = Conn(self.c.conninfo)
 
         def enqueue(conn, key):
-            rows = conn.run("SELECT job_id, created FROM jobq.enqueue('ha.sql', %s::jsonb, "
-                            "queue => 'ha', max_retries => 25, idempotency_key => %s)",
-                            (json.dumps({"key": key}), key))
+            rows = conn.run("SELECT job_id, created FROM jobq.enqueue(%s, %s::jsonb, "
+                            "queue => %s, max_retries => 25, idempotency_key => %s)",
+                            (kind, json.dumps({"key": key}), queue, key))
             return rows[0]
-        self._enqueue_loop("sqlprod%d" % i, "ha", "ha.sql", conn, enqueue)
+        self._enqueue_loop(name, queue, kind, conn, enqueue, pause=pause)
+
+    def sql_producer(self, i):
+        self._sql_enqueues("sqlprod%d" % i, "ha", "ha.sql")
 
     def db_producer(self, i):
         """Jobs run inside the database (queue db, handler ha_run)."""
-        conn = Conn(self.c.conninfo)
-
-        def enqueue(conn, key):
-            rows = conn.run("SELECT job_id, created FROM jobq.enqueue('ha.db', %s::jsonb, "
-                            "queue => 'db', max_retries => 25, idempotency_key => %s)",
-                            (json.dumps({"key": key}), key))
-            return rows[0]
-        self._enqueue_loop("dbprod%d" % i, "db", "ha.db", conn, enqueue, pause=0.2)
+        self._sql_enqueues("dbprod%d" % i, "db", "ha.db", pause=0.2)
 
     def wf_producer(self, i):
         """A fan-in: two parents and a child waiting for both (depends_on), in
