@@ -21,7 +21,8 @@
 #    be there: a reference that lost one fails.
 # 3. Links: every relative link in README.md, docs/*.md and src/README.md
 #    names a file that exists and, with a #fragment, a heading's GitHub
-#    anchor in it; README.md has a table of contents, and every file that has
+#    anchor in it (outside code blocks, so every code block must be closed);
+#    README.md has a table of contents, and every file that has
 #    one (between <!-- toc:begin --> and <!-- toc:end -->) lists each of its
 #    "## " sections.
 use strict;
@@ -567,6 +568,7 @@ for my $doc (@docs)
 				"$doc line $ln: #$frag is a heading of " . ($file || $doc));
 		}
 	}
+	ok(!$in_code, "$doc: every code block is closed (the links after an open one go unchecked)");
 	cmp_ok($nlinks, '>', 0, "$doc has links to check");
 }
 
