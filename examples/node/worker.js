@@ -11,8 +11,8 @@
 // jobq.release (pending again at once, no retry spent) and exits 1.
 //
 // The handlers stand in for real work.  Each one is safe to run twice,
-// because jobq delivers a job at least once: see "Writing a worker" in the
-// README.
+// because jobq delivers a job at least once: see "Writing a worker" in
+// docs/guide.md.
 
 const { parseArgs } = require('util')
 const { Worker, Permanent, Snooze } = require('jobq')

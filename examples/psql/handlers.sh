@@ -8,8 +8,8 @@
 # JSON is read and built with SQL through job_sql (no jq needed).
 #
 # The handlers stand in for real work.  Each one is safe to run twice,
-# because jobq delivers a job at least once: see "Writing a worker" in the
-# README.
+# because jobq delivers a job at least once: see "Writing a worker" in
+# docs/guide.md.
 
 # shellcheck disable=SC2034
 HANDLERS=(

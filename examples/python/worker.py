@@ -10,7 +10,7 @@ SIGTERM: no more claims, the running jobs finish, exit 0.  A second SIGTERM or
 no retry spent) and exits 1.
 
 The handlers stand in for real work.  Each one is safe to run twice, because
-jobq delivers a job at least once: see "Writing a worker" in the README.
+jobq delivers a job at least once: see "Writing a worker" in docs/guide.md.
 """
 
 import argparse

@@ -3,7 +3,7 @@
 test/cron/reference.py -- differential test of jobq.cron_next.
 
 An independent reference for cron next-fire times, written from the rules
-in README.md ("Cron schedules") rather than from the C code:
+in docs/guide.md ("Cron schedules") rather than from the C code:
 
   * its own cron parser (regular expressions and Python sets);
   * wall-clock times from Python's zoneinfo, not PostgreSQL's tz library;

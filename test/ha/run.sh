@@ -19,7 +19,7 @@
 #                                     v3 from Patroni 3.0.3 on, else v2: Patroni
 #                                     3.0.2's etcd3 code can give the leader key
 #                                     back to a primary that was frozen, see
-#                                     README.md "High availability")
+#                                     docs/operations.md "High availability")
 #   test/ha/run.sh --no-node          without the Node library (it needs npm to
 #                                     install pg; it reaches the cluster through a
 #                                     proxy that follows the leader: node-postgres
@@ -179,7 +179,7 @@ fi
 is_root && chown -R postgres: "$WORK/pgroot"
 info "jobq installed: $("$PG_CONFIG" --pkglibdir)/jobq.so"
 
-# The Node library as an application installs it (its README): npm pack of
+# The Node library as an application installs it (the README's "A first worker in Node"): npm pack of
 # clients/node, npm install of the tarball and of pg at the version it pins.
 if [ "$NODE" = 1 ]; then
 	section "the Node library: npm pack + npm install in $WORK/node-app"

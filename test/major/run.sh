@@ -13,7 +13,7 @@
 #       "app" with --single-transaction into a database created first (the
 #       worker must not serve a half-restored database), "legacy" (jobq
 #       0.1.0) without the dump's grants on jobq's objects, then jobq.grant
-#       again (README, "Restoring a dump of an older jobq release");
+#       again (docs/operations.md, "Restoring a dump of an older jobq release");
 #   (b) pg_upgrade from the stopped 15 cluster to a fresh target cluster,
 #       both with the same jobq release installed (built from this tree
 #       for each version) and jobq in shared_preload_libraries, also in
@@ -749,7 +749,7 @@ READY_A=$(date -u '+%Y-%m-%d %H:%M:%S.%N+00')
 # legacy: a dump names no extension version: its CREATE EXTENSION IF NOT
 # EXISTS makes the newest release installed, where the dump's GRANT on
 # 0.1.0's five-argument jobq.fail names a function 0.3.0 re-created.  So
-# the README's way: the dump's grants on jobq's objects left out (pg_restore
+# the way docs/operations.md says: the dump's grants on jobq's objects left out (pg_restore
 # -L with a list without them), and jobq.grant run for every row of
 # jobq.permission afterwards.  No schedule, no lease due: nothing for the
 # worker to do while the rows come.

@@ -272,7 +272,7 @@ for my $old (@released)
 	is($node->safe_psql($db, $state_query), $before, "$old: every job, schedule and handler kept");
 
 	# roles granted before the update get the release's new functions when
-	# jobq.grant runs again (README, Upgrading)
+	# jobq.grant runs again (docs/operations.md, Upgrading)
 	is( $node->safe_psql(
 			$db, q{
 		SELECT count(jobq.grant(queue, role, capability)) > 0 FROM jobq.permission;

@@ -1,26 +1,30 @@
-# The README says what the product does; this test holds it to that.
+# The documentation says what the product does; this test holds it to that.
 #
 # 1. The psql tour: the ```sql blocks between <!-- tour:begin --> and
-#    <!-- tour:end --> in README.md run, in order, as one psql script
-#    (psql -X -v ON_ERROR_STOP=1 -f) on a fresh database with jobq, and
-#    what psql prints for each block must equal the ```text block that
-#    follows it in the README (trailing blanks aside; a block without one
-#    must print nothing).  Nothing is masked: the tour shows no value that
-#    changes from run to run.
-# 2. The reference tables against the catalog: every function signature
-#    in a table whose first column is "function" (or "view / function")
-#    has a function with those argument names, types and defaults, and
-#    what it returns (a TABLE's column names and types); every function in
-#    schema jobq is in such a table; every view's column list (tables with
-#    a "columns" column) is the view's columns, in order, and every view is
-#    listed; "`jobq.X` columns:" tables name exactly X's columns; the queue
-#    settings table names exactly jobq.configure's settings, with the
-#    defaults a new queue gets; the health table names jobq.health()'s
-#    checks in order; the GUC table names exactly the jobq.* settings, with
-#    their defaults and contexts.
-# 3. Links: every relative link in README.md and src/README.md names a
-#    file that exists and, with a #fragment, a heading's GitHub anchor in
-#    it; the table of contents lists every "## " section.
+#    <!-- tour:end --> (one pair, in README.md or a file of docs/) run, in
+#    order, as one psql script (psql -X -v ON_ERROR_STOP=1 -f) on a fresh
+#    database with jobq, and what psql prints for each block must equal the
+#    ```text block that follows it (trailing blanks aside; a block without
+#    one must print nothing).  Nothing is masked: the tour shows no value
+#    that changes from run to run.
+# 2. The reference tables of docs/reference.md against the catalog: every
+#    function signature in a table whose first column is "function" (or
+#    "view / function") has a function with those argument names, types and
+#    defaults, and what it returns (a TABLE's column names and types); every
+#    function in schema jobq is in such a table; every view's column list
+#    (tables with a "columns" column) is the view's columns, in order, and
+#    every view is listed; "`jobq.X` columns:" tables name exactly X's
+#    columns; the queue settings table names exactly jobq.configure's
+#    settings, with the defaults a new queue gets; the health table names
+#    jobq.health()'s checks in order; the GUC table names exactly the jobq.*
+#    settings, with their defaults and contexts.  Each of these tables must
+#    be there: a reference that lost one fails.
+# 3. Links: every relative link in README.md, docs/*.md and src/README.md
+#    names a file that exists and, with a #fragment, a heading's GitHub
+#    anchor in it (outside code blocks, so every code block must be closed);
+#    README.md has a table of contents, and every file that has
+#    one (between <!-- toc:begin --> and <!-- toc:end -->) lists each of its
+#    "## " sections.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -44,7 +48,13 @@ sub read_lines
 	return @lines;
 }
 
-my @readme = read_lines("$root/README.md");
+# the documents: README.md, docs/*.md, src/README.md (paths relative to $root)
+opendir(my $dh, "$root/docs") or die "cannot open $root/docs: $!";
+my @docs = ('README.md', (map { "docs/$_" } sort grep { /\.md$/ } readdir $dh), 'src/README.md');
+closedir $dh;
+my %lines = map { $_ => [ read_lines("$root/$_") ] } @docs;
+my $refdoc = 'docs/reference.md';
+ok($lines{$refdoc}, "$refdoc exists") or die "no $refdoc";
 
 # fenced code blocks of a range of lines: { lang, text, line }
 sub fenced_blocks
@@ -89,11 +99,23 @@ $node->start;
 
 # ---------------------------------------------------------------- the tour
 
-my @begin = grep { $readme[$_] =~ /^<!-- tour:begin -->\s*$/ } 0 .. $#readme;
-my @end = grep { $readme[$_] =~ /^<!-- tour:end -->\s*$/ } 0 .. $#readme;
-is(scalar(@begin) . ' ' . scalar(@end), '1 1', 'README has one tour:begin and one tour:end')
-  or die 'cannot find the tour in README.md';
-my @tour = fenced_blocks($begin[0] + 1, @readme[ $begin[0] + 1 .. $end[0] - 1 ]);
+# the one document with the tour, and its lines
+my (@begin, @end, $tourdoc);
+for my $doc (@docs)
+{
+	my $l = $lines{$doc};
+	my @b = grep { $l->[$_] =~ /^<!-- tour:begin -->\s*$/ } 0 .. $#$l;
+	my @e = grep { $l->[$_] =~ /^<!-- tour:end -->\s*$/ } 0 .. $#$l;
+	next unless @b || @e;
+	push @begin, @b;
+	push @end, @e;
+	$tourdoc = $doc;
+}
+is(scalar(@begin) . ' ' . scalar(@end), '1 1', 'the docs have one tour:begin and one tour:end, in one file')
+  or die 'cannot find the tour';
+cmp_ok($begin[0], '<', $end[0], "$tourdoc: tour:begin comes before tour:end") or die 'tour markers out of order';
+my @tourlines = @{ $lines{$tourdoc} };
+my @tour = fenced_blocks($begin[0] + 1, @tourlines[ $begin[0] + 1 .. $end[0] - 1 ]);
 
 # pair every sql block with the text block after it, if any
 my @steps;
@@ -109,7 +131,7 @@ for my $b (@tour)
 	}
 	else
 	{
-		fail("tour block at README line $b->{line}: a ```$b->{lang} block that does not follow a ```sql block");
+		fail("tour block at $tourdoc line $b->{line}: a ```$b->{lang} block that does not follow a ```sql block");
 	}
 }
 # a tour that lost its blocks would pass vacuously
@@ -159,7 +181,7 @@ for my $i (0 .. $#steps)
 {
 	is( normalize($got{$i} // '<not run>'),
 		normalize($steps[$i]{want} // ''),
-		"tour step at README line $steps[$i]{line} prints what README shows");
+		"tour step at $tourdoc line $steps[$i]{line} prints what $tourdoc shows");
 }
 
 # ------------------------------------------------- reference vs. catalog
@@ -194,10 +216,10 @@ sub md_tables
 	return @tables;
 }
 
-my @tables = md_tables(@readme);
+my @tables = md_tables(@{ $lines{$refdoc} });
 
 # the catalog: functions (name, argument names, types, defaults, result)
-my %canon_type;    # README type name -> format_type
+my %canon_type;    # the reference's type name -> format_type
 sub canon
 {
 	my ($t) = @_;
@@ -299,6 +321,7 @@ sub column_list
 }
 
 my $ncheck = 0;
+my %kind_seen;    # settings, health, GUC, view tables found
 for my $t (@tables)
 {
 	my @h = @{ $t->{header} };
@@ -311,7 +334,7 @@ for my $t (@tables)
 		my $v = $1;
 		my @names = sort map { split /\s*,\s*/, ($_->[0] =~ s/`//gr) } @{ $t->{rows} };
 		my @want = sort split /,/, ($views{$v} // '');
-		is(join(',', @names), join(',', @want), "README line $t->{line}: the table of $v\'s columns");
+		is(join(',', @names), join(',', @want), "$refdoc line $t->{line}: the table of $v\'s columns");
 		$ncheck++;
 		next;
 	}
@@ -329,7 +352,8 @@ for my $t (@tables)
 			push @names, @n;
 			push @pairs, [ $n[$_], $d[$_] // $d[0] ] for 0 .. $#n;
 		}
-		is(join(',', sort @names), join(',', @want), "README line $t->{line}: the queue settings are configure's");
+		is(join(',', sort @names), join(',', @want), "$refdoc line $t->{line}: the queue settings are configure's");
+		$kind_seen{'queue settings'}++;
 		$node->safe_psql('tour', q{SELECT jobq.configure('readme_defaults')});
 		for my $p (@pairs)
 		{
@@ -341,7 +365,7 @@ for my $t (@tables)
 			my $same = $node->safe_psql('tour', qq{
 				SELECT $col IS NOT DISTINCT FROM CAST($lit AS $type)
 				  FROM jobq.queues WHERE queue = 'readme_defaults'});
-			is($same, 't', "README line $t->{line}: a new queue's $col is $def");
+			is($same, 't', "$refdoc line $t->{line}: a new queue's $col is $def");
 		}
 		$ncheck++;
 		next;
@@ -352,7 +376,8 @@ for my $t (@tables)
 	{
 		my @names = map { $_->[0] =~ s/`//gr } @{ $t->{rows} };
 		my $want = $node->safe_psql('tour', 'SELECT string_agg(check_name, \',\') FROM jobq.health()');
-		is(join(',', @names), $want, "README line $t->{line}: the checks of jobq.health(), in order");
+		is(join(',', @names), $want, "$refdoc line $t->{line}: the checks of jobq.health(), in order");
+		$kind_seen{'health checks'}++;
 		$ncheck++;
 		next;
 	}
@@ -370,7 +395,8 @@ for my $t (@tables)
 		}
 		my @names = map { $_->[0] =~ s/`//gr } @{ $t->{rows} };
 		is(join(',', sort @names), join(',', sort keys %guc),
-			"README line $t->{line}: the GUC table lists every jobq.* setting");
+			"$refdoc line $t->{line}: the GUC table lists every jobq.* setting");
+		$kind_seen{'GUCs'}++;
 		my %ctx = (superuser => 'superuser', reload => 'sighup', restart => 'postmaster', user => 'user');
 		my %mult = (
 			B => 1, kB => 1024, MB => 1024**2, GB => 1024**3,
@@ -379,7 +405,7 @@ for my $t (@tables)
 		{
 			my $n = $r->[0] =~ s/`//gr;
 			my $g = $guc{$n} or next;
-			is($ctx{ $r->[2] } // $r->[2], $g->{context}, "README line $t->{line}: context of $n");
+			is($ctx{ $r->[2] } // $r->[2], $g->{context}, "$refdoc line $t->{line}: context of $n");
 			my $def = $r->[1] =~ s/\s*\(.*\)\s*$//r;
 			$def = '' if $def eq "''";
 			my ($want, $got);
@@ -394,7 +420,7 @@ for my $t (@tables)
 			{
 				($want, $got) = ($def, $g->{val});
 			}
-			is($want, $got, "README line $t->{line}: default of $n ($r->[1])");
+			is($want, $got, "$refdoc line $t->{line}: default of $n ($r->[1])");
 		}
 		$ncheck++;
 		next;
@@ -409,16 +435,16 @@ for my $t (@tables)
 		{
 			# a row of views: `jobq.a`, `jobq.b` (view)
 			my @v = $first =~ /`(jobq\.\w+)`/g;
-			ok(@v && defined $col_i, "README line $t->{line}: row '$first' names a function or a view with its columns")
+			ok(@v && defined $col_i, "$refdoc line $t->{line}: row '$first' names a function or a view with its columns")
 			  or next;
 			my $cell = $r->[$col_i];
 			for my $v (@v)
 			{
 				my $want = $views{$v};
-				ok(defined $want, "README line $t->{line}: view $v exists") or next;
+				ok(defined $want, "$refdoc line $t->{line}: view $v exists") or next;
 				$view_seen{$v} = 1;
 				my $got = $cell =~ /^as `(jobq\.\w+)`$/ ? $views{$1} // "<no view $1>" : column_list($cell);
-				is($got, $want, "README line $t->{line}: the columns of $v");
+				is($got, $want, "$refdoc line $t->{line}: the columns of $v");
 			}
 			next;
 		}
@@ -435,51 +461,55 @@ for my $t (@tables)
 			my $ret = @rets > 1 ? shift @rets : $rets[0];
 			my ($cargs, $ndef) = parse_args($args);
 			my @cand = grep { $_->{name} eq $name && $_->{args} eq $cargs } @procs;
-			ok(scalar(@cand) == 1, "README line $t->{line}: $name($args) is a function")
-			  or diag("README: $cargs\ncatalog: "
+			ok(scalar(@cand) == 1, "$refdoc line $t->{line}: $name($args) is a function")
+			  or diag("$refdoc: $cargs\ncatalog: "
 				  . join("\n         ", map { "$_->{name}($_->{args})" } grep { $_->{name} eq $name } @procs));
 			my $p = $cand[0] or next;
 			$p->{seen}++;
-			is($ndef, $p->{ndefaults}, "README line $t->{line}: $name: arguments with DEFAULT");
+			is($ndef, $p->{ndefaults}, "$refdoc line $t->{line}: $name: arguments with DEFAULT");
 			if (defined $col_i)
 			{
 				# the columns cell lists a table function's result columns
 				is(column_list($r->[$col_i]), names_of($p->{outs}),
-					"README line $t->{line}: the result columns of $name");
+					"$refdoc line $t->{line}: the result columns of $name");
 			}
 			next unless defined $ret;
 			$ret =~ s/^`([^`]*)`$/$1/;
 			if ($ret =~ /^TABLE \((.*)\)$/)
 			{
 				my ($couts) = parse_args($1);
-				is($couts, $p->{outs}, "README line $t->{line}: $name returns TABLE (...)");
+				is($couts, $p->{outs}, "$refdoc line $t->{line}: $name returns TABLE (...)");
 			}
 			elsif ($ret =~ /^the columns of `(jobq\.\w+)`(?:, then `([^`]*)`)?$/)
 			{
 				my ($v, $more) = ($1, $2);
 				my $want = join(',', grep { $_ ne '' } $views{$v} // '', $more ? names_of((parse_args($more))[0]) : ());
-				is(names_of($p->{outs}), $want, "README line $t->{line}: $name returns the columns of $v");
+				is(names_of($p->{outs}), $want, "$refdoc line $t->{line}: $name returns the columns of $v");
 			}
 			elsif ($ret =~ /^[\w ]+(?:\[\])?$/)
 			{
-				is(canon($ret), $p->{ret}, "README line $t->{line}: $name returns $ret");
+				is(canon($ret), $p->{ret}, "$refdoc line $t->{line}: $name returns $ret");
 			}
 			else
 			{
-				fail("README line $t->{line}: $name: cannot read the returns cell '$ret'");
+				fail("$refdoc line $t->{line}: $name: cannot read the returns cell '$ret'");
 			}
 		}
 	}
 	$ncheck++;
 }
-cmp_ok($ncheck, '>=', 10, 'README has its reference tables');
+cmp_ok($ncheck, '>=', 10, "$refdoc has its reference tables");
+for my $k ('queue settings', 'health checks', 'GUCs')
+{
+	is($kind_seen{$k} // 0, 1, "$refdoc has one table of the $k");
+}
 for my $p (@procs)
 {
-	ok($p->{seen}, "$p->{name}($p->{args}) is in a README function table");
+	ok($p->{seen}, "$p->{name}($p->{args}) is in a function table of $refdoc");
 }
 for my $v (sort keys %views)
 {
-	ok($view_seen{$v}, "view $v is in a README table of views");
+	ok($view_seen{$v}, "view $v is in a table of views of $refdoc");
 }
 
 # ---------------------------------------------------------------- links
@@ -515,13 +545,12 @@ sub anchors_of
 	return $anchors{$path} = { anchors => \%a, h2 => \@h2 };
 }
 
-for my $doc ('README.md', 'src/README.md')
+for my $doc (@docs)
 {
 	my $path = "$root/$doc";
-	ok(-f $path, "$doc exists") or next;
 	my ($in_code, $nlinks) = (0, 0);
 	my $ln = 0;
-	for my $l (read_lines($path))
+	for my $l (@{ $lines{$doc} })
 	{
 		$ln++;
 		if ($l =~ /^\s*```/) { $in_code = !$in_code; next; }
@@ -535,22 +564,27 @@ for my $doc ('README.md', 'src/README.md')
 			$nlinks++;
 			ok(-e $tpath, "$doc line $ln: link target $file exists") or next;
 			next unless defined $frag;
-			ok(anchors_of($tpath)->{anchors}{$frag}, "$doc line $ln: #$frag is a heading of " . ($file || $doc));
+			ok(-f $tpath && $tpath =~ /\.md$/ && anchors_of($tpath)->{anchors}{$frag},
+				"$doc line $ln: #$frag is a heading of " . ($file || $doc));
 		}
 	}
+	ok(!$in_code, "$doc: every code block is closed (the links after an open one go unchecked)");
 	cmp_ok($nlinks, '>', 0, "$doc has links to check");
 }
 
-# the table of contents lists every "## " section
-my @toc_b = grep { $readme[$_] =~ /^<!-- toc:begin -->\s*$/ } 0 .. $#readme;
-my @toc_e = grep { $readme[$_] =~ /^<!-- toc:end -->\s*$/ } 0 .. $#readme;
-is(scalar(@toc_b) . ' ' . scalar(@toc_e), '1 1', 'README has one toc:begin and one toc:end');
-if (@toc_b && @toc_e)
+# a table of contents lists every "## " section of its file
+for my $doc (@docs)
 {
-	my %in_toc = map { $_ => 1 } join("\n", @readme[ $toc_b[0] .. $toc_e[0] ]) =~ /\]\(#([^)]+)\)/g;
-	for my $s (@{ anchors_of("$root/README.md")->{h2} })
+	my @l = @{ $lines{$doc} };
+	my @toc_b = grep { $l[$_] =~ /^<!-- toc:begin -->\s*$/ } 0 .. $#l;
+	my @toc_e = grep { $l[$_] =~ /^<!-- toc:end -->\s*$/ } 0 .. $#l;
+	next if $doc ne 'README.md' && !@toc_b && !@toc_e;    # only README.md must have one
+	is(scalar(@toc_b) . ' ' . scalar(@toc_e), '1 1', "$doc has one toc:begin and one toc:end")
+	  or next;
+	my %in_toc = map { $_ => 1 } join("\n", @l[ $toc_b[0] .. $toc_e[0] ]) =~ /\]\(#([^)]+)\)/g;
+	for my $s (@{ anchors_of("$root/$doc")->{h2} })
 	{
-		ok($in_toc{$s}, "the table of contents links to section #$s");
+		ok($in_toc{$s}, "$doc: the table of contents links to section #$s");
 	}
 }
 

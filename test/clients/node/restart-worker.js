@@ -1,6 +1,6 @@
 'use strict'
-// A worker process for restart.test.js, written as README.md's "The Node
-// library" writes one: a pg.Pool of the application's, with no 'error'
+// A worker process for restart.test.js, written as README.md's "A first worker
+// in Node" writes one: a pg.Pool of the application's, with no 'error'
 // listener of its own (POOL=given), or the worker's own pool (POOL=own).
 // It runs from the project that the README's install commands made
 // (JOBQ_APP), so it loads jobq and pg as an application does; from the

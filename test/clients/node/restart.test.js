@@ -155,7 +155,7 @@ test('a server restart (fast, then immediate) under two running workers: nothing
   for (const j of jobs) {
     const outcomes = finishes.get(j.id) ?? []
     const completions = outcomes.filter((o) => o.startsWith('completed@')).length
-    // a claim the immediate restart took back (jobq.async_claim, README "What
+    // a claim the immediate restart took back (jobq.async_claim, docs/security.md "What
     // jobq guarantees"): the job is pending again with no retry spent, its
     // worker's token is refused (outcome lost), and it runs once more.  The
     // lost attempt's handler may or may not have counted its run: its ledger

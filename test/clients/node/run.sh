@@ -11,7 +11,7 @@
 #
 # The package is copied to the scratch directory and its locked dependencies
 # installed there with npm ci (clients/node is left as it is); npm pack must
-# make a tarball of it.  Then the commands of README.md's "The Node library"
+# make a tarball of it.  Then the commands of README.md's "A first worker in Node"
 # (its first sh block: npm pack of clients/node, npm install of the tarball)
 # run in a fresh project, which must then require jobq and pg (one copy,
 # from a registry, at the version pinned) and survive npm ci; the
@@ -121,9 +121,9 @@ fi
 
 # --- installed as the README says ------------------------------------------------
 
-# the first sh block of README.md's "The Node library"
+# the first sh block of README.md's "A first worker in Node"
 readme_install_block() {
-	awk '/^### The Node library/ { s = 1; next }
+	awk '/^## A first worker in Node/ { s = 1; next }
 	     s && /^#+ / { exit }
 	     s && /^```sh/ { b = 1; next }
 	     b && /^```/ { exit }
@@ -134,7 +134,7 @@ APP_OK=0
 mkdir -p "$APP"
 block=$(readme_install_block)
 if [ -z "$block" ]; then
-	not_ok "README.md's \"The Node library\" has its install commands (an sh block)"
+	not_ok "README.md's \"A first worker in Node\" has its install commands (an sh block)"
 else
 	# the README's own lines: "cd my-app" is this fresh project, /path/to/jobq this tree
 	script=$(printf '%s\n' "$block" | sed -e "s|^cd my-app\b|cd \"\$APP\"|" -e "s|/path/to/jobq|$ROOT|g")
