@@ -89,5 +89,6 @@ COMMENT ON INDEX jobq.dependency_unsettled_idx IS
  * jobq.app_worker
  * ------------------------------------------------------------------- */
 
--- the registry's pruning of workers not seen for a day
 CREATE INDEX app_worker_seen_idx ON jobq.app_worker (last_seen_at);
+COMMENT ON INDEX jobq.app_worker_seen_idx IS
+    'application workers by last heartbeat, for pruning the ones not seen for a day';

@@ -573,4 +573,4 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.health(interval, interval, interval) IS
-    'one row per check (worker, expired_leases, overdue_schedules, oldest_pending, circuit_breakers, dead_tuples, table_bloat, xmin_horizon) with status ok, warning or critical, a detail and a hint';
+    'one row per check (worker, expired_leases, overdue_schedules, oldest_pending, circuit_breakers, dead_tuples, table_bloat, xmin_horizon, service) with status ok, warning or critical, a detail and a hint';
