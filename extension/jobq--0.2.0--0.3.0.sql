@@ -192,3 +192,5 @@ COMMENT ON VIEW jobq.app_workers IS
 
 COMMENT ON FUNCTION jobq.health(interval, interval, interval) IS
     'one row per check (worker, expired_leases, overdue_schedules, oldest_pending, circuit_breakers, dead_tuples, table_bloat, xmin_horizon, service) with status ok, warning or critical, a detail and a hint';
+COMMENT ON TABLE jobq.attempt IS
+    'a job''s history: its attempts that failed (failed, lease expired, cancelled) and its edits by jobq.update_job (outcome edited, numbered -1, -2, ...); a successful attempt is on the job row';

@@ -161,7 +161,7 @@ CREATE TABLE jobq.attempt (
     PRIMARY KEY (job_id, attempt)
 );
 COMMENT ON TABLE jobq.attempt IS
-    'history of attempts that failed (failed, lease expired, cancelled); a successful attempt is on the job row';
+    'a job''s history: its attempts that failed (failed, lease expired, cancelled) and its edits by jobq.update_job (outcome edited, numbered -1, -2, ...); a successful attempt is on the job row';
 COMMENT ON COLUMN jobq.attempt.details IS
     'the longer story of the attempt: a stack trace, given to jobq.fail as details (at most jobq.max_details_length bytes); for an edit, what changed';
 
