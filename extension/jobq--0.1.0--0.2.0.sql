@@ -4,8 +4,8 @@
  * extension/jobq--0.1.0--0.2.0.sql -- upgrade from release 0.1.0 to 0.2.0
  *
  * What 0.2.0 changes in a 0.1.0 database, by object: tables, indexes,
- * functions, views, comments.  Nothing is granted here: grants made in an
- * extension script become the extension's initial privileges, which
+ * functions, views, comments.  Nothing new is granted here: grants made
+ * in an extension script become the extension's initial privileges, which
  * pg_dump leaves out, so a restore would lose them.  Roles granted
  * capabilities before get the new functions when jobq.grant is run again
  * for them (README, Upgrading); enqueue and enqueue_many, re-created, keep

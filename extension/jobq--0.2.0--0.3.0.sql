@@ -6,10 +6,10 @@
  * What 0.3.0 changes in a 0.2.0 database, by object: tables, indexes,
  * functions, views, comments.  The schema as it is, which a fresh install
  * gets, is in extension/schema/; test/t/060_upgrade.pl checks that this
- * script brings a database to it.  Nothing is granted here (a grant made in
- * an extension script becomes an initial privilege, which pg_dump leaves
- * out): a role granted capabilities before gets the new functions when
- * jobq.grant is run again for it, and a function re-created keeps the
+ * script brings a database to it.  Nothing new is granted here (a grant
+ * made in an extension script becomes an initial privilege, which pg_dump
+ * leaves out): a role granted capabilities before gets the new functions
+ * when jobq.grant is run again for it; a function re-created gets the
  * grantees of the one it replaces.
  */
 
