@@ -23,15 +23,23 @@ OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 # shm_bgw.h left the launcher reading garbage).
 $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
 
-# Extension scripts live in extension/: the install script of the first
-# release (jobq--0.1.0.sql, frozen) and one upgrade script per release after
-# it (jobq--A--B.sql).  Released scripts are never edited: every schema change
-# goes into the upgrade script of the version under way.  There is no install
-# script for later versions: CREATE EXTENSION jobq runs 0.1.0 and then each
-# upgrade in turn, so a fresh install and an upgraded one are the same
-# schema by construction (pg_stat_statements does the same).
+# Extension scripts live in extension/.  The current schema is written by
+# concern in extension/schema/NN_<concern>.sql (tables, indexes, functions
+# by area, views, privileges); the build concatenates them in name order
+# into extension/jobq--$(EXTVERSION).sql, the install script CREATE
+# EXTENSION jobq runs (generated: edit the sources, never the script).
+# Beside it: jobq--0.1.0.sql, the install script of the first release
+# (frozen), and one upgrade script per release, jobq--A--B.sql, organised by
+# object, which carries a database of release A to B in place.  A schema
+# change goes into the sources and into the upgrade script of the version
+# under way; test/t/060_upgrade.pl checks that a fresh install and an
+# upgraded database have the same schema.  0.1.0 and 0.2.0 databases are
+# upgraded in place, so every upgrade script and jobq--0.1.0.sql are
+# installed with the generated script.
 EXTVERSION = $(shell sed -n "s/^default_version = '\\(.*\\)'/\\1/p" jobq.control)
-DATA = $(sort $(wildcard extension/jobq--*.sql))
+SCHEMA_SOURCES = $(sort $(wildcard extension/schema/*.sql))
+DATA_built = extension/jobq--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(sort $(wildcard extension/jobq--*.sql)))
 
 # the command-line tool (bin/jobq), installed into PostgreSQL's bindir
 SCRIPTS := $(wildcard bin/jobq)
@@ -65,6 +73,14 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso results regression.diff
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# The install script of the current release: its \echo line, then the files
+# of extension/schema/ in name order.
+extension/jobq--$(EXTVERSION).sql: $(SCHEMA_SOURCES) jobq.control
+	{ printf '%s\n' '\echo Use "CREATE EXTENSION jobq" to load this file. \quit' '' \
+	    '-- jobq $(EXTVERSION) install script, made by make from extension/schema/: edit those files'; \
+	  for f in $(SCHEMA_SOURCES); do echo; cat "$$f"; done; \
+	} >$@.tmp && mv $@.tmp $@
 
 # test/layout/check: src/ includes go one way (processes -> features ->
 # queue operations -> access control and shared memory -> leaf), no C file

@@ -1,26 +1,312 @@
+\echo Use "ALTER EXTENSION jobq UPDATE TO '0.2.0'" to load this file. \quit
+
 /*
  * extension/jobq--0.1.0--0.2.0.sql -- upgrade from release 0.1.0 to 0.2.0
  *
- * Every schema change of 0.2.0 goes here, appended in the order it is made.
- * A fresh CREATE EXTENSION jobq runs jobq--0.1.0.sql and then this script,
- * so what is written here is what every 0.2.0 database has.
+ * What 0.2.0 changes in a 0.1.0 database, by object: tables, indexes,
+ * functions, views, comments.  Nothing new is granted here: grants made
+ * in an extension script become the extension's initial privileges, which
+ * pg_dump leaves out, so a restore would lose them.  Roles granted
+ * capabilities before get the new functions when jobq.grant is run again
+ * for them (README, Upgrading); enqueue and enqueue_many, re-created, keep
+ * the grantees of the ones they replace.
  */
 
-\echo Use "ALTER EXTENSION jobq UPDATE TO '0.2.0'" to load this file. \quit
+/* ---------------------------------------------------------------------
+ * Tables
+ * ------------------------------------------------------------------- */
+
+/*
+ * Workflows: jobs that wait for other jobs.  A job enqueued with depends_on
+ * is 'blocked' (no row in jobq.ready or jobq.scheduled, so never claimed)
+ * until every parent has finished.  jobq.dependency holds one row per
+ * (parent, child) edge, with the parent's outcome once it finished;
+ * jobq.dependent one row per child with how many parents are still
+ * unfinished.  Finishing a parent settles its edges: O(its children), each
+ * child's counter decremented under the child's row lock, so a child
+ * unblocks exactly once however its parents finish.
+ */
+
+CREATE TABLE jobq.dependency (
+    parent_id     bigint NOT NULL,
+    child_id      bigint NOT NULL,
+    parent_status text,
+    PRIMARY KEY (parent_id, child_id)
+);
+COMMENT ON TABLE jobq.dependency IS
+    'one row per (parent, child) dependency; parent_status is the parent''s outcome once it finished (NULL before)';
+
+CREATE TABLE jobq.dependent (
+    job_id            bigint PRIMARY KEY,
+    parents_left      integer NOT NULL,
+    on_parent_failure text NOT NULL,
+    failed_parent     bigint,
+    CONSTRAINT dependent_on_parent_failure_check
+        CHECK (on_parent_failure OPERATOR(pg_catalog.=) ANY (ARRAY['cancel', 'run']::text[]))
+);
+COMMENT ON TABLE jobq.dependent IS
+    'one row per job enqueued with depends_on: its unfinished parents, what a failed parent does to it, and the first parent that ended failed or cancelled';
+
+-- Settling does not wait for a client (one that keeps its own dependent
+-- locked in an open transaction must not stall another role's completion,
+-- nor the reaper): a child still held after jobq.settle_lock_wait is left
+-- unsettled and its parent noted here; the background worker settles it
+-- again at retry_at, backing off by attempts.  A settle or retry that a
+-- background pass's budget (jobq.pass_budget) cut short leaves the rest
+-- here too, due at once.
+CREATE TABLE jobq.settle_deferred (
+    parent_id   bigint PRIMARY KEY,
+    retry_at    timestamptz NOT NULL,
+    attempts    integer NOT NULL,
+    retried     boolean NOT NULL DEFAULT false
+);
+COMMENT ON TABLE jobq.settle_deferred IS
+    'parents whose dependents could not all be settled when they finished or were retried (a dependent was locked, or a background pass ran out of time): the background worker settles them again at retry_at';
+COMMENT ON COLUMN jobq.settle_deferred.retried IS
+    'a retry of the parent passed dependents over: the worker gives them the retry''s treatment';
+SELECT pg_catalog.pg_extension_config_dump('jobq.dependency', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.dependent', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.settle_deferred', '');
 
 /* ---------------------------------------------------------------------
- * Issue 15 items 3 and 9: jit off for jobq's SQL and PL/pgSQL functions;
- * kind_stats checks that its period can be computed.
- *
- * With the default jit = on, a statement whose plan costs more than
- * jit_above_cost is JIT-compiled at every execution, which takes tens to
- * hundreds of milliseconds; jobq's statements read few rows and never gain
- * from it.  The C functions turn jit off around their statements
- * (src/spi_plan.c); the SQL and PL/pgSQL functions get SET jit = off.  None
- * of them could be inlined before (SECURITY DEFINER, PL/pgSQL), so the SET
- * costs no inlining.  A later CREATE OR REPLACE of one of these functions
- * must repeat SET jit = off: it replaces the function's settings.
+ * Indexes
  * ------------------------------------------------------------------- */
+
+CREATE INDEX dependency_child_idx ON jobq.dependency (child_id);
+COMMENT ON INDEX jobq.dependency_child_idx IS 'the parents of a job, for jobq.parent_results';
+-- The edges still to settle, so that settling a parent (or resuming one a
+-- budget cut short) reads only those, however many it settled before.
+CREATE INDEX dependency_unsettled_idx ON jobq.dependency (parent_id, child_id)
+    WHERE parent_status IS NULL;
+COMMENT ON INDEX jobq.dependency_unsettled_idx IS
+    'the dependencies whose parent has not finished yet (or whose settling is under way), by parent';
+
+-- The failed jobs only (the dead letter): the dead letter's groups,
+-- jobq.retry_failed and the failed count of jobq.queue_stats read it
+-- instead of every kept job.  On the hot path it costs one index entry when
+-- a job fails for good, and nothing for the other transitions beyond
+-- testing the predicate: every update that changes status already changes
+-- an index key (lease_expires_at or finished_at), so none is HOT anyway.
+CREATE INDEX job_failed_idx ON jobq.job (queue, kind, job_id)
+    WITH (deduplicate_items = off)
+    WHERE status OPERATOR(pg_catalog.=) 'failed';
+COMMENT ON INDEX jobq.job_failed_idx IS
+    'failed jobs (the dead letter) per queue and kind, for the dead letter, retry_failed and queue_stats';
+
+-- No deduplication in indexes whose keys end in job_id: no two live entries
+-- share a key, so the deduplication pass B-tree runs on every full leaf
+-- page before splitting it finds nothing to merge (in jobq.ready's claim
+-- index that pass is 3.6 % of a 1M-job enqueue_many).  Setting the option
+-- takes a SHARE UPDATE EXCLUSIVE lock and rewrites nothing.
+ALTER INDEX jobq.ready_claim_idx SET (deduplicate_items = off);
+ALTER INDEX jobq.scheduled_due_idx SET (deduplicate_items = off);
+
+/* ---------------------------------------------------------------------
+ * Functions
+ * ------------------------------------------------------------------- */
+
+/*
+ * enqueue and enqueue_many gain depends_on and on_parent_failure after all
+ * their arguments.  A function's arguments cannot be altered, so both are
+ * re-created; every grantee of EXECUTE on an old one (PUBLIC and grant
+ * options included) gets it on the new one of the same name, and no one
+ * else.  Between the DROP and the GRANT the grantees are kept by OID (0:
+ * PUBLIC), never by name: a role name may hold any character (a queue
+ * administrator with CREATEROLE can make one), so names are never joined
+ * and split; each GRANT names its role with %I.  The list rides in a
+ * setting of this transaction as JSON: [{"proname", "grantee", "grantable"}].
+ */
+DO $$
+BEGIN
+    PERFORM pg_catalog.set_config('jobq_upgrade.enqueue_grantees', COALESCE((
+        SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                   'proname', g.proname, 'grantee', g.grantee, 'grantable', g.grantable)
+                   ORDER BY g.proname, g.grantee)::pg_catalog.text
+          FROM (SELECT p.proname, a.grantee, pg_catalog.bool_or(a.is_grantable) AS grantable
+                  FROM pg_catalog.pg_proc p
+                 CROSS JOIN LATERAL pg_catalog.aclexplode(
+                           COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                 WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+                         'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::pg_catalog.regprocedure,
+                         'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text)'::pg_catalog.regprocedure]::pg_catalog.oid[])
+                   AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+                   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+                 GROUP BY p.proname, a.grantee) g), '[]'), true);
+END
+$$;
+
+DROP FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
+DROP FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text);
+
+CREATE FUNCTION jobq.enqueue(kind text,
+                             payload jsonb DEFAULT '{}',
+                             queue text DEFAULT 'default',
+                             priority integer DEFAULT 0,
+                             run_at timestamptz DEFAULT pg_catalog.now(),
+                             max_retries integer DEFAULT NULL,
+                             idempotency_key text DEFAULT NULL,
+                             concurrency_key text DEFAULT NULL,
+                             depends_on bigint[] DEFAULT NULL,
+                             on_parent_failure text DEFAULT 'cancel')
+RETURNS TABLE (job_id bigint, created boolean)
+AS 'MODULE_PATHNAME', 'jobq_enqueue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text) IS
+    'enqueue one job; with an idempotency key, a duplicate returns the existing job with created = false; with depends_on, the job is blocked until every parent has finished';
+
+CREATE FUNCTION jobq.enqueue_many(kind text,
+                                  payloads jsonb[],
+                                  queue text DEFAULT 'default',
+                                  priority integer DEFAULT 0,
+                                  run_at timestamptz DEFAULT pg_catalog.now(),
+                                  max_retries integer DEFAULT NULL,
+                                  idempotency_keys text[] DEFAULT NULL,
+                                  concurrency_key text DEFAULT NULL,
+                                  depends_on bigint[] DEFAULT NULL,
+                                  on_parent_failure text DEFAULT 'cancel')
+RETURNS TABLE (job_id bigint, created boolean)
+AS 'MODULE_PATHNAME', 'jobq_enqueue_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text) IS
+    'enqueue one job per payload (each depending on every job of depends_on); one result row per input, in input order';
+
+REVOKE ALL ON FUNCTION
+    jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text),
+    jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)
+    FROM PUBLIC;
+
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT CASE WHEN e.proname OPERATOR(pg_catalog.=) 'enqueue' THEN
+                       'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text)'
+                   ELSE
+                       'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)'
+               END AS fn,
+               e.grantee, r.rolname, e.grantable
+          FROM pg_catalog.jsonb_to_recordset(COALESCE(
+                   pg_catalog.current_setting('jobq_upgrade.enqueue_grantees', true), '[]')::pg_catalog.jsonb)
+               AS e(proname pg_catalog.text, grantee pg_catalog.oid, grantable pg_catalog.bool)
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.grantee
+    LOOP
+        IF g.grantee OPERATOR(pg_catalog.=) 0 THEN
+            -- the keyword, not a role named "PUBLIC"; PUBLIC has no grant option
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', g.fn);
+        ELSIF g.rolname IS NOT NULL THEN
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I%s', g.fn, g.rolname,
+                                      CASE WHEN g.grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- jobq.release: the holder hands its running job back (graceful shutdown of a
+-- worker); jobq.release_running: an administrator hands back every running
+-- job of a queue, or of one worker
+CREATE FUNCTION jobq.release(job_id bigint, lease_token bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.release(bigint, bigint) IS
+    'hand a running job back: pending now, no retry spent, the token fenced; false for a stale token';
+
+CREATE FUNCTION jobq.release_running(queue text, worker_id text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobq_release_running'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.release_running(text, text) IS
+    'every running job of the queue (of that worker) back to pending now, no retry spent, old tokens fenced; returns how many';
+
+-- jobq.update_job: an administrator changes a pending, failed or cancelled
+-- job (payload, run_at, priority, max_retries); jobq.run_schedule: fire a
+-- schedule now, under a key of its own
+CREATE FUNCTION jobq.update_job(job_id bigint, payload jsonb DEFAULT NULL,
+                                run_at timestamptz DEFAULT NULL, priority integer DEFAULT NULL,
+                                max_retries integer DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'jobq_update_job'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.update_job(bigint, jsonb, timestamptz, integer, integer) IS
+    'change a pending, failed or cancelled job; NULL leaves a field as it is; false for a running, completed or missing job';
+
+CREATE FUNCTION jobq.run_schedule(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobq_run_schedule'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION jobq.run_schedule(text) IS
+    'fire the schedule now, under a key no timed fire uses; returns the job id';
+
+-- how the current database is served by jobq's background processes (its
+-- own worker, or the shared pool when databases outnumber
+-- jobq.max_workers), when it was last served, when it is next due, and how
+-- long it has waited past that
+CREATE FUNCTION jobq.service_status()
+RETURNS TABLE (served_by text, last_served_at timestamptz, next_due_at timestamptz,
+               delay interval)
+AS 'MODULE_PATHNAME', 'jobq_service_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION jobq.service_status() IS 'the row of jobq.service';
+
+-- The workflow functions walk a workflow in C, by index probes of
+-- jobq.dependency: they read the workflow's own edges and jobs, whatever
+-- the statistics say of other tenants' workflows.  parent_results also
+-- fills an in-database handler's job argument.
+CREATE FUNCTION jobq.parent_results(job_id bigint)
+RETURNS TABLE (job_id bigint, kind text, status text, result jsonb)
+AS 'MODULE_PATHNAME', 'jobq_parent_results'
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off;
+COMMENT ON FUNCTION jobq.parent_results(bigint) IS
+    'the parents of a job: kind, status and result (the result only where the caller may work on the parent''s queue); a pruned parent keeps its outcome as status, with kind and result NULL';
+
+CREATE FUNCTION jobq.workflow_jobs(root bigint)
+RETURNS TABLE (job_id bigint, queue text, kind text, payload jsonb, priority integer,
+               status text, retry_count integer, max_retries integer,
+               idempotency_key text, run_at timestamptz, claimed_at timestamptz,
+               worker_id text, lease_expires_at timestamptz, last_error text,
+               result jsonb, checkpoint jsonb, created_at timestamptz,
+               updated_at timestamptz, finished_at timestamptz, attempts integer,
+               concurrency_key text)
+AS 'MODULE_PATHNAME', 'jobq_workflow_jobs'
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off;
+COMMENT ON FUNCTION jobq.workflow_jobs(bigint) IS
+    'every job of the workflow under root (root and every job reachable from it through depends_on), as in jobq.jobs';
+
+
+-- can_finish: the workflow can still end without a failure nobody handles.
+-- It is false once a job of it ended failed or cancelled and no dependent
+-- of that job runs anyway (on_parent_failure = 'run', a fan-in callback);
+-- jobq.retry of the job can make it true again.
+CREATE FUNCTION jobq.workflow_status(root bigint)
+RETURNS TABLE (total bigint, blocked bigint, pending bigint, running bigint,
+               completed bigint, failed bigint, cancelled bigint, can_finish boolean)
+AS 'MODULE_PATHNAME', 'jobq_workflow_status'
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET jit = off;
+COMMENT ON FUNCTION jobq.workflow_status(bigint) IS
+    'a workflow''s jobs by status, and whether it can still end without an unhandled failure (NULL: no such job)';
+
+/*
+ * jobq's SQL and PL/pgSQL functions run with jit = off.  With the default
+ * jit = on, a statement whose plan costs more than jit_above_cost is
+ * JIT-compiled at every execution, which takes tens to hundreds of
+ * milliseconds; jobq's statements read few rows and never gain from it.
+ * None of these functions can be inlined (SECURITY DEFINER, PL/pgSQL), so
+ * the SET costs no inlining.  CREATE OR REPLACE of one of them must repeat
+ * SET jit = off: it replaces the function's settings.
+ *
+ * kind_stats and health check that their intervals can be computed (at
+ * most 1000 years, as every interval argument of jobq), with an error
+ * naming the argument instead of "timestamp out of range"; health's worker
+ * check knows the shared pool, and its last check, service, says whether
+ * the database is served on time.
+ */
 
 CREATE OR REPLACE FUNCTION jobq.kind_stats(period interval DEFAULT '1 hour', queue text DEFAULT NULL)
 RETURNS TABLE (kind text, completed bigint, failed bigint, failure_rate numeric,
@@ -96,14 +382,6 @@ $$;
 
 ALTER FUNCTION jobq.job(bigint) SET jit = off;
 ALTER FUNCTION jobq.job_by_key(text, text) SET jit = off;
-ALTER FUNCTION jobq.health(interval, interval, interval) SET jit = off;
-
-/* ---------------------------------------------------------------------
- * Issue 15 item 3: jobq.health checks that its thresholds can be computed
- * (at most 1000 years, as every interval argument of jobq), with an error
- * naming the argument instead of "timestamp out of range".  Keeps SET jit
- * = off (the block above): a CREATE OR REPLACE replaces the settings.
- * ------------------------------------------------------------------- */
 
 CREATE OR REPLACE FUNCTION jobq.health(oldest_pending_threshold interval DEFAULT '5 minutes',
                             grace interval DEFAULT '1 minute',
@@ -503,358 +781,20 @@ BEGIN
 END
 $$;
 
--- jobq.idempotency_retention = -1 keeps keys for ever (their expiry stays NULL)
-COMMENT ON COLUMN jobq.idempotency_key.expires_at IS
-    'when the key may be pruned: NULL while its job exists, and for ever when jobq.idempotency_retention is -1';
-
--- jobq.release: the holder hands its running job back (graceful shutdown of a
--- worker); jobq.release_running: an administrator hands back every running
--- job of a queue, or of one worker
-CREATE FUNCTION jobq.release(job_id bigint, lease_token bigint)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'jobq_release'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.release(bigint, bigint) IS
-    'hand a running job back: pending now, no retry spent, the token fenced; false for a stale token';
-
-CREATE FUNCTION jobq.release_running(queue text, worker_id text DEFAULT NULL)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'jobq_release_running'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.release_running(text, text) IS
-    'every running job of the queue (of that worker) back to pending now, no retry spent, old tokens fenced; returns how many';
-
--- jobq.update_job: an administrator changes a pending, failed or cancelled
--- job (payload, run_at, priority, max_retries); jobq.run_schedule: fire a
--- schedule now, under a key of its own
-CREATE FUNCTION jobq.update_job(job_id bigint, payload jsonb DEFAULT NULL,
-                                run_at timestamptz DEFAULT NULL, priority integer DEFAULT NULL,
-                                max_retries integer DEFAULT NULL)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'jobq_update_job'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.update_job(bigint, jsonb, timestamptz, integer, integer) IS
-    'change a pending, failed or cancelled job; NULL leaves a field as it is; false for a running, completed or missing job';
-
-CREATE FUNCTION jobq.run_schedule(name text)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'jobq_run_schedule'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.run_schedule(text) IS
-    'fire the schedule now, under a key no timed fire uses; returns the job id';
-
 REVOKE ALL ON FUNCTION jobq.release(bigint, bigint), jobq.release_running(text, text),
     jobq.update_job(bigint, jsonb, timestamptz, integer, integer), jobq.run_schedule(text)
     FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobq.service_status() FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobq.parent_results(bigint), jobq.workflow_jobs(bigint),
+    jobq.workflow_status(bigint) FROM PUBLIC;
 
--- Roles granted capabilities before this release get the functions above
--- when jobq.grant is run again for them (README, Upgrading): grants made in
--- an extension script would become the extension's initial privileges,
--- which pg_dump leaves out, so a restore would lose them.
-
--- jobq.service: how the current database is served by jobq's background
--- processes (its own worker, or the shared pool when databases outnumber
--- jobq.max_workers), when it was last served, when it is next due, and how
--- long it has waited past that
-CREATE FUNCTION jobq.service_status()
-RETURNS TABLE (served_by text, last_served_at timestamptz, next_due_at timestamptz,
-               delay interval)
-AS 'MODULE_PATHNAME', 'jobq_service_status'
-LANGUAGE C VOLATILE PARALLEL RESTRICTED;
-COMMENT ON FUNCTION jobq.service_status() IS 'the row of jobq.service';
+/* ---------------------------------------------------------------------
+ * Views
+ * ------------------------------------------------------------------- */
 
 CREATE VIEW jobq.service AS SELECT * FROM jobq.service_status();
 COMMENT ON VIEW jobq.service IS
     'how this database is served: own worker, shared pool or none; when last served, when next due, how long past due';
-
-REVOKE ALL ON FUNCTION jobq.service_status() FROM PUBLIC;
-
-/* ---------------------------------------------------------------------
- * The dashboard issue: what a page costs on a large queue.
- *
- * job_failed_idx holds the failed jobs only (the dead letter): the dead
- * letter's groups, jobq.retry_failed and the failed count of
- * jobq.queue_stats read it instead of every kept job.  Its cost on the hot
- * path: one index entry when a job fails for good, and nothing for the
- * other transitions beyond testing the predicate, since every update that
- * changes status already changes an index key (lease_expires_at or
- * finished_at) and so is not HOT anyway.
- * ------------------------------------------------------------------- */
-
-CREATE INDEX job_failed_idx ON jobq.job (queue, kind, job_id)
-    WITH (deduplicate_items = off)
-    WHERE status OPERATOR(pg_catalog.=) 'failed';
-COMMENT ON INDEX jobq.job_failed_idx IS
-    'failed jobs (the dead letter) per queue and kind, for the dead letter, retry_failed and queue_stats';
-
-/* ----------------------------------------------------------------------
- * No deduplication in indexes whose keys end in job_id.  No two live
- * entries share a key, so the deduplication pass that B-tree runs on
- * every full leaf page before splitting it finds nothing to merge: 3.6 %
- * of a 1M-job enqueue_many was spent there, in jobq.ready's claim index.
- * Setting the option takes a SHARE UPDATE EXCLUSIVE lock and rewrites
- * nothing.
- * ------------------------------------------------------------------- */
-ALTER INDEX jobq.ready_claim_idx SET (deduplicate_items = off);
-ALTER INDEX jobq.scheduled_due_idx SET (deduplicate_items = off);
-
--- jobq.queue_stats counts each column where it is cheapest: pending (ready
--- and delayed) from jobq.ready and jobq.scheduled, which hold one row per
--- pending job with its run_at; running from the index of running leases;
--- failed from job_failed_idx; the last hour from job_finished_idx, all per
--- queue.  Only completed and cancelled still count every kept job, and a
--- query that selects neither does not pay for them: the planner drops the
--- join of a column nobody reads.
-CREATE OR REPLACE VIEW jobq.queue_stats WITH (security_barrier) AS
-SELECT q.name AS queue,
-       r.ready OPERATOR(pg_catalog.+) s.due OPERATOR(pg_catalog.+) s.later AS pending,
-       x.running,
-       COALESCE(f.completed, 0) AS completed,
-       d.failed,
-       COALESCE(f.cancelled, 0) AS cancelled,
-       -- a job made ready after this transaction's now() (another session's,
-       -- under READ COMMITTED) has waited 0, not a negative time
-       CASE WHEN r.oldest IS NOT NULL OR s.oldest_due IS NOT NULL
-            THEN pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(r.oldest, s.oldest_due, pg_catalog.now())
-       END AS oldest_pending_age,
-       q.paused,
-       r.ready OPERATOR(pg_catalog.+) s.due AS ready,
-       s.later AS delayed,
-       COALESCE(h.completed, 0) AS completed_last_hour,
-       COALESCE(h.failed, 0) AS failed_last_hour,
-       q.breaker_state,
-       q.max_concurrency, q.max_per_key, q.rate_limit, q.rate_period,
-       q.breaker_threshold
-  FROM jobq.queue q
- CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS ready, pg_catalog.min(r.run_at) AS oldest
-                       FROM jobq.ready r
-                      WHERE r.queue OPERATOR(pg_catalog.=) q.name) r
- CROSS JOIN LATERAL (SELECT pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
-                            pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS later,
-                            pg_catalog.min(s.run_at) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
-                       FROM jobq.scheduled s
-                      WHERE s.queue OPERATOR(pg_catalog.=) q.name) s
- CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS running
-                       FROM jobq.job j
-                      WHERE j.queue OPERATOR(pg_catalog.=) q.name AND j.lease_expires_at IS NOT NULL) x
- CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS failed
-                       FROM jobq.job j
-                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
-                        AND j.status OPERATOR(pg_catalog.=) 'failed') d
-  LEFT JOIN (SELECT j.queue,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'cancelled') AS cancelled
-               FROM jobq.job j
-              WHERE j.status OPERATOR(pg_catalog.=) ANY ('{completed,cancelled}'::text[])
-              GROUP BY j.queue) f ON f.queue OPERATOR(pg_catalog.=) q.name
-  LEFT JOIN (SELECT j.queue,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed
-               FROM jobq.job j
-              WHERE j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
-              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) q.name
- WHERE jobq.may_use_queue(q.name);
-COMMENT ON VIEW jobq.queue_stats IS
-    'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits';
-
-/* ---------------------------------------------------------------------
- * The workflows issue: jobs that wait for other jobs (src/queue_depend.c).
- *
- * A job enqueued with depends_on is 'blocked' (no row in jobq.ready or
- * jobq.scheduled, so never claimed) until every parent has finished.
- * jobq.dependency holds one row per (parent, child) edge, with the parent's
- * outcome once it finished; jobq.dependent one row per child with how many
- * parents are still unfinished.  Finishing a parent settles its edges:
- * O(its children), each child's counter decremented under the child's row
- * lock, so a child unblocks exactly once however its parents finish.
- * ------------------------------------------------------------------- */
-
-CREATE TABLE jobq.dependency (
-    parent_id     bigint NOT NULL,
-    child_id      bigint NOT NULL,
-    parent_status text,
-    PRIMARY KEY (parent_id, child_id)
-);
-COMMENT ON TABLE jobq.dependency IS
-    'one row per (parent, child) dependency; parent_status is the parent''s outcome once it finished (NULL before)';
-CREATE INDEX dependency_child_idx ON jobq.dependency (child_id);
-COMMENT ON INDEX jobq.dependency_child_idx IS 'the parents of a job, for jobq.parent_results';
--- The edges still to settle, so that settling a parent (or resuming one a
--- budget cut short) reads only those, however many it settled before.
-CREATE INDEX dependency_unsettled_idx ON jobq.dependency (parent_id, child_id)
-    WHERE parent_status IS NULL;
-COMMENT ON INDEX jobq.dependency_unsettled_idx IS
-    'the dependencies whose parent has not finished yet (or whose settling is under way), by parent';
-
-CREATE TABLE jobq.dependent (
-    job_id            bigint PRIMARY KEY,
-    parents_left      integer NOT NULL,
-    on_parent_failure text NOT NULL,
-    failed_parent     bigint,
-    CONSTRAINT dependent_on_parent_failure_check
-        CHECK (on_parent_failure OPERATOR(pg_catalog.=) ANY (ARRAY['cancel', 'run']::text[]))
-);
-COMMENT ON TABLE jobq.dependent IS
-    'one row per job enqueued with depends_on: its unfinished parents, what a failed parent does to it, and the first parent that ended failed or cancelled';
-
--- Settling does not wait for a client (one that keeps its own dependent
--- locked in an open transaction must not stall another role's completion,
--- nor the reaper): a child still held after jobq.settle_lock_wait is left
--- unsettled and its parent noted here; the background worker settles it
--- again at retry_at, backing off by attempts (src/queue_defer.c).
--- A settle or retry that a background pass's budget (jobq.pass_budget) cut
--- short leaves the rest here too, due at once.
-CREATE TABLE jobq.settle_deferred (
-    parent_id   bigint PRIMARY KEY,
-    retry_at    timestamptz NOT NULL,
-    attempts    integer NOT NULL,
-    retried     boolean NOT NULL DEFAULT false
-);
-COMMENT ON TABLE jobq.settle_deferred IS
-    'parents whose dependents could not all be settled when they finished or were retried (a dependent was locked, or a background pass ran out of time): the background worker settles them again at retry_at';
-COMMENT ON COLUMN jobq.settle_deferred.retried IS
-    'a retry of the parent passed dependents over: the worker gives them the retry''s treatment';
-SELECT pg_catalog.pg_extension_config_dump('jobq.dependency', '');
-SELECT pg_catalog.pg_extension_config_dump('jobq.dependent', '');
-SELECT pg_catalog.pg_extension_config_dump('jobq.settle_deferred', '');
-
--- enqueue and enqueue_many gain depends_on and on_parent_failure after all
--- their arguments.  A function's arguments cannot be altered, so both are
--- re-created; every grantee of EXECUTE on an old one (PUBLIC and grant
--- options included) gets it on the new one of the same name, and no one
--- else.  Between the DROP and the GRANT the grantees are kept by OID (0:
--- PUBLIC), never by name: a role name may hold any character (a queue
--- administrator with CREATEROLE can make one), so names are never joined
--- and split; each GRANT names its role with %I.  The list rides in a
--- setting of this transaction as JSON: [{"proname", "grantee", "grantable"}].
-DO $$
-BEGIN
-    PERFORM pg_catalog.set_config('jobq_upgrade.enqueue_grantees', COALESCE((
-        SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
-                   'proname', g.proname, 'grantee', g.grantee, 'grantable', g.grantable)
-                   ORDER BY g.proname, g.grantee)::pg_catalog.text
-          FROM (SELECT p.proname, a.grantee, pg_catalog.bool_or(a.is_grantable) AS grantable
-                  FROM pg_catalog.pg_proc p
-                 CROSS JOIN LATERAL pg_catalog.aclexplode(
-                           COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
-                 WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-                         'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)'::pg_catalog.regprocedure,
-                         'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text)'::pg_catalog.regprocedure]::pg_catalog.oid[])
-                   AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-                   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-                 GROUP BY p.proname, a.grantee) g), '[]'), true);
-END
-$$;
-
-DROP FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text);
-DROP FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text);
-
-CREATE FUNCTION jobq.enqueue(kind text,
-                             payload jsonb DEFAULT '{}',
-                             queue text DEFAULT 'default',
-                             priority integer DEFAULT 0,
-                             run_at timestamptz DEFAULT pg_catalog.now(),
-                             max_retries integer DEFAULT NULL,
-                             idempotency_key text DEFAULT NULL,
-                             concurrency_key text DEFAULT NULL,
-                             depends_on bigint[] DEFAULT NULL,
-                             on_parent_failure text DEFAULT 'cancel')
-RETURNS TABLE (job_id bigint, created boolean)
-AS 'MODULE_PATHNAME', 'jobq_enqueue'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text) IS
-    'enqueue one job; with an idempotency key, a duplicate returns the existing job with created = false; with depends_on, the job is blocked until every parent has finished';
-
-CREATE FUNCTION jobq.enqueue_many(kind text,
-                                  payloads jsonb[],
-                                  queue text DEFAULT 'default',
-                                  priority integer DEFAULT 0,
-                                  run_at timestamptz DEFAULT pg_catalog.now(),
-                                  max_retries integer DEFAULT NULL,
-                                  idempotency_keys text[] DEFAULT NULL,
-                                  concurrency_key text DEFAULT NULL,
-                                  depends_on bigint[] DEFAULT NULL,
-                                  on_parent_failure text DEFAULT 'cancel')
-RETURNS TABLE (job_id bigint, created boolean)
-AS 'MODULE_PATHNAME', 'jobq_enqueue_many'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text) IS
-    'enqueue one job per payload (each depending on every job of depends_on); one result row per input, in input order';
-
-REVOKE ALL ON FUNCTION
-    jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text),
-    jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)
-    FROM PUBLIC;
-
-DO $$
-DECLARE
-    g record;
-BEGIN
-    FOR g IN
-        SELECT CASE WHEN e.proname OPERATOR(pg_catalog.=) 'enqueue' THEN
-                       'jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text)'
-                   ELSE
-                       'jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)'
-               END AS fn,
-               e.grantee, r.rolname, e.grantable
-          FROM pg_catalog.jsonb_to_recordset(COALESCE(
-                   pg_catalog.current_setting('jobq_upgrade.enqueue_grantees', true), '[]')::pg_catalog.jsonb)
-               AS e(proname pg_catalog.text, grantee pg_catalog.oid, grantable pg_catalog.bool)
-          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) e.grantee
-    LOOP
-        IF g.grantee OPERATOR(pg_catalog.=) 0 THEN
-            -- the keyword, not a role named "PUBLIC"; PUBLIC has no grant option
-            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO PUBLIC', g.fn);
-        ELSIF g.rolname IS NOT NULL THEN
-            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I%s', g.fn, g.rolname,
-                                      CASE WHEN g.grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        END IF;
-    END LOOP;
-END
-$$;
-
--- The workflow functions read by index probes in C (src/workflow.c): as SQL
--- their plans were the statistics' choice, and with another tenant's
--- parent of 150,000 children analyzed, workflow_jobs of a chain of 300 jobs
--- took seconds.  parent_results also fills an in-database handler's job
--- argument.
-CREATE FUNCTION jobq.parent_results(job_id bigint)
-RETURNS TABLE (job_id bigint, kind text, status text, result jsonb)
-AS 'MODULE_PATHNAME', 'jobq_parent_results'
-LANGUAGE C STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET jit = off;
-COMMENT ON FUNCTION jobq.parent_results(bigint) IS
-    'the parents of a job: kind, status and result (the result only where the caller may work on the parent''s queue); a pruned parent keeps its outcome as status, with kind and result NULL';
-
-CREATE FUNCTION jobq.workflow_jobs(root bigint)
-RETURNS TABLE (job_id bigint, queue text, kind text, payload jsonb, priority integer,
-               status text, retry_count integer, max_retries integer,
-               idempotency_key text, run_at timestamptz, claimed_at timestamptz,
-               worker_id text, lease_expires_at timestamptz, last_error text,
-               result jsonb, checkpoint jsonb, created_at timestamptz,
-               updated_at timestamptz, finished_at timestamptz, attempts integer,
-               concurrency_key text)
-AS 'MODULE_PATHNAME', 'jobq_workflow_jobs'
-LANGUAGE C STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET jit = off;
-COMMENT ON FUNCTION jobq.workflow_jobs(bigint) IS
-    'every job of the workflow under root (root and every job reachable from it through depends_on), as in jobq.jobs';
-
--- can_finish: the workflow can still end without a failure nobody handles.
--- It is false once a job of it ended failed or cancelled and no dependent
--- of that job runs anyway (on_parent_failure = 'run', a fan-in callback);
--- jobq.retry of the job can make it true again.
-CREATE FUNCTION jobq.workflow_status(root bigint)
-RETURNS TABLE (total bigint, blocked bigint, pending bigint, running bigint,
-               completed bigint, failed bigint, cancelled bigint, can_finish boolean)
-AS 'MODULE_PATHNAME', 'jobq_workflow_status'
-LANGUAGE C STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET jit = off;
-COMMENT ON FUNCTION jobq.workflow_status(bigint) IS
-    'a workflow''s jobs by status, and whether it can still end without an unhandled failure (NULL: no such job)';
 
 -- The roots: the distinct parents, one descent of jobq.dependency's
 -- primary key each (a loose index scan), each that is no one's child and
@@ -888,11 +828,14 @@ SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
 COMMENT ON VIEW jobq.workflows IS
     'one row per workflow root still kept (a job with dependents and no parents): its jobs by status and can_finish';
 
-REVOKE ALL ON FUNCTION jobq.parent_results(bigint), jobq.workflow_jobs(bigint),
-    jobq.workflow_status(bigint) FROM PUBLIC;
-
--- queue_stats gains blocked: jobs waiting for their parents (counted with
--- completed and cancelled, in the one scan of kept jobs by status)
+-- jobq.queue_stats counts each column where it is cheapest: pending (ready
+-- and delayed) from jobq.ready and jobq.scheduled, which hold one row per
+-- pending job with its run_at; running from the index of running leases;
+-- failed from job_failed_idx; the last hour from job_finished_idx, all per
+-- queue.  Only completed, cancelled and blocked (jobs waiting for their
+-- parents, a new column) count every kept job, in one scan by status, and
+-- a query that selects none of them does not pay for it: the planner drops
+-- the join of a column nobody reads.
 CREATE OR REPLACE VIEW jobq.queue_stats WITH (security_barrier) AS
 SELECT q.name AS queue,
        r.ready OPERATOR(pg_catalog.+) s.due OPERATOR(pg_catalog.+) s.later AS pending,
@@ -900,6 +843,8 @@ SELECT q.name AS queue,
        COALESCE(f.completed, 0) AS completed,
        d.failed,
        COALESCE(f.cancelled, 0) AS cancelled,
+       -- a job made ready after this transaction's now() (another session's,
+       -- under READ COMMITTED) has waited 0, not a negative time
        CASE WHEN r.oldest IS NOT NULL OR s.oldest_due IS NOT NULL
             THEN pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(r.oldest, s.oldest_due, pg_catalog.now())
        END AS oldest_pending_age,
@@ -944,3 +889,11 @@ SELECT q.name AS queue,
  WHERE jobq.may_use_queue(q.name);
 COMMENT ON VIEW jobq.queue_stats IS
     'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits; blocked jobs waiting for their parents';
+
+/* ---------------------------------------------------------------------
+ * Comments
+ * ------------------------------------------------------------------- */
+
+-- jobq.idempotency_retention = -1 keeps keys for ever (their expiry stays NULL)
+COMMENT ON COLUMN jobq.idempotency_key.expires_at IS
+    'when the key may be pruned: NULL while its job exists, and for ever when jobq.idempotency_retention is -1';

@@ -1,13 +1,17 @@
 /*
- * jobq base install script, assembled by the Makefile from
- * extension/parts/NN_*.sql in name order (one part per concern).
+ * extension/jobq--0.1.0.sql -- the install script of release 0.1.0
+ *
+ * The schema of release 0.1.0, kept as it was released: CREATE EXTENSION
+ * jobq VERSION '0.1.0' runs it, and the upgrade scripts jobq--A--B.sql
+ * bring such a database to later releases.  The current schema is in
+ * extension/schema/.
  */
 
 \echo Use "CREATE EXTENSION jobq" to load this file. \quit
-/* extension/parts/10_queue.sql -- queues, jobs and the queue operations */
+/* Queues, jobs and the queue operations */
 
 /*
- * Storage layout (see README, "How it works").
+ * Storage layout.
  *
  * jobq.job holds one row per job for its whole life.  Its only indexes are
  * the primary key and a partial index over running leases, so the row is
@@ -20,7 +24,7 @@
  * re-enters as a new row there while its job_id stays.  Finished jobs are
  * never in the index a claim walks, and the claim starts its index scan at a
  * per-queue position kept in shared memory, so it never walks the dead
- * entries earlier claims left behind (src/queue_state.c).
+ * entries earlier claims left behind.
  */
 
 CREATE SEQUENCE jobq.job_id_seq AS bigint;
@@ -205,7 +209,7 @@ SELECT pg_catalog.pg_extension_config_dump('jobq.attempt', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.job_id_seq', '');
 
 /* ---------------------------------------------------------------------
- * Access control (src/acl.c)
+ * Access control
  * ------------------------------------------------------------------- */
 
 CREATE TABLE jobq.permission (
@@ -425,7 +429,7 @@ COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, 
 
 
 
-/* extension/parts/20_worker.sql -- the background workers, seen from SQL */
+/* The background workers, seen from SQL */
 
 CREATE FUNCTION jobq.worker_status()
 RETURNS TABLE (pid integer, database text, role text, started_at timestamptz,
@@ -440,7 +444,7 @@ SELECT w.pid, w.database, w.role, w.started_at, w.last_run_at, w.reaped, w.prune
   FROM jobq.worker_status() w;
 COMMENT ON VIEW jobq.workers IS
     'jobq background workers: which database each serves and when it last did its work';
-/* extension/parts/30_cron.sql -- cron expressions: next fire time */
+/* Cron expressions: next fire time */
 
 CREATE FUNCTION jobq.cron_next(cron text, after timestamptz,
                                timezone text DEFAULT 'UTC')
@@ -449,7 +453,7 @@ AS 'MODULE_PATHNAME', 'jobq_cron_next'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION jobq.cron_next(text, timestamptz, text) IS
 'first fire time of a cron expression strictly after "after", with wall-clock times read in the given IANA time zone; NULL if it never fires again';
-/* extension/parts/35_schedule.sql -- cron schedules */
+/* Cron schedules */
 
 CREATE SEQUENCE jobq.schedule_id_seq AS bigint;
 COMMENT ON SEQUENCE jobq.schedule_id_seq IS 'schedule ids';
@@ -531,7 +535,7 @@ SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue,
  WHERE jobq.may_use_queue(s.queue);
 COMMENT ON VIEW jobq.schedules IS
     'schedules with their next and last fire and the status of the last job fired';
-/* extension/parts/40_admin.sql -- operations from psql */
+/* Operations from psql */
 
 CREATE FUNCTION jobq.retry(job_id bigint)
 RETURNS boolean
@@ -574,7 +578,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobq.purge(text, text, interval) IS
     'delete finished jobs (completed, failed or cancelled) of a queue that finished more than older_than ago';
 /*
- * extension/parts/45_ops.sql -- operations: stats, a job's story, health
+ * Operations: stats, a job's story, health
  *
  * Everything here is plain SQL over jobq's tables and the statistics views,
  * for people (psql, the bin/jobq command-line tool) and for monitoring.
@@ -1146,7 +1150,7 @@ END
 $$;
 COMMENT ON FUNCTION jobq.health(interval, interval, interval) IS
     'one row per check (worker, expired_leases, overdue_schedules, oldest_pending, circuit_breakers, dead_tuples, table_bloat, xmin_horizon) with status ok, warning or critical, a detail and a hint';
-/* extension/parts/50_handlers.sql -- jobs run inside the database */
+/* Jobs run inside the database */
 
 CREATE TABLE jobq.handler (
     kind            text PRIMARY KEY,
@@ -1191,6 +1195,6 @@ SELECT h.kind, h.handler, h.queue, h.run_as::text AS run_as,
   FROM jobq.handler h
  WHERE jobq.may_use_queue(h.queue);
 COMMENT ON VIEW jobq.handlers IS 'registered job handlers';
-/* extension/parts/99_privileges.sql -- runs last: nothing of jobq is granted to PUBLIC */
+/* Privileges, last: nothing of jobq is granted to PUBLIC */
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobq FROM PUBLIC;

@@ -1,19 +1,58 @@
-/* jobq 0.2.0 -> 0.3.0 */
 \echo Use "ALTER EXTENSION jobq UPDATE TO '0.3.0'" to load this file. \quit
 
-------------------------------------------------------------------------------
--- jobq.attempt.details: the longer story of a failed attempt (a stack trace),
--- kept with it; jobq.fail takes it as its last argument.
-------------------------------------------------------------------------------
+/*
+ * extension/jobq--0.2.0--0.3.0.sql -- upgrade from release 0.2.0 to 0.3.0
+ *
+ * What 0.3.0 changes in a 0.2.0 database, by object: tables, indexes,
+ * functions, views, comments.  The schema as it is, which a fresh install
+ * gets, is in extension/schema/; test/t/060_upgrade.pl checks that this
+ * script brings a database to it.  Nothing new is granted here (a grant
+ * made in an extension script becomes an initial privilege, which pg_dump
+ * leaves out): a role granted capabilities before gets the new functions
+ * when jobq.grant is run again for it; a function re-created gets the
+ * grantees of the one it replaces.
+ */
 
+/* ---------------------------------------------------------------------
+ * Tables
+ * ------------------------------------------------------------------- */
+
+-- jobq.attempt.details: the longer story of a failed attempt (a stack
+-- trace), given to jobq.fail
 ALTER TABLE jobq.attempt ADD COLUMN details text;
 COMMENT ON COLUMN jobq.attempt.details IS
     'the longer story of the attempt: a stack trace, given to jobq.fail as details (at most jobq.max_details_length bytes); for an edit, what changed';
 
--- jobq.fail gains details (a function's arguments cannot be altered: it is
--- re-created).  Who could execute the old one may execute the new one, with
--- the same grant options: carried over by role oid (a role name may hold
--- any character), as 0.1.0 -> 0.2.0 does for enqueue.
+-- the application's workers: a registry they keep with a heartbeat
+CREATE TABLE jobq.app_worker (
+    worker_id    text PRIMARY KEY,
+    registered_by oid NOT NULL,
+    queues       text[] NOT NULL,
+    info         jsonb NOT NULL DEFAULT '{}',
+    started_at   timestamptz NOT NULL,
+    last_seen_at timestamptz NOT NULL
+);
+COMMENT ON TABLE jobq.app_worker IS
+    'the application''s worker processes, as they registered (jobq.register_worker) and last heartbeat; pruned a day after they were last seen';
+SELECT pg_catalog.pg_extension_config_dump('jobq.app_worker', '');
+
+/* ---------------------------------------------------------------------
+ * Indexes
+ * ------------------------------------------------------------------- */
+
+CREATE INDEX app_worker_seen_idx ON jobq.app_worker (last_seen_at);
+COMMENT ON INDEX jobq.app_worker_seen_idx IS
+    'application workers by last heartbeat, for pruning the ones not seen for a day';
+
+/* ---------------------------------------------------------------------
+ * Functions
+ * ------------------------------------------------------------------- */
+
+-- jobq.fail gains details.  A function's arguments cannot be altered, so it
+-- is re-created; who could execute the old one may execute the new one,
+-- with the same grant options: the grantees are carried over by role OID
+-- (0: PUBLIC), never by name (a role name may hold any character), in a
+-- setting of this transaction.
 DO $$
 BEGIN
     PERFORM pg_catalog.set_config('jobq_upgrade.fail_grantees',
@@ -64,23 +103,7 @@ BEGIN
 END
 $$;
 
-------------------------------------------------------------------------------
--- The application's workers: a registry they keep with a heartbeat.
-------------------------------------------------------------------------------
-
-CREATE TABLE jobq.app_worker (
-    worker_id    text PRIMARY KEY,
-    registered_by oid NOT NULL,
-    queues       text[] NOT NULL,
-    info         jsonb NOT NULL DEFAULT '{}',
-    started_at   timestamptz NOT NULL,
-    last_seen_at timestamptz NOT NULL
-);
-COMMENT ON TABLE jobq.app_worker IS
-    'the application''s worker processes, as they registered (jobq.register_worker) and last heartbeat; pruned a day after they were last seen';
-CREATE INDEX app_worker_seen_idx ON jobq.app_worker (last_seen_at);
-SELECT pg_catalog.pg_extension_config_dump('jobq.app_worker', '');
-
+-- the application worker registry
 CREATE FUNCTION jobq.register_worker(worker_id text, queues text[], info jsonb DEFAULT '{}')
 RETURNS void
 AS 'MODULE_PATHNAME', 'jobq_register_worker'
@@ -103,14 +126,7 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION jobq.app_worker_rows() IS
     'internal: the rows of jobq.app_workers the caller may see';
 
-CREATE VIEW jobq.app_workers AS SELECT * FROM jobq.app_worker_rows();
-COMMENT ON VIEW jobq.app_workers IS
-    'the application''s workers of the queues the caller may use: their queues, what they said of themselves, when they started and were last seen, the jobs they hold now, and whether they are gone (not seen for jobq.worker_gone_after)';
-
-------------------------------------------------------------------------------
--- Removing a queue; discarding a dead job.
-------------------------------------------------------------------------------
-
+-- removing a queue; discarding a dead job
 CREATE FUNCTION jobq.drop_queue(queue text, force boolean DEFAULT false)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'jobq_drop_queue'
@@ -128,12 +144,9 @@ COMMENT ON FUNCTION jobq.discard(bigint) IS
 REVOKE ALL ON FUNCTION jobq.register_worker(text, text[], jsonb), jobq.unregister_worker(text),
     jobq.app_worker_rows(), jobq.drop_queue(text, boolean), jobq.discard(bigint) FROM PUBLIC;
 
-------------------------------------------------------------------------------
--- jobq.update_job leaves an attempt-history row of outcome 'edited' (numbered
--- -1, -2, ...: the attempts keep their numbers): a job's story is in the
--- order things happened.
-------------------------------------------------------------------------------
-
+-- jobq.job: a job's story includes the edits of jobq.update_job (attempt
+-- rows of outcome 'edited', numbered -1, -2, ...), in the order things
+-- happened
 CREATE OR REPLACE FUNCTION jobq.job(job_id bigint)
 RETURNS TABLE (attempt integer, outcome text, worker_id text,
                started_at timestamptz, finished_at timestamptz, duration interval,
@@ -164,3 +177,20 @@ SELECT j.attempts, j.status, j.worker_id, j.claimed_at, j.finished_at,
 $$;
 COMMENT ON FUNCTION jobq.job(bigint) IS
     'a job''s story in order: its attempts (failed, lease expired, cancelled ones from the history, then the running one with its lease, or the completed one with its result) and the edits of jobq.update_job';
+
+/* ---------------------------------------------------------------------
+ * Views
+ * ------------------------------------------------------------------- */
+
+CREATE VIEW jobq.app_workers AS SELECT * FROM jobq.app_worker_rows();
+COMMENT ON VIEW jobq.app_workers IS
+    'the application''s workers of the queues the caller may use: their queues, what they said of themselves, when they started and were last seen, the jobs they hold now, and whether they are gone (not seen for jobq.worker_gone_after)';
+
+/* ---------------------------------------------------------------------
+ * Comments
+ * ------------------------------------------------------------------- */
+
+COMMENT ON FUNCTION jobq.health(interval, interval, interval) IS
+    'one row per check (worker, expired_leases, overdue_schedules, oldest_pending, circuit_breakers, dead_tuples, table_bloat, xmin_horizon, service) with status ok, warning or critical, a detail and a hint';
+COMMENT ON TABLE jobq.attempt IS
+    'a job''s history: its attempts that failed (failed, lease expired, cancelled) and its edits by jobq.update_job (outcome edited, numbered -1, -2, ...); a successful attempt is on the job row';

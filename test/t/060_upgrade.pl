@@ -4,14 +4,29 @@
 # was lost: jobs in every status, a running job's lease token, idempotency
 # keys, schedules, handlers and grants; that the worker serves the database
 # before and after; and that the upgraded schema is the schema of a fresh
-# install, read from the catalogs and from pg_dump --schema-only
-# --binary-upgrade (normalized).  While no jobq--<current>.sql exists, a
-# fresh install runs the same scripts as the upgrade (CREATE EXTENSION
-# follows the update path), so these comparisons catch what depends on the
-# state an upgraded database holds, not a mistake in an upgrade script that
-# the fresh install repeats.  The figures (jobs by status before and after,
-# the time ALTER EXTENSION took, the waits clients saw under load) are TAP
-# notes, in the test's regress_log.
+# install.  A fresh install runs the current release's install script
+# (jobq--<current>.sql, which make assembles from extension/schema/); an
+# upgraded database ran jobq--0.1.0.sql and the upgrade scripts
+# jobq--A--B.sql (0.2.0 has no install script: CREATE EXTENSION jobq
+# VERSION '0.2.0' runs 0.1.0's and the upgrade to 0.2.0).  So the
+# comparisons catch a change made in the schema sources and not in an
+# upgrade script, or the other way round, as well as what depends on the
+# state an upgraded database holds.
+#
+# The schema is compared read from the catalogs (functions with their
+# definitions, settings and owners; relations, columns, defaults,
+# constraints, indexes, views, triggers, sequences, types, comments,
+# extension members, configuration tables in order) and as pg_dump
+# --schema-only --binary-upgrade prints it (normalized).  Databases updated
+# right after the old version's install are compared with their privileges
+# and initial privileges (pg_init_privs) as well; databases with planted
+# state without them (jobq.grant gave the planted role grants a fresh
+# install lacks).  And CREATE EXTENSION jobq is checked to make nothing
+# outside schema jobq and nothing that is not the extension's.
+#
+# The figures (jobs by status before and after, the time ALTER EXTENSION
+# took, the waits clients saw under load) are TAP notes, in the test's
+# regress_log.
 use strict;
 use warnings;
 use IPC::Run;
@@ -83,25 +98,38 @@ my $state_query = q{
 		   FROM jobq.handlers))
 };
 
-# jobq's schema, read from the catalogs: every function (its definition),
-# relation, column, index, constraint, trigger, view, type, comment,
-# extension member and configuration table.  A plain pg_dump prints no
-# member of an extension; schema_dump below compares pg_dump --binary-upgrade
-# output as well, which does.  Privileges are left out here (a
-# database in use has grants a fresh one lacks; grants are checked by what
-# the roles can do).
+# jobq's schema, read from the catalogs: the extension and its schema,
+# every function (its attributes, settings, owner and definition),
+# relation, column, default, index, constraint, trigger, view, sequence,
+# type, comment, extension member and configuration table (in the order of
+# pg_extension.extconfig).  A plain pg_dump prints no member of an
+# extension; schema_dump below compares pg_dump --binary-upgrade output as
+# well, which does.  %PRIVILEGES% is where $privileges_query goes, or
+# nothing.
 my $schema_query = q{
 	SELECT string_agg(d, E'\n' ORDER BY d) FROM (
-		SELECT format('function %s %s %s', p.oid::regprocedure, md5(pg_catalog.pg_get_functiondef(p.oid)),
+		SELECT format('extension %s %s %s %s', e.extversion, e.extrelocatable, e.extnamespace::regnamespace,
+		              pg_catalog.pg_get_userbyid(e.extowner))
+		  FROM pg_catalog.pg_extension e WHERE e.extname = 'jobq'
+		UNION ALL
+		SELECT format('schema %s %s %s', n.nspname, pg_catalog.pg_get_userbyid(n.nspowner),
+		              pg_catalog.obj_description(n.oid, 'pg_namespace'))
+		  FROM pg_catalog.pg_namespace n WHERE n.nspname = 'jobq'
+		UNION ALL
+		SELECT format('function %s %s %s %s %s %s %s %s %s %s %s %s %s', p.oid::regprocedure, p.prokind,
+		              p.provolatile, p.proisstrict, p.prosecdef, p.proparallel, p.proleakproof,
+		              p.procost, p.prorows, p.proconfig, pg_catalog.pg_get_userbyid(p.proowner),
+		              md5(pg_catalog.pg_get_functiondef(p.oid)),
 		              pg_catalog.obj_description(p.oid, 'pg_proc'))
 		  FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'jobq'::regnamespace AND p.prokind <> 'a'
 		UNION ALL
-		SELECT format('relation %s %s %s %s', c.relname, c.relkind, c.reloptions,
-		              pg_catalog.obj_description(c.oid, 'pg_class'))
+		SELECT format('relation %s %s %s %s %s %s', c.relname, c.relkind, c.relpersistence, c.reloptions,
+		              pg_catalog.pg_get_userbyid(c.relowner), pg_catalog.obj_description(c.oid, 'pg_class'))
 		  FROM pg_catalog.pg_class c WHERE c.relnamespace = 'jobq'::regnamespace
 		UNION ALL
-		SELECT format('column %s.%s %s %s %s %s %s', c.relname, a.attname, a.attnum,
+		SELECT format('column %s.%s %s %s %s %s %s %s %s %s', c.relname, a.attname, a.attnum,
 		              pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
+		              a.attidentity, a.attgenerated, a.attcollation::regcollation,
 		              pg_catalog.pg_get_expr(ad.adbin, ad.adrelid),
 		              pg_catalog.col_description(c.oid, a.attnum))
 		  FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
@@ -122,18 +150,59 @@ my $schema_query = q{
 		SELECT format('view %s %s', c.relname, md5(pg_catalog.pg_get_viewdef(c.oid)))
 		  FROM pg_catalog.pg_class c WHERE c.relnamespace = 'jobq'::regnamespace AND c.relkind = 'v'
 		UNION ALL
+		SELECT format('sequence %s %s %s %s %s %s %s %s', s.seqrelid::regclass, s.seqtypid::regtype,
+		              s.seqstart, s.seqincrement, s.seqmax, s.seqmin, s.seqcache, s.seqcycle)
+		  FROM pg_catalog.pg_sequence s JOIN pg_catalog.pg_class c ON c.oid = s.seqrelid
+		 WHERE c.relnamespace = 'jobq'::regnamespace
+		UNION ALL
 		SELECT format('type %s %s', t.typname, t.typtype)
 		  FROM pg_catalog.pg_type t WHERE t.typnamespace = 'jobq'::regnamespace
+		UNION ALL
+		SELECT format('comment %s: %s', pg_catalog.pg_describe_object(d.classoid, d.objoid, d.objsubid),
+		              d.description)
+		  FROM pg_catalog.pg_description d
+		 WHERE (pg_catalog.pg_identify_object(d.classoid, d.objoid, d.objsubid)).schema = 'jobq'
 		UNION ALL
 		SELECT 'member ' || pg_catalog.pg_describe_object(classid, objid, objsubid)
 		  FROM pg_catalog.pg_depend
 		 WHERE refclassid = 'pg_catalog.pg_extension'::regclass AND deptype = 'e'
 		   AND refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'jobq')
 		UNION ALL
-		SELECT format('config %s %s', x.rel::regclass, x.cond)
-		  FROM pg_catalog.pg_extension e, unnest(e.extconfig, e.extcondition) x(rel, cond)
-		 WHERE e.extname = 'jobq') s(d)
+		SELECT format('config %s %s %s', x.n, x.rel::regclass, x.cond)
+		  FROM pg_catalog.pg_extension e, unnest(e.extconfig, e.extcondition) WITH ORDINALITY x(rel, cond, n)
+		 WHERE e.extname = 'jobq'
+		%PRIVILEGES%) s(d)
 };
+
+# the privileges on jobq's functions, relations and schema, and the initial
+# privileges CREATE EXTENSION and ALTER EXTENSION recorded (pg_init_privs)
+my $privileges_query = q{
+		UNION ALL
+		SELECT format('acl function %s %s', p.oid::regprocedure, p.proacl)
+		  FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'jobq'::regnamespace
+		UNION ALL
+		SELECT format('acl relation %s %s', c.relname, c.relacl)
+		  FROM pg_catalog.pg_class c WHERE c.relnamespace = 'jobq'::regnamespace
+		UNION ALL
+		SELECT format('acl schema %s %s', n.nspname, n.nspacl)
+		  FROM pg_catalog.pg_namespace n WHERE n.nspname = 'jobq'
+		UNION ALL
+		SELECT format('initprivs %s %s %s', pg_catalog.pg_describe_object(i.classoid, i.objoid, i.objsubid),
+		              i.privtype, i.initprivs)
+		  FROM pg_catalog.pg_init_privs i
+		 WHERE (pg_catalog.pg_identify_object(i.classoid, i.objoid, 0)).schema = 'jobq'
+		    OR (i.classoid = 'pg_catalog.pg_namespace'::regclass AND i.objoid = 'jobq'::regnamespace)
+};
+
+# the schema, without privileges or with them
+sub schema_of
+{
+	my ($db, $with_privileges) = @_;
+	my $query = $schema_query;
+	my $privileges = $with_privileges ? $privileges_query : '';
+	$query =~ s/%PRIVILEGES%/$privileges/;
+	return $node->safe_psql($db, $query);
+}
 
 sub write_file
 {
@@ -225,6 +294,17 @@ sub dump_diff
 	return "diff -u $a $b\n$out$err";
 }
 
+# $got equal to $expected, or a diff -u of the two (written to files named
+# after $label) as the test's diagnostics
+sub same_text
+{
+	my ($got, $expected, $label, $name) = @_;
+	my $base = $node->basedir . "/$label";
+	write_file("$base.expected", $expected);
+	write_file("$base.got", $got);
+	ok($got eq $expected, $name) or diag(dump_diff("$base.expected", "$base.got"));
+}
+
 # jobs by status, as one line for a note
 my $status_query = q{
 	SELECT coalesce(string_agg(format('%s %s', status, n), ', ' ORDER BY status), 'none')
@@ -244,6 +324,103 @@ $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION jobq');
 is($node->safe_psql('fresh', q{SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'jobq'}),
 	$current, 'a fresh install is at the current version');
+my $fresh_schema = schema_of('fresh', 1);
+cmp_ok(length($fresh_schema), '>', 10000, 'the schema description describes something');
+like($fresh_schema, qr/^initprivs function jobq\.claim\(.*\{\w+=X\/\w+\}$/m,
+	'the schema description holds initial privileges');
+my ($fresh_dump, $fresh_file) = schema_dump('fresh');
+cmp_ok(length($fresh_dump), '>', 10000, 'the schema dump holds something');
+like($fresh_dump, qr/^ALTER EXTENSION jobq ADD TABLE jobq\.job;$/m, 'the schema dump holds the extension\'s members');
+
+# --- a fresh install makes nothing but the extension's members -------------
+
+# Every object of the catalogs (with its privileges), before and after
+# CREATE EXTENSION jobq in a database of its own: what the install made or
+# changed must be the extension, its schema, its members or their parts
+# (indexes, constraints, triggers, defaults, row and array types, rules,
+# TOAST tables), its members all in schema jobq, and its initial privileges
+# only on those.
+$node->safe_psql('postgres', 'CREATE DATABASE members');
+$node->safe_psql('members', q{
+	CREATE FUNCTION public.objects() RETURNS TABLE (classid oid, objid oid, acl text)
+	LANGUAGE plpgsql AS $$
+	DECLARE
+		c record;
+	BEGIN
+		FOR c IN
+			SELECT cl.oid AS cat, (SELECT a.attname FROM pg_attribute a
+			                        WHERE a.attrelid = cl.oid AND a.atttypid = 'aclitem[]'::regtype) AS aclcol
+			  FROM pg_class cl
+			 WHERE cl.relnamespace = 'pg_catalog'::regnamespace AND cl.relkind = 'r'
+			   AND EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = cl.oid AND a.attname = 'oid')
+		LOOP
+			RETURN QUERY EXECUTE format('SELECT %s::oid, oid, %s FROM %s', c.cat,
+			                            COALESCE(quote_ident(c.aclcol) || '::text', 'NULL::text'),
+			                            c.cat::regclass);
+		END LOOP;
+	END
+	$$;
+	CREATE TABLE public.objects_before (classid oid, objid oid, acl text);
+	CREATE TABLE public.init_privs_before (LIKE pg_init_privs);
+	INSERT INTO public.objects_before SELECT * FROM public.objects();
+	INSERT INTO public.init_privs_before SELECT * FROM pg_init_privs;
+});
+$node->safe_psql('members', 'CREATE EXTENSION jobq');
+is($node->safe_psql('members', q{
+	WITH RECURSIVE owned(classid, objid) AS (
+		SELECT 'pg_extension'::regclass::oid, e.oid FROM pg_extension e WHERE e.extname = 'jobq'
+		UNION
+		SELECT 'pg_namespace'::regclass::oid, 'jobq'::regnamespace::oid
+		UNION
+		SELECT d.classid, d.objid
+		  FROM pg_depend d JOIN owned o ON d.refclassid = o.classid AND d.refobjid = o.objid
+		 WHERE d.deptype IN ('e', 'a', 'i')
+	), created AS (
+		SELECT classid, objid FROM (SELECT * FROM public.objects() EXCEPT SELECT * FROM public.objects_before) x
+	)
+	SELECT string_agg(problem, E'\n' ORDER BY problem) FROM (
+		SELECT 'made or changed by CREATE EXTENSION, not of the extension: '
+		       || pg_describe_object(c.classid, c.objid, 0) AS problem
+		  FROM created c
+		 WHERE (c.classid, c.objid) NOT IN (SELECT classid, objid FROM owned)
+		UNION ALL
+		SELECT 'member outside schema jobq: ' || pg_describe_object(d.classid, d.objid, 0)
+		  FROM pg_depend d
+		 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+		   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'jobq')
+		   AND (pg_identify_object(d.classid, d.objid, 0)).schema IS DISTINCT FROM 'jobq'
+		UNION ALL
+		SELECT 'initial privileges of what is not the extension''s: ' || pg_describe_object(i.classoid, i.objoid, i.objsubid)
+		  FROM (SELECT * FROM pg_init_privs EXCEPT SELECT * FROM public.init_privs_before) i
+		 WHERE (i.classoid, i.objoid) NOT IN (SELECT classid, objid FROM owned)
+		UNION ALL
+		SELECT 'nothing new of the extension: ' || count(*)
+		  FROM created c
+		 WHERE (c.classid, c.objid) IN (SELECT classid, objid FROM owned)
+		HAVING count(*) < 100) p
+}), '', 'CREATE EXTENSION jobq makes only members of the extension (and their parts), all in schema jobq');
+
+# --- right after an upgrade: the schema with its privileges ----------------
+
+# each released version installed and updated at once, nothing planted:
+# the whole schema, privileges and initial privileges included, is a fresh
+# install's
+for my $old (@released)
+{
+	my $db = "up_" . ($old =~ s/\./_/gr);
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, "CREATE EXTENSION jobq VERSION '$old'");
+	my ($ret, $ms, $err) = update_extension($db);
+	is($ret, 0, "$old, nothing planted: ALTER EXTENSION jobq UPDATE succeeds") or diag($err);
+	same_text(schema_of($db, 1), $fresh_schema, "schema_$db",
+		"$old, nothing planted: the upgraded schema with its privileges and initial privileges is a fresh install's");
+	my ($up_dump, $up_file) = schema_dump($db);
+	ok($up_dump eq $fresh_dump,
+		"$old, nothing planted: pg_dump --schema-only --binary-upgrade, normalized, is a fresh install's")
+	  or diag(dump_diff($fresh_file, $up_file));
+}
+
+# --- with state: nothing lost ----------------------------------------------
 
 for my $old (@released)
 {
@@ -315,14 +492,9 @@ for my $old (@released)
 	is($node->safe_psql($db, 'SELECT count(*) FROM app.effects'), $effects_before + 1,
 		"$old: with its effect once");
 
-	my $upgraded = $node->safe_psql($db, $schema_query);
-	my $fresh = $node->safe_psql('fresh', $schema_query);
-	cmp_ok(length($fresh), '>', 10000, 'the schema description describes something');
-	is($upgraded, $fresh, "$old: the upgraded schema is a fresh install's");
+	same_text(schema_of($db, 0), schema_of('fresh', 0), "schema_$db",
+		"$old: the upgraded schema is a fresh install's");
 	my ($up_dump, $up_file) = schema_dump($db);
-	my ($fresh_dump, $fresh_file) = schema_dump('fresh');
-	cmp_ok(length($fresh_dump), '>', 10000, 'the schema dump holds something');
-	like($fresh_dump, qr/^ALTER EXTENSION jobq ADD TABLE jobq\.job;$/m, 'the schema dump holds the extension\'s members');
 	ok($up_dump eq $fresh_dump,
 		"$old: pg_dump --schema-only --binary-upgrade of the upgraded database, normalized, is a fresh install's")
 	  or diag(dump_diff($fresh_file, $up_file));

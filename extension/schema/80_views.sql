@@ -1,0 +1,192 @@
+/*
+ * extension/schema/80_views.sql -- the views
+ *
+ * What roles read.  Views over jobq's tables are security_barrier views
+ * that show only the queues the querying role may use
+ * (jobq.may_use_queue); the others read a function that filters the same
+ * way, or show jobq's own processes.
+ */
+
+/* ---------------------------------------------------------------------
+ * Jobs
+ * ------------------------------------------------------------------- */
+
+CREATE VIEW jobq.jobs WITH (security_barrier) AS
+SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
+       j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
+       j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
+       j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
+       j.attempts, j.concurrency_key
+  FROM jobq.job j
+ WHERE jobq.may_use_queue(j.queue);
+COMMENT ON VIEW jobq.jobs IS 'one row per job';
+
+CREATE VIEW jobq.dead_letter WITH (security_barrier) AS
+SELECT j.job_id, j.queue, j.kind, j.payload, j.priority, j.status,
+       j.retry_count, j.max_retries, j.idempotency_key, j.run_at,
+       j.claimed_at, j.worker_id, j.lease_expires_at, j.last_error,
+       j.result, j.checkpoint, j.created_at, j.updated_at, j.finished_at,
+       j.attempts, j.concurrency_key
+  FROM jobq.job j
+ WHERE j.status OPERATOR(pg_catalog.=) 'failed'
+   AND jobq.may_use_queue(j.queue);
+COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, or lease expired too often';
+
+/* ---------------------------------------------------------------------
+ * Queues
+ * ------------------------------------------------------------------- */
+
+CREATE VIEW jobq.queues WITH (security_barrier) AS
+SELECT q.name AS queue, q.paused,
+       q.max_retries, q.lease, q.backoff_base, q.backoff_cap, q.backoff_jitter,
+       q.retention_completed, q.retention_failed,
+       q.max_concurrency, q.max_per_key, q.rate_limit, q.rate_period,
+       q.breaker_threshold, q.breaker_state, q.breaker_failures,
+       q.breaker_tripped_at, q.breaker_reason,
+       q.created_at, q.updated_at
+  FROM jobq.queue q
+ WHERE jobq.may_use_queue(q.name);
+COMMENT ON VIEW jobq.queues IS
+    'one row per queue: every setting of jobq.configure, paused, and the circuit breaker''s state';
+
+-- Each column is counted where it is cheapest: pending (ready and
+-- delayed) from jobq.ready and jobq.scheduled, which hold one row per
+-- pending job with its run_at; running from the index of running leases;
+-- failed from job_failed_idx; the last hour from job_finished_idx, all per
+-- queue.  Only completed, cancelled and blocked count every kept job (in
+-- one scan by status), and a query that selects none of them does not pay
+-- for it: the planner drops the join of a column nobody reads.
+CREATE VIEW jobq.queue_stats WITH (security_barrier) AS
+SELECT q.name AS queue,
+       r.ready OPERATOR(pg_catalog.+) s.due OPERATOR(pg_catalog.+) s.later AS pending,
+       x.running,
+       COALESCE(f.completed, 0) AS completed,
+       d.failed,
+       COALESCE(f.cancelled, 0) AS cancelled,
+       -- a job made ready after this transaction's now() (another session's,
+       -- under READ COMMITTED) has waited 0, not a negative time
+       CASE WHEN r.oldest IS NOT NULL OR s.oldest_due IS NOT NULL
+            THEN pg_catalog.now() OPERATOR(pg_catalog.-) LEAST(r.oldest, s.oldest_due, pg_catalog.now())
+       END AS oldest_pending_age,
+       q.paused,
+       r.ready OPERATOR(pg_catalog.+) s.due AS ready,
+       s.later AS delayed,
+       COALESCE(h.completed, 0) AS completed_last_hour,
+       COALESCE(h.failed, 0) AS failed_last_hour,
+       q.breaker_state,
+       q.max_concurrency, q.max_per_key, q.rate_limit, q.rate_period,
+       q.breaker_threshold,
+       COALESCE(f.blocked, 0) AS blocked
+  FROM jobq.queue q
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS ready, pg_catalog.min(r.run_at) AS oldest
+                       FROM jobq.ready r
+                      WHERE r.queue OPERATOR(pg_catalog.=) q.name) r
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
+                            pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS later,
+                            pg_catalog.min(s.run_at) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
+                       FROM jobq.scheduled s
+                      WHERE s.queue OPERATOR(pg_catalog.=) q.name) s
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS running
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name AND j.lease_expires_at IS NOT NULL) x
+ CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS failed
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.status OPERATOR(pg_catalog.=) 'failed') d
+  LEFT JOIN (SELECT j.queue,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'blocked') AS blocked
+               FROM jobq.job j
+              WHERE j.status OPERATOR(pg_catalog.=) ANY ('{completed,cancelled,blocked}'::text[])
+              GROUP BY j.queue) f ON f.queue OPERATOR(pg_catalog.=) q.name
+  LEFT JOIN (SELECT j.queue,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
+                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed
+               FROM jobq.job j
+              WHERE j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
+              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) q.name
+ WHERE jobq.may_use_queue(q.name);
+COMMENT ON VIEW jobq.queue_stats IS
+    'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits; blocked jobs waiting for their parents';
+
+/* ---------------------------------------------------------------------
+ * Kinds
+ * ------------------------------------------------------------------- */
+
+CREATE VIEW jobq.kind_stats AS
+SELECT s.kind, s.completed, s.failed, s.failure_rate, s.failed_attempts,
+       s.lease_expired, s.retries, s.mean_duration, s.p95_duration, s.max_duration
+  FROM jobq.kind_stats() s;
+COMMENT ON VIEW jobq.kind_stats IS 'jobq.kind_stats() over the last hour, every queue';
+
+/* ---------------------------------------------------------------------
+ * Schedules, handlers, workers
+ * ------------------------------------------------------------------- */
+
+CREATE VIEW jobq.schedules WITH (security_barrier) AS
+SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue,
+       s.priority, s.payload, s.paused, s.next_fire_at, s.last_fire_at,
+       s.last_job_id, j.status AS last_job_status, s.created_at, s.updated_at
+  FROM jobq.schedule s
+  LEFT JOIN jobq.job j ON j.job_id OPERATOR(pg_catalog.=) s.last_job_id
+ WHERE jobq.may_use_queue(s.queue);
+COMMENT ON VIEW jobq.schedules IS
+    'schedules with their next and last fire and the status of the last job fired';
+
+CREATE VIEW jobq.handlers WITH (security_barrier) AS
+SELECT h.kind, h.handler, h.queue, h.run_as::text AS run_as,
+       h.allow_superuser, h.created_at, h.updated_at
+  FROM jobq.handler h
+ WHERE jobq.may_use_queue(h.queue);
+COMMENT ON VIEW jobq.handlers IS 'registered job handlers';
+
+CREATE VIEW jobq.workers AS
+SELECT w.pid, w.database, w.role, w.started_at, w.last_run_at, w.reaped, w.pruned, w.fired
+  FROM jobq.worker_status() w;
+COMMENT ON VIEW jobq.workers IS
+    'jobq background workers: which database each serves and when it last did its work';
+
+CREATE VIEW jobq.service AS SELECT * FROM jobq.service_status();
+COMMENT ON VIEW jobq.service IS
+    'how this database is served: own worker, shared pool or none; when last served, when next due, how long past due';
+
+CREATE VIEW jobq.app_workers AS SELECT * FROM jobq.app_worker_rows();
+COMMENT ON VIEW jobq.app_workers IS
+    'the application''s workers of the queues the caller may use: their queues, what they said of themselves, when they started and were last seen, the jobs they hold now, and whether they are gone (not seen for jobq.worker_gone_after)';
+
+/* ---------------------------------------------------------------------
+ * Workflows
+ * ------------------------------------------------------------------- */
+
+-- The roots: the distinct parents, one descent of jobq.dependency's
+-- primary key each (a loose index scan), each that is no one's child and
+-- is kept, in a queue the querying role may use.  The subqueries keep
+-- every step a probe per parent, whatever the statistics say (LIMIT and
+-- OFFSET keep the planner from turning them into joins, which it could
+-- make hash joins over whole tables), and workflow_status runs for the
+-- roots alone.
+CREATE VIEW jobq.workflows WITH (security_barrier) AS
+WITH RECURSIVE parent(id) AS (
+    SELECT (SELECT d.parent_id FROM jobq.dependency d ORDER BY d.parent_id LIMIT 1)
+  UNION ALL
+    SELECT (SELECT d.parent_id FROM jobq.dependency d
+             WHERE d.parent_id OPERATOR(pg_catalog.>) p.id
+             ORDER BY d.parent_id LIMIT 1)
+      FROM parent p
+     WHERE p.id IS NOT NULL
+)
+SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
+       s.total, s.blocked, s.pending, s.running, s.completed, s.failed, s.cancelled,
+       s.can_finish
+  FROM parent p
+ CROSS JOIN LATERAL (SELECT j.job_id, j.queue, j.kind, j.created_at
+                       FROM jobq.job j
+                      WHERE j.job_id OPERATOR(pg_catalog.=) p.id
+                        AND (SELECT d.child_id FROM jobq.dependency d
+                              WHERE d.child_id OPERATOR(pg_catalog.=) p.id LIMIT 1) IS NULL
+                        AND jobq.may_use_queue(j.queue)
+                     OFFSET 0) r
+ CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s;
+COMMENT ON VIEW jobq.workflows IS
+    'one row per workflow root still kept (a job with dependents and no parents): its jobs by status and can_finish';
