@@ -89,6 +89,7 @@
 #include "compat.h"
 #include "guc.h"
 #include "spi.h"
+#include "subxact.h"
 #include "bgw/handler_proc.h"
 #include "shmem/shm_bgw.h"
 #include "shmem/shm_queue.h"
@@ -336,6 +337,42 @@ ExecFail(const JobqExecJob *job, const ErrorData *edata)
 					  values, nulls, SPI_OK_SELECT);
 }
 
+/* A handler's call: the handler, the job, its context; the result. */
+typedef struct JobqHandlerCall
+{
+	const JobqHandler *h;
+	const JobqExecJob *job;
+	Datum		context;		/* the job as jsonb, for a handler of two
+								 * arguments */
+	Datum		result;			/* the handler's result, copied */
+	bool		result_null;
+} JobqHandlerCall;
+
+/*
+ * Call the handler with the job's payload (and context), in the handler's
+ * subtransaction (subxact.c); its result is copied out of it.
+ */
+static bool
+HandlerCall(void *arg)
+{
+	JobqHandlerCall *call = (JobqHandlerCall *) arg;
+
+	LOCAL_FCINFO(fcinfo, 2);
+	FmgrInfo	flinfo;
+
+	fmgr_info(call->h->handler, &flinfo);
+	InitFunctionCallInfoData(*fcinfo, &flinfo, call->h->nargs, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = call->job->payload;
+	fcinfo->args[0].isnull = false;
+	fcinfo->args[1].value = call->context;
+	fcinfo->args[1].isnull = false;
+	call->result = FunctionCallInvoke(fcinfo);
+	call->result_null = fcinfo->isnull;
+	if (!call->result_null)
+		call->result = PointerGetDatum(DatumGetJsonbPCopy(call->result));
+	return true;
+}
+
 /*
  * Run one claimed job's handler and finish the job, all in the current
  * transaction (SPI connected).  Returns false when the job could not be
@@ -347,11 +384,10 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 	Oid			save_userid;
 	int			save_sec;
 	int			save_nestlevel;
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	ErrorData  *edata = NULL;
-	Datum		result = (Datum) 0;
-	bool		result_null = true;
+	JobqHandlerCall call;
+	ErrorData  *edata;
+	Datum		result;
+	bool		result_null;
 	Datum		context = (h->nargs == 2) ? JobContext(job, h->run_as) : (Datum) 0;
 	long		secs;
 	int			usecs;
@@ -374,37 +410,14 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 	jobq_acl_set_handler_role(h->run_as);
 	enable_timeout_after(STATEMENT_TIMEOUT, Max((int) Min(secs * 1000 + usecs / 1000, INT_MAX), 1));
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-	PG_TRY();
-	{
-		LOCAL_FCINFO(fcinfo, 2);
-		FmgrInfo	flinfo;
-
-		fmgr_info(h->handler, &flinfo);
-		InitFunctionCallInfoData(*fcinfo, &flinfo, h->nargs, InvalidOid, NULL, NULL);
-		fcinfo->args[0].value = job->payload;
-		fcinfo->args[0].isnull = false;
-		fcinfo->args[1].value = context;
-		fcinfo->args[1].isnull = false;
-		result = FunctionCallInvoke(fcinfo);
-		result_null = fcinfo->isnull;
-		if (!result_null)
-			result = PointerGetDatum(DatumGetJsonbPCopy(result));
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
-	}
-	PG_END_TRY();
+	call.h = h;
+	call.job = job;
+	call.context = context;
+	call.result = (Datum) 0;
+	call.result_null = true;
+	edata = jobq_subxact_run(HandlerCall, &call);
+	result = call.result;
+	result_null = call.result_null;
 
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	jobq_acl_set_handler_role(InvalidOid);

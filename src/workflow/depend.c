@@ -41,6 +41,7 @@
 #include "args.h"
 #include "guc.h"
 #include "spi.h"
+#include "subxact.h"
 #include "workflow/decide.h"
 #include "workflow/depend.h"
 #include "workflow/edges.h"
@@ -284,44 +285,56 @@ RememberedCompare(const void *a, const void *b)
 	return jobq_id_compare(&((const RememberedParent *) a)->id, &((const RememberedParent *) b)->id);
 }
 
+/* A lock statement run in a subtransaction: its plan, its SQL, its ids. */
+typedef struct JobqLockCall
+{
+	SPIPlanPtr *cache;
+	const char *sql;
+	Datum	   *values;			/* values[0]: the ids, an int8[] */
+} JobqLockCall;
+
+/* Run a lock statement and keep its locks. */
+static bool
+LockAndKeep(void *arg)
+{
+	JobqLockCall *c = (JobqLockCall *) arg;
+	Oid			types[1] = {INT8ARRAYOID};
+
+	jobq_spi_exec_latest(jobq_plan_generic(c->cache, c->sql, 1, types),
+						 c->values, NULL, SPI_OK_SELECT);
+	return true;
+}
+
+/* Run a lock statement, wait for its locks, and let go of them. */
+static bool
+LockAndLetGo(void *arg)
+{
+	(void) LockAndKeep(arg);
+	return false;
+}
+
 /*
  * Run the plan of *cache (sql over the ids in values[0]) in a
  * subtransaction; false, the subtransaction's locks gone, when a row lock
- * was not to be had at once (NOWAIT).  SPI connected.
+ * was not to be had at once (NOWAIT).  Any other error is thrown again.
+ * SPI connected.
  */
 static bool
 TryLock(SPIPlanPtr *cache, const char *sql, Datum *values)
 {
-	Oid			types[1] = {INT8ARRAYOID};
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	bool		locked = true;
+	JobqLockCall c;
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		jobq_spi_exec_latest(jobq_plan_generic(cache, sql, 1, types), values, NULL, SPI_OK_SELECT);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			ReThrowError(edata);
-		locked = false;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return locked;
+	c.cache = cache;
+	c.sql = sql;
+	c.values = values;
+	edata = jobq_subxact_run(LockAndKeep, &c);
+	if (edata == NULL)
+		return true;
+	if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		ReThrowError(edata);
+	FreeErrorData(edata);
+	return false;
 }
 
 /*
@@ -336,7 +349,6 @@ static void
 LockParents(const int64 *ids, int n)
 {
 	Datum		values[1];
-	Oid			types[1] = {INT8ARRAYOID};
 
 	values[0] = jobq_id_array(ids, n);
 	while (!TryLock(&plan_lock_nowait,
@@ -346,21 +358,17 @@ LockParents(const int64 *ids, int n)
 		for (int i = 0; i < n; i++)
 		{
 			Datum		one[1];
-			MemoryContext cxt = CurrentMemoryContext;
-			ResourceOwner owner = CurrentResourceOwner;
+			JobqLockCall c;
+			ErrorData  *edata;
 
 			CHECK_FOR_INTERRUPTS();
 			one[0] = jobq_id_array(&ids[i], 1);
-			BeginInternalSubTransaction(NULL);
-			MemoryContextSwitchTo(cxt);
-			jobq_spi_exec_latest(jobq_plan_generic(&plan_lock_wait,
-												   "SELECT job_id FROM jobq.job WHERE job_id = ANY ($1)"
-												   " FOR SHARE",
-												   1, types),
-								 one, NULL, SPI_OK_SELECT);
-			RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(cxt);
-			CurrentResourceOwner = owner;
+			c.cache = &plan_lock_wait;
+			c.sql = "SELECT job_id FROM jobq.job WHERE job_id = ANY ($1) FOR SHARE";
+			c.values = one;
+			edata = jobq_subxact_run(LockAndLetGo, &c);
+			if (edata != NULL)
+				ReThrowError(edata);
 		}
 	}
 }
