@@ -42,6 +42,7 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "args.h"
 #include "compat.h"
@@ -79,7 +80,7 @@ JobqOwner(void)
 
 	if (cached_lxid == MyLocalTransactionId && OidIsValid(cached_owner))
 		return cached_owner;
-	relid = get_relname_relid("job", get_namespace_oid("jobq", false));
+	relid = jobq_relid_required(JOBQ_REL_JOB);
 	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tup))
 		elog(ERROR, "jobq: table jobq.job is missing");

@@ -84,6 +84,7 @@
 #include "utils/syscache.h"
 #include "utils/timeout.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "args.h"
 #include "compat.h"
@@ -642,7 +643,7 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 	int			ran = 0;
 
 	ExecBegin("jobq executor: loading handlers");
-	if (!OidIsValid(get_extension_oid("jobq", true)))
+	if (!OidIsValid(jobq_extension_oid()))
 	{
 		ExecEnd(true);
 		return -1;

@@ -59,6 +59,7 @@
 #include "utils/varlena.h"
 #include "executor/spi.h"
 
+#include "catalog.h"
 #include "args.h"
 #include "contain.h"
 #include "guc.h"
@@ -181,13 +182,13 @@ WorkerBeginStep(const char *activity)
 static bool
 WorkerLockExtension(void)
 {
-	Oid			extoid = get_extension_oid("jobq", true);
+	Oid			extoid = jobq_extension_oid();
 
 	if (!OidIsValid(extoid))
 		return false;
 	LockDatabaseObject(ExtensionRelationId, extoid, 0, AccessShareLock);
 	/* it may have been dropped while we waited */
-	return get_extension_oid("jobq", true) == extoid;
+	return jobq_extension_oid() == extoid;
 }
 
 /* Commit one step of work. */
@@ -198,35 +199,6 @@ WorkerEndStep(void)
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
-}
-
-/* The installed version of the jobq extension here, or NULL. */
-static char *
-ExtensionVersion(void)
-{
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
-	HeapTuple	tup;
-	char	   *version = NULL;
-
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
-				F_NAMEEQ, CStringGetDatum("jobq"));
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tup = systable_getnext(scan);
-	if (HeapTupleIsValid(tup))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tup, Anum_pg_extension_extversion,
-									 RelationGetDescr(rel), &isnull);
-
-		if (!isnull)
-			version = text_to_cstring(DatumGetTextPP(d));
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return version;
 }
 
 /*
@@ -262,11 +234,11 @@ WorkerExtensionPresent(bool *usable)
 	bool		present;
 
 	WorkerBeginStep("jobq: checking for the extension");
-	present = OidIsValid(get_extension_oid("jobq", true));
+	present = OidIsValid(jobq_extension_oid());
 	*usable = present;
 	if (present)
 	{
-		char	   *version = ExtensionVersion();
+		char	   *version = jobq_schema_version();
 
 		*usable = version != NULL && WorkerServesVersion(version);
 		if (!*usable && !warned)

@@ -22,6 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "args.h"
 #include "guc.h"

@@ -30,6 +30,7 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "args.h"
 #include "guc.h"
@@ -230,11 +231,8 @@ jobq_prune_app_workers(int batch, TimestampTz now)
 {
 	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
 	Datum		values[2];
-	bool		isnull;
 
-	jobq_spi_exec_sql("SELECT pg_catalog.to_regclass('jobq.app_worker') IS NOT NULL", true,
-					  SPI_OK_SELECT);
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	if (!OidIsValid(jobq_relid(JOBQ_REL_APP_WORKER)))
 		return 0;
 	values[0] = TimestampTzGetDatum(jobq_timestamp_add(now, -JOBQ_APP_WORKER_KEEP_US));
 	values[1] = Int32GetDatum(batch);

@@ -30,6 +30,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "args.h"
 #include "guc.h"

@@ -29,6 +29,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "contain.h"
 #include "guc.h"

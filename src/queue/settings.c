@@ -29,6 +29,7 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "args.h"
 #include "compat.h"
@@ -76,7 +77,7 @@ QueueCacheLookup(const char *queue, uint64 *gen, Oid *relid)
 	*gen = jobq_state_settings_gen();
 	if (*gen == 0 || strlen(queue) > JOBQ_MAX_NAME_LEN)
 		return NULL;
-	*relid = get_relname_relid("queue", get_namespace_oid("jobq", false));
+	*relid = jobq_relid_required(JOBQ_REL_QUEUE);
 	if (queue_cache == NULL)
 		return NULL;
 	entry = hash_search(queue_cache, queue, HASH_FIND, NULL);
@@ -185,7 +186,7 @@ jobq_queue_get_or_create(const char *queue, JobqQueue *q)
 Oid
 jobq_ready_relid(void)
 {
-	return get_relname_relid("ready", get_namespace_oid("jobq", false));
+	return jobq_relid_required(JOBQ_REL_READY);
 }
 
 /* ----------------------------------------------------------------

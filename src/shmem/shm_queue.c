@@ -103,6 +103,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "guc.h"
 #include "jobq_limits.h"
 #include "shmem/shm_bgw.h"
@@ -495,9 +496,7 @@ jobq_state_set_next_due(Oid relid, const char *queue, uint64 epoch,
 static Oid
 ReadyRelid(void)
 {
-	Oid			nsp = get_namespace_oid("jobq", true);
-
-	return OidIsValid(nsp) ? get_relname_relid("ready", nsp) : InvalidOid;
+	return jobq_relid(JOBQ_REL_READY);
 }
 
 /* This transaction's note for a queue, created on first use. */

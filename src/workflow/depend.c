@@ -37,6 +37,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "args.h"
 #include "guc.h"

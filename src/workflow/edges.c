@@ -55,6 +55,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "catalog.h"
 #include "compat.h"
 #include "workflow/edges.h"
 
@@ -69,7 +70,6 @@ typedef struct EdgeProbe
 
 struct JobqReader
 {
-	Oid			nsp;
 	MemoryContext cxt;			/* where the probes' slots and scans live */
 	Snapshot	snap;
 	EdgeProbe	by_parent;		/* dependency_pkey */
@@ -98,9 +98,8 @@ struct JobqReader
 bool
 jobq_any_dependents(const int64 *ids, int n)
 {
-	Oid			nsp = get_namespace_oid("jobq", true);
-	Oid			relid = OidIsValid(nsp) ? get_relname_relid("dependency", nsp) : InvalidOid;
-	Oid			idxid = OidIsValid(nsp) ? get_relname_relid("dependency_pkey", nsp) : InvalidOid;
+	Oid			relid = jobq_relid(JOBQ_REL_DEPENDENCY);
+	Oid			idxid = jobq_relid(JOBQ_IDX_DEPENDENCY_PKEY);
 	Relation	rel;
 	Relation	idx;
 	Snapshot	snap;
@@ -162,7 +161,6 @@ jobq_reader_open(void)
 {
 	JobqReader *r = palloc0(sizeof(JobqReader));
 
-	r->nsp = get_namespace_oid("jobq", false);
 	r->cxt = CurrentMemoryContext;
 	jobq_reader_refresh(r);
 	return r;
@@ -177,16 +175,15 @@ jobq_reader_open_at(Snapshot snap)
 {
 	JobqReader *r = palloc0(sizeof(JobqReader));
 
-	r->nsp = get_namespace_oid("jobq", false);
 	r->cxt = CurrentMemoryContext;
 	r->snap = RegisterSnapshot(snap);
 	r->fixed = true;
 	return r;
 }
 
-/* Open p over table relname and index idxname of the reader's schema. */
+/* Open p over table rel and its index idx; false when there is no idx. */
 static bool
-ProbeOpen(JobqReader *r, EdgeProbe *p, const char *relname, const char *idxname)
+ProbeOpen(JobqReader *r, EdgeProbe *p, JobqRelId rel, JobqRelId idx)
 {
 	Oid			relid;
 	Oid			idxid;
@@ -194,12 +191,10 @@ ProbeOpen(JobqReader *r, EdgeProbe *p, const char *relname, const char *idxname)
 
 	if (p->rel != NULL)
 		return true;
-	relid = get_relname_relid(relname, r->nsp);
-	idxid = get_relname_relid(idxname, r->nsp);
+	idxid = jobq_relid(idx);
 	if (!OidIsValid(idxid))
 		return false;
-	if (!OidIsValid(relid))
-		elog(ERROR, "jobq: relation jobq.%s is missing", relname);
+	relid = jobq_relid_required(rel);
 	p->rel = table_open(relid, AccessShareLock);
 	p->idx = index_open(idxid, AccessShareLock);
 	old = MemoryContextSwitchTo(r->cxt);
@@ -296,17 +291,6 @@ jobq_reader_close(JobqReader *r)
 	pfree(r);
 }
 
-/* The attribute number of column name of rel. */
-static AttrNumber
-ColumnOf(Relation rel, const char *name)
-{
-	AttrNumber	att = get_attnum(RelationGetRelid(rel), name);
-
-	if (att == InvalidAttrNumber)
-		elog(ERROR, "jobq: column %s of jobq.%s is missing", name, RelationGetRelationName(rel));
-	return att;
-}
-
 /*
  * Walk edges from now on (jobq_edges_next): those of parent key whose child
  * is after after, or (JOBQ_EDGES_OF_CHILD, after unused) those of child key.
@@ -320,24 +304,24 @@ jobq_edges_from(JobqReader *r, JobqEdgeWalk walk, int64 key, int64 after)
 	r->walk_unsettled = walk == JOBQ_UNSETTLED_OF_PARENT;
 	if (walk == JOBQ_EDGES_OF_CHILD)
 	{
-		if (!ProbeOpen(r, &r->by_child, "dependency", "dependency_child_idx"))
+		if (!ProbeOpen(r, &r->by_child, JOBQ_REL_DEPENDENCY, JOBQ_IDX_DEPENDENCY_CHILD))
 			elog(ERROR, "jobq: index jobq.dependency_child_idx is missing");
 		r->walk = &r->by_child;
 	}
 	else if (walk == JOBQ_UNSETTLED_OF_PARENT &&
-			 ProbeOpen(r, &r->unsettled, "dependency", "dependency_unsettled_idx"))
+			 ProbeOpen(r, &r->unsettled, JOBQ_REL_DEPENDENCY, JOBQ_IDX_DEPENDENCY_UNSETTLED))
 		r->walk = &r->unsettled;
 	else
 	{
-		if (!ProbeOpen(r, &r->by_parent, "dependency", "dependency_pkey"))
+		if (!ProbeOpen(r, &r->by_parent, JOBQ_REL_DEPENDENCY, JOBQ_IDX_DEPENDENCY_PKEY))
 			elog(ERROR, "jobq: index jobq.dependency_pkey is missing");
 		r->walk = &r->by_parent;
 	}
 	if (r->dep_status == InvalidAttrNumber)
 	{
-		r->dep_parent = ColumnOf(r->walk->rel, "parent_id");
-		r->dep_child = ColumnOf(r->walk->rel, "child_id");
-		r->dep_status = ColumnOf(r->walk->rel, "parent_status");
+		r->dep_parent = jobq_attnum(JOBQ_REL_DEPENDENCY, "parent_id");
+		r->dep_child = jobq_attnum(JOBQ_REL_DEPENDENCY, "child_id");
+		r->dep_status = jobq_attnum(JOBQ_REL_DEPENDENCY, "parent_status");
 	}
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(key));
 	if (walk == JOBQ_EDGES_OF_CHILD)
@@ -421,10 +405,10 @@ jobq_edges_done(JobqReader *r)
 static void
 JobsOpen(JobqReader *r)
 {
-	if (!ProbeOpen(r, &r->jobs, "job", "job_pkey"))
+	if (!ProbeOpen(r, &r->jobs, JOBQ_REL_JOB, JOBQ_IDX_JOB_PKEY))
 		elog(ERROR, "jobq: index jobq.job_pkey is missing");
 	if (r->job_status == InvalidAttrNumber)
-		r->job_status = ColumnOf(r->jobs.rel, "status");
+		r->job_status = jobq_attnum(JOBQ_REL_JOB, "status");
 }
 
 /*
@@ -454,7 +438,7 @@ jobq_job_column(JobqReader *r, const char *name, Oid type)
 	AttrNumber	att;
 
 	JobsOpen(r);
-	att = ColumnOf(r->jobs.rel, name);
+	att = jobq_attnum(JOBQ_REL_JOB, name);
 	if (TupleDescAttr(RelationGetDescr(r->jobs.rel), att - 1)->atttypid != type)
 		elog(ERROR, "jobq: column %s of jobq.job is not of type %s", name, format_type_be(type));
 	return att;
@@ -490,10 +474,10 @@ jobq_runs_on_failure(JobqReader *r, int64 child)
 	Datum		mode;
 	text	   *t;
 
-	if (!ProbeOpen(r, &r->dependents, "dependent", "dependent_pkey"))
+	if (!ProbeOpen(r, &r->dependents, JOBQ_REL_DEPENDENT, JOBQ_IDX_DEPENDENT_PKEY))
 		elog(ERROR, "jobq: index jobq.dependent_pkey is missing");
 	if (r->dependent_mode == InvalidAttrNumber)
-		r->dependent_mode = ColumnOf(r->dependents.rel, "on_parent_failure");
+		r->dependent_mode = jobq_attnum(JOBQ_REL_DEPENDENT, "on_parent_failure");
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(child));
 	ProbeSeek(r, &r->dependents, &key, 1);
 	if (!ProbeNext(r, &r->dependents))
@@ -515,10 +499,10 @@ jobq_is_deferred(JobqReader *r, int64 parent_id, bool *retried)
 	ScanKeyData key;
 	bool		isnull;
 
-	if (!ProbeOpen(r, &r->deferred, "settle_deferred", "settle_deferred_pkey"))
+	if (!ProbeOpen(r, &r->deferred, JOBQ_REL_SETTLE_DEFERRED, JOBQ_IDX_SETTLE_DEFERRED_PKEY))
 		elog(ERROR, "jobq: index jobq.settle_deferred_pkey is missing");
 	if (r->deferred_retried == InvalidAttrNumber)
-		r->deferred_retried = ColumnOf(r->deferred.rel, "retried");
+		r->deferred_retried = jobq_attnum(JOBQ_REL_SETTLE_DEFERRED, "retried");
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(parent_id));
 	ProbeSeek(r, &r->deferred, &key, 1);
 	if (!ProbeNext(r, &r->deferred))

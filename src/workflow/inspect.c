@@ -60,6 +60,7 @@
 #include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "workflow/edges.h"
 #include "workflow/settle.h"

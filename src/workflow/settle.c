@@ -44,6 +44,7 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "args.h"
 #include "contain.h"
 #include "guc.h"
@@ -68,15 +69,6 @@ static SPIPlanPtr plan_deferred_next;
  * been done: a pass must make progress whatever it spent before.
  */
 static bool progress_owed = false;
-
-/* Does this database have the dependency tables (0.2.0 on)? */
-bool
-jobq_depend_installed(void)
-{
-	Oid			nsp = get_namespace_oid("jobq", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("dependency", nsp));
-}
 
 /* A pass that settles deferred parents again owes progress (see above). */
 static void

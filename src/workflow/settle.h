@@ -16,8 +16,6 @@
 #include "workflow/decide.h"
 #include "workflow/defer.h"
 
-extern bool jobq_depend_installed(void);
-
 /* SPI must be connected, as the extension owner. */
 extern void jobq_parents_finished(const int64 *ids, int n, TimestampTz now);
 extern void jobq_parent_retried(int64 job_id, TimestampTz now);
