@@ -1,12 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * queue/enqueue_rows.c
- *	  Enqueue: jobq.enqueue and jobq.enqueue_many, and putting a pending job
- *	  into jobq.ready or jobq.scheduled (also used by retries and reaping).
+ *	  An enqueue's rows (for jobq.enqueue and jobq.enqueue_many, whose
+ *	  arguments queue/enqueue.c checks, and for fired schedules), and
+ *	  putting a pending job into jobq.ready or jobq.scheduled (also used by
+ *	  retries and reaping).
  *
  * A job's row in jobq.job is the truth about it; a pending job also has one
- * row in jobq.ready (due) or jobq.scheduled (run_at in the future).  See the
- * install script for the layout and shmem/shm_queue.c for the claim positions.
+ * row in jobq.ready (due) or jobq.scheduled (run_at in the future).  The
+ * rows are written by queue/job_insert.c, or by statements.  See the
+ * install script for the layout and shmem/shm_queue.c for the claim
+ * positions.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * queue/enqueue_rows.h
- *	  Enqueueing jobs and putting pending jobs into the pending sets
+ *	  An enqueue's rows, and putting pending jobs into the pending sets
  *	  (queue/enqueue_rows.c).
  *
  *-------------------------------------------------------------------------
