@@ -1,14 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * jobq_limits.h
- *	  What every unit of jobq shares: hard limits.
+ *	  jobq's hard limits (the longest name and key, the most executors per
+ *	  database) and the prefix of the idempotency keys jobq derives itself.
  *
- * Version differences live in compat.h.
- *
- * src/README.md maps the files and the direction of their dependencies:
- * processes -> features -> queue operations -> {access control, shared
- * memory} -> leaf helpers.  Each unit has its own header; a unit includes
- * only headers of its own layer or below.
+ * Version differences live in compat.h.  src/README.md maps the files and
+ * the direction of their dependencies: bgw/ -> ops/ -> queue/ -> workflow/
+ * -> shmem/, cron/ -> the base at src/'s top; a file includes only headers
+ * of its own layer or below (test/layout/check).
  *
  *-------------------------------------------------------------------------
  */
