@@ -14,14 +14,17 @@
 
 EXTENSION = jobq
 MODULE_big = jobq
-OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+# every C file under src/ (the base at its top, the rooms in its folders)
+SRCS = $(shell find src -name '*.c' | LC_ALL=C sort)
+HDRS = $(shell find src -name '*.h' | LC_ALL=C sort)
+OBJS = $(SRCS:.c=.o)
 
 # Debian's PGXS has no automatic header dependencies (autodepend is off): a
 # changed header rebuilds every object and every JIT bitcode file (.bc, for
 # inlining), or code built against an older struct layout shares memory
 # with newer code (seen: a field added to a shared-memory struct of
-# shm_bgw.h left the launcher reading garbage).
-$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
+# shmem/shm_bgw.h left the launcher reading garbage).
+$(OBJS) $(OBJS:.o=.bc): $(HDRS)
 
 # Extension scripts live in extension/.  The current schema is written by
 # concern in extension/schema/NN_<concern>.sql (tables, indexes, functions
@@ -82,9 +85,9 @@ extension/jobq--$(EXTVERSION).sql: $(SCHEMA_SOURCES) jobq.control
 	  for f in $(SCHEMA_SOURCES); do echo; cat "$$f"; done; \
 	} >$@.tmp && mv $@.tmp $@
 
-# test/layout/check: src/ includes go one way (processes -> features ->
-# queue operations -> access control and shared memory -> leaf), no C file
-# over 900 lines.  Every installcheck runs it first.
+# test/layout/check: src/ includes go one way, folder by folder (bgw ->
+# ops -> queue -> workflow -> shmem, cron -> the base at src/'s top), and
+# every C file sits in a placed folder.  Every installcheck runs it first.
 .PHONY: check-layout
 check-layout:
 	$(srcdir)/test/layout/check
@@ -114,7 +117,7 @@ format:
 		echo "make format needs pg_bsd_indent $(PG_BSD_INDENT_VERSION) (Debian 12's pg-bsd-indent); $(PG_BSD_INDENT) is $${v:-unknown}"; \
 		exit 1; \
 	fi; \
-	for f in $(srcdir)/src/*.c $(srcdir)/src/*.h; do \
+	for f in $(addprefix $(srcdir)/,$(SRCS) $(HDRS)); do \
 		$(PG_BSD_INDENT) $(PG_BSD_INDENT_OPTS) "$$f" "$$f.indent" && \
 		{ cmp -s "$$f" "$$f.indent" || { cp "$$f.indent" "$$f"; echo "formatted $$f"; }; }; \
 		rm -f "$$f.indent"; \
@@ -126,7 +129,7 @@ check-format:
 		echo "src/ formatting not checked: $(PG_BSD_INDENT) is version $${v:-unknown}, src/ is formatted with $(PG_BSD_INDENT_VERSION)"; \
 		exit 0; \
 	fi; \
-	bad=0; for f in $(srcdir)/src/*.c $(srcdir)/src/*.h; do \
+	bad=0; for f in $(addprefix $(srcdir)/,$(SRCS) $(HDRS)); do \
 		$(PG_BSD_INDENT) $(PG_BSD_INDENT_OPTS) "$$f" "$$f.indent" || exit 1; \
 		if ! diff -u "$$f" "$$f.indent"; then bad=1; fi; \
 		rm -f "$$f.indent"; \

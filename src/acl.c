@@ -15,7 +15,7 @@
  * owner (jobq_owner_begin) for its own table access, like PostgreSQL's
  * internal operations do; an error anywhere restores the caller's identity
  * as the (sub)transaction aborts.  Their queries are prepared under a
- * search_path of pg_catalog alone (spi_plan.c), so nothing a caller
+ * search_path of pg_catalog alone (spi.c), so nothing a caller
  * creates is ever run with the owner's rights.
  *
  * jobq.grant(queue, role, capability) also grants the role what it needs
@@ -42,12 +42,13 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "catalog.h"
 #include "acl.h"
 #include "args.h"
 #include "compat.h"
 #include "guc.h"
-#include "jobq.h"
-#include "spi_plan.h"
+#include "jobq_limits.h"
+#include "spi.h"
 
 PG_FUNCTION_INFO_V1(jobq_grant);
 PG_FUNCTION_INFO_V1(jobq_revoke);
@@ -79,7 +80,7 @@ JobqOwner(void)
 
 	if (cached_lxid == MyLocalTransactionId && OidIsValid(cached_owner))
 		return cached_owner;
-	relid = get_relname_relid("job", get_namespace_oid("jobq", false));
+	relid = jobq_relid_required(JOBQ_REL_JOB);
 	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tup))
 		elog(ERROR, "jobq: table jobq.job is missing");
@@ -379,7 +380,7 @@ AclSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
- * The role a job handler runs as, while it runs (executor.c), else
+ * The role a job handler runs as, while it runs (bgw/handler_proc.c), else
  * InvalidOid.  An executor's session belongs to the bootstrap superuser, so
  * inside a handler "the role the session acts as" must be this one.
  */

@@ -31,7 +31,7 @@
 
 #include "args.h"
 #include "guc.h"
-#include "jobq.h"
+#include "jobq_limits.h"
 
 
 /* ----------------------------------------------------------------

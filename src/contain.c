@@ -54,6 +54,7 @@
 #include "utils/timestamp.h"
 
 #include "contain.h"
+#include "subxact.h"
 
 /* How long a unit's statement waits for a lock before the unit gives up. */
 #define JOBQ_UNIT_LOCK_TIMEOUT_MS	100
@@ -128,71 +129,73 @@ NoteSuccess(const char *unit)
 				(errmsg("jobq: %s works again", unit)));
 }
 
-/*
- * Run fn(arg) in a subtransaction, with SPI connected, under the unit lock
- * timeout (RunContainedFor: lock_timeout_ms); true when it succeeded.  On
- * error the subtransaction is rolled back and the error, copied, goes to
- * *edata (NULL: dropped).
- */
-static bool RunContainedFor(JobqUnitFn fn, void *arg, int lock_timeout_ms, ErrorData **edata);
+/* A unit's call: its function, its argument, its lock timeout (ms). */
+typedef struct JobqContainedCall
+{
+	JobqUnitFn	fn;
+	void	   *arg;
+	int			lock_timeout_ms;
+} JobqContainedCall;
 
+/*
+ * The body of a contained unit, in its subtransaction: the unit's
+ * function, with SPI connected and lock_timeout set (the caller's own
+ * lock_timeout, when shorter, stands).  On an error the subtransaction's
+ * rollback closes the SPI connection and resets the GUCs.
+ */
+static bool
+ContainedBody(void *arg)
+{
+	JobqContainedCall *c = (JobqContainedCall *) arg;
+	int			nestlevel = NewGUCNestLevel();
+	int			lock_timeout_ms = c->lock_timeout_ms;
+	char		timeout[32];
+
+	if (LockTimeout > 0 && LockTimeout < lock_timeout_ms)
+		lock_timeout_ms = LockTimeout;
+	snprintf(timeout, sizeof(timeout), "%d", lock_timeout_ms);
+	(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	SPI_connect();
+	c->fn(c->arg);
+	SPI_finish();
+	AtEOXact_GUC(true, nestlevel);
+	return true;
+}
+
+/*
+ * Run fn(arg) in a subtransaction (subxact.c), with SPI connected, under a
+ * lock timeout of lock_timeout_ms; true when it succeeded.  On error the
+ * subtransaction is rolled back and the error, copied, goes to *edata
+ * (NULL: dropped); a cancel stops the whole call, as in a PL/pgSQL
+ * exception block.
+ */
+static bool
+RunContainedFor(JobqUnitFn fn, void *arg, int lock_timeout_ms, ErrorData **edata)
+{
+	JobqContainedCall c;
+	ErrorData  *error;
+
+	c.fn = fn;
+	c.arg = arg;
+	c.lock_timeout_ms = lock_timeout_ms;
+	error = jobq_subxact_run(ContainedBody, &c);
+	if (error == NULL)
+		return true;
+	if (error->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		ReThrowError(error);
+	if (edata != NULL)
+		*edata = error;
+	else
+		FreeErrorData(error);
+	return false;
+}
+
+/* RunContainedFor under the unit lock timeout. */
 static bool
 RunContained(JobqUnitFn fn, void *arg, ErrorData **edata)
 {
 	return RunContainedFor(fn, arg, JOBQ_UNIT_LOCK_TIMEOUT_MS, edata);
-}
-
-static bool
-RunContainedFor(JobqUnitFn fn, void *arg, int lock_timeout_ms, ErrorData **edata)
-{
-	MemoryContext oldcontext = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	bool		ok;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcontext);
-	PG_TRY();
-	{
-		int			nestlevel = NewGUCNestLevel();
-		char		timeout[32];
-
-		/* the caller's own lock_timeout, when shorter, stands */
-		if (LockTimeout > 0 && LockTimeout < lock_timeout_ms)
-			lock_timeout_ms = LockTimeout;
-		snprintf(timeout, sizeof(timeout), "%d", lock_timeout_ms);
-		(void) set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		SPI_connect();
-		fn(arg);
-		SPI_finish();
-		AtEOXact_GUC(true, nestlevel);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		ok = true;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *error;
-
-		MemoryContextSwitchTo(oldcontext);
-		error = CopyErrorData();
-		FlushErrorState();
-		/* this also closes the SPI connection and resets the GUCs */
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
-		/* a cancel stops the whole call, as in a PL/pgSQL exception block */
-		if (error->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			ReThrowError(error);
-		if (edata != NULL)
-			*edata = error;
-		else
-			FreeErrorData(error);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
 }
 
 /*

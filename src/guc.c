@@ -17,7 +17,7 @@
 #include "utils/memutils.h"
 
 #include "guc.h"
-#include "jobq.h"
+#include "jobq_limits.h"
 
 /* jobq.max_payload_size: largest payload (bytes); results: max_result_size */
 int			jobq_max_payload_size = 1024 * 1024;
@@ -46,17 +46,17 @@ int			jobq_max_database_schedules = 100000;
 /* jobq.max_batch: most jobs one claim or complete_many may handle */
 int			jobq_max_batch = 1000;
 
-/* jobq.async_claim: a transaction that only claimed commits asynchronously (queue_claim.c) */
+/* jobq.async_claim: a transaction that only claimed commits asynchronously (queue/claim.c) */
 bool		jobq_async_claim = true;
 
 /* jobq.idempotency_retention: how long a key stays reserved after its job finished (s) */
 int			jobq_idempotency_retention = 7 * 24 * 3600;
 
-/* jobq.misfire_grace / misfire_max_fires: schedules (scheduler.c) */
+/* jobq.misfire_grace / misfire_max_fires: schedules (ops/scheduler.c) */
 int			jobq_misfire_grace_s = 5;
 int			jobq_misfire_max_fires = 100;
 
-/* Background processes (bgw_launcher.c, bgw_worker.c, executor.c) */
+/* Background processes (bgw/launcher.c, bgw/worker.c, bgw/handler_proc.c) */
 int			jobq_executors = 2;
 char	   *jobq_databases = NULL;
 int			jobq_naptime_ms = 1000;
@@ -68,7 +68,7 @@ int			jobq_prune_batch = 500;
 int			jobq_database_recheck_s = 60;
 int			jobq_max_workers = 4;
 
-/* Shared memory sizes (shm_bgw.c, shm_queue.c); postmaster start only */
+/* Shared memory sizes (shmem/shm_bgw.c, shmem/shm_queue.c); postmaster start only */
 int			jobq_max_databases = 1024;
 int			jobq_max_tracked_queues = 1024;
 

@@ -4,10 +4,11 @@
  *	  Module load: each unit's settings, hooks and shared memory.
  *
  * jobq belongs in shared_preload_libraries: it keeps per-queue claim
- * positions in shared memory (shm_queue.c) and runs its background
- * processes (bgw_launcher.c, bgw_worker.c, executor.c).  Loaded any other way the queue operations still
- * work, scanning each queue from its head, and nothing reaps or prunes
- * unless jobq.reap() and jobq.prune() are called.
+ * positions in shared memory (shmem/shm_queue.c) and runs its background
+ * processes (bgw/launcher.c, bgw/worker.c, bgw/handler_proc.c).  Loaded any
+ * other way the queue operations still work, scanning each queue from its
+ * head, and nothing reaps or prunes unless jobq.reap() and jobq.prune() are
+ * called.
  *
  *-------------------------------------------------------------------------
  */
@@ -16,13 +17,13 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
-#include "bgw_hooks.h"
-#include "bgw_launcher.h"
 #include "guc.h"
-#include "jobq.h"
+#include "jobq_limits.h"
 #include "plan_defaults.h"
-#include "shm_bgw.h"
-#include "shm_queue.h"
+#include "bgw/hooks.h"
+#include "bgw/launcher.h"
+#include "shmem/shm_bgw.h"
+#include "shmem/shm_queue.h"
 
 PG_MODULE_MAGIC;
 

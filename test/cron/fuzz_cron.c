@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * fuzz_cron.c
- *	  libFuzzer harness for src/cron_parse.c.
+ *	  libFuzzer harness for src/cron/parse.c.
  *
  * Input: 8 bytes choosing a start time, the rest is the expression.  Any
  * input must parse or fail without crashing, reading out of bounds or
@@ -15,7 +15,7 @@
  * Build and run (test/cron/run.sh does this for FUZZ_SECONDS):
  *
  *		clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
- *			test/cron/fuzz_cron.c src/cron_parse.c -o fuzz_cron
+ *			test/cron/fuzz_cron.c src/cron/parse.c -o fuzz_cron
  *		./fuzz_cron -max_total_time=60 test/cron/corpus
  *
  *-------------------------------------------------------------------------
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cron_parse.h"
+#include "cron/parse.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -2,7 +2,7 @@
 #
 # test/cron/run.sh -- tests of the cron code outside pg_regress
 #
-#   1. unit tests of src/cron_parse.c alone (test/cron/unit.c, plain cc,
+#   1. unit tests of src/cron/parse.c alone (test/cron/unit.c, plain cc,
 #      with AddressSanitizer and UBSan);
 #   2. the libFuzzer harness (test/cron/fuzz_cron.c) for FUZZ_SECONDS
 #      seconds (default 10; e.g. FUZZ_SECONDS=600 for a longer run);
@@ -60,7 +60,7 @@ if ! echo 'int main(void){return 0;}' | $CC $san -x c -o "$work/probe" - 2>"$wor
 	san=""
 fi
 if $CC -std=c99 -O1 -g -Wall -Wextra -Werror $san -Isrc -o "$work/unit" \
-	test/cron/unit.c src/cron_parse.c > "$work/unit.log" 2>&1; then
+	test/cron/unit.c src/cron/parse.c > "$work/unit.log" 2>&1; then
 	"$work/unit" > "$work/unit.log" 2>&1
 	rc=$?
 else
@@ -76,7 +76,7 @@ elif ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n){return 0
 	clang -fsanitize=fuzzer -x c -o "$work/fuzz_probe" - >"$work/fuzz_probe.log" 2>&1; then
 	skip "fuzzing: clang cannot link libFuzzer (Debian: libclang-rt-14-dev): $(tail -n 1 "$work/fuzz_probe.log")"
 elif clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	-Isrc test/cron/fuzz_cron.c src/cron_parse.c -o "$work/fuzz_cron" \
+	-Isrc test/cron/fuzz_cron.c src/cron/parse.c -o "$work/fuzz_cron" \
 	> "$work/fuzz_build.log" 2>&1; then
 	mkdir "$work/corpus"
 	i=0

@@ -1,11 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * unit.c
- *	  Unit tests of src/cron_parse.c alone (no PostgreSQL).
+ *	  Unit tests of src/cron/parse.c alone (no PostgreSQL).
  *
  * Built with a plain C compiler by test/cron/run.sh:
  *
- *		cc -Isrc -o unit test/cron/unit.c src/cron_parse.c && ./unit
+ *		cc -Isrc -o unit test/cron/unit.c src/cron/parse.c && ./unit
  *
  * Tables of expressions with the sets they must parse to, of bad
  * expressions with the message they must give, and of searches with the
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cron_parse.h"
+#include "cron/parse.h"
 
 static int	passed;
 static int	failed;

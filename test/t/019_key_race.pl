@@ -3,7 +3,7 @@
 # transactions.  Afterwards every key that survived belongs to exactly one
 # job, its key row points at that job, exactly one committed call created
 # it, and every other committed call got that job's id back.  The race runs
-# twice: with keys reserved straight in the unique index (job_insert.c) and,
+# twice: with keys reserved straight in the unique index (src/queue/job_insert.c) and,
 # with row security switched on for jobq.idempotency_key, through jobq's SQL
 # statement.
 use strict;

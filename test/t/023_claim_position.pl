@@ -17,7 +17,7 @@
 #
 # Then jobs of a higher priority arrive: they sort before the position, with
 # the 10,000 dead entries between them and it.  They make the queue's
-# island (shm_queue.c): claims take them first and go on from the position
+# island (src/shmem/shm_queue.c): claims take them first and go on from the position
 # without walking the dead entries (the direct claims; the statement scans
 # once, from the island on, and is only checked for what it returns).
 use strict;

@@ -1,0 +1,163 @@
+/*-------------------------------------------------------------------------
+ *
+ * ops/handler_registry.c
+ *	  Job handlers: jobq.register_handler and jobq.unregister_handler.
+ *
+ * jobq.register_handler(kind, handler) binds a kind to a SQL function
+ * taking the payload (and, optionally, a jsonb describing the job) and
+ * returning jsonb, run as the role that registers it (a superuser only with
+ * allow_superuser => true), which needs EXECUTE on it.  A kind's handler is
+ * the role's: only that role (or a superuser) replaces or removes it.  The
+ * executors (bgw/handler_proc.c) run the jobs of handled kinds; registering
+ * wakes the database's worker at commit, which starts them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
+
+#include "acl.h"
+#include "args.h"
+#include "compat.h"
+#include "guc.h"
+#include "spi.h"
+#include "ops/handler_registry.h"
+#include "shmem/shm_bgw.h"
+
+PG_FUNCTION_INFO_V1(jobq_register_handler);
+PG_FUNCTION_INFO_V1(jobq_unregister_handler);
+
+static SPIPlanPtr plan_register;
+static SPIPlanPtr plan_handler_owner;
+static SPIPlanPtr plan_unregister;
+
+/*
+ * A kind's handler may be replaced or removed only by the role it runs as,
+ * or a superuser: nobody takes over another role's jobs (SPI connected).
+ */
+static void
+HandlerOwnerCheck(const char *kind, Oid role)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	Oid			owner;
+
+	values[0] = CStringGetTextDatum(kind);
+	jobq_spi_exec(jobq_plan(&plan_handler_owner,
+							"SELECT run_as FROM jobq.handler WHERE kind = $1",
+							1, types),
+				  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		return;
+	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (owner != role && !superuser_arg(role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("the handler of kind \"%s\" belongs to role \"%s\"", kind,
+						GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "?"),
+				 errhint("Only that role or a superuser may replace or remove it.")));
+}
+
+/*
+ * jobq.register_handler(kind, handler, queue, allow_superuser) -> void
+ *
+ * The handler runs as the role calling this.
+ */
+Datum
+jobq_register_handler(PG_FUNCTION_ARGS)
+{
+	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, REGROLEOID, BOOLOID};
+	Datum		values[5];
+	const char *kind = jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false);
+	const char *queue = jobq_name_arg(fcinfo, 2, "queue", jobq_max_name_length, false);
+	Oid			handler;
+	bool		allow_superuser;
+	HeapTuple	proctup;
+	Form_pg_proc proc;
+	Oid			run_as = GetUserId();
+	JobqSavedUser saved;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("handler must not be null")));
+	handler = PG_GETARG_OID(1);
+	allow_superuser = PG_ARGISNULL(3) ? false : PG_GETARG_BOOL(3);
+
+	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(handler));
+	if (!HeapTupleIsValid(proctup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("handler function %u does not exist", handler)));
+	proc = (Form_pg_proc) GETSTRUCT(proctup);
+	if (proc->prorettype != JSONBOID || proc->prokind != PROKIND_FUNCTION ||
+		proc->proretset || proc->pronargs < 1 || proc->pronargs > 2 ||
+		proc->proargtypes.values[0] != JSONBOID ||
+		(proc->pronargs == 2 && proc->proargtypes.values[1] != JSONBOID))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_FUNCTION_DEFINITION),
+				 errmsg("handler must be a function (payload jsonb [, job jsonb]) returning jsonb"),
+				 errdetail("%s does not fit.", format_procedure(handler)),
+				 errhint("The second argument, if any, receives the job: job_id, lease_token, kind, queue, retry_count, max_retries, checkpoint, enqueued_at, lease_expires_at.")));
+	ReleaseSysCache(proctup);
+
+	if (object_aclcheck(ProcedureRelationId, handler, run_as, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for function %s", format_procedure(handler)),
+				 errdetail("A handler runs as the role that registers it, which needs EXECUTE on it.")));
+	if (superuser_arg(run_as) && !allow_superuser)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("a handler registered by a superuser would run as a superuser"),
+				 errhint("Register it as an ordinary role (SET ROLE), or pass allow_superuser => true if it really must.")));
+
+	values[0] = CStringGetTextDatum(kind);
+	values[1] = CStringGetTextDatum(format_procedure_qualified(handler));
+	values[2] = CStringGetTextDatum(queue);
+	values[3] = ObjectIdGetDatum(run_as);
+	values[4] = BoolGetDatum(allow_superuser);
+	jobq_owner_begin(&saved);
+	jobq_require(run_as, queue, JOBQ_CAP_ADMINISTER);
+	HandlerOwnerCheck(kind, run_as);
+	jobq_spi_exec(jobq_plan(&plan_register,
+							"INSERT INTO jobq.handler (kind, handler, queue, run_as, allow_superuser)"
+							" VALUES ($1, $2, $3, $4, $5)"
+							" ON CONFLICT (kind) DO UPDATE SET handler = $2, queue = $3,"
+							" run_as = $4, allow_superuser = $5, updated_at = now()",
+							5, types),
+				  values, NULL, SPI_OK_INSERT);
+	jobq_owner_end(&saved);
+	jobq_bgw_wake_worker_at_commit();
+	PG_RETURN_VOID();
+}
+
+/* jobq.unregister_handler(kind) -> boolean */
+Datum
+jobq_unregister_handler(PG_FUNCTION_ARGS)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		done;
+	JobqSavedUser saved;
+
+	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false));
+	jobq_owner_begin(&saved);
+	HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller);
+	jobq_spi_exec(jobq_plan(&plan_unregister,
+							"DELETE FROM jobq.handler WHERE kind = $1",
+							1, types),
+				  values, NULL, SPI_OK_DELETE);
+	done = SPI_processed > 0;
+	jobq_owner_end(&saved);
+	PG_RETURN_BOOL(done);
+}

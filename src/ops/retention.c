@@ -1,0 +1,313 @@
+/*-------------------------------------------------------------------------
+ *
+ * ops/retention.c
+ *	  Pruning: finished jobs leave jobq.job after their queue's retention
+ *	  (completed and cancelled: retention_completed, default 1 day; failed:
+ *	  retention_failed, default 30 days), and idempotency keys leave
+ *	  jobq.idempotency_key once their job is pruned and
+ *	  jobq.idempotency_retention has passed since it finished.
+ *
+ * Work is done in batches of a few hundred rows, each batch one short
+ * transaction in the background worker, with SKIP LOCKED so pruning never
+ * waits on (or blocks) anything else.  A pruned job's attempt history goes
+ * with it.
+ *
+ * Each queue and the expired keys are units that fail alone (contain.c):
+ * one queue whose retention cannot be computed (a value too large for a
+ * timestamp, planted before configure checked it) is logged once and left
+ * unpruned, and every other queue is pruned as usual.  The queues that work
+ * are pruned together, in one statement, as before.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "acl.h"
+#include "contain.h"
+#include "guc.h"
+#include "spi.h"
+#include "ops/app_workers.h"
+#include "ops/retention.h"
+#include "workflow/settle.h"
+
+PG_FUNCTION_INFO_V1(jobq_prune);
+
+static SPIPlanPtr plan_prune_queues;
+static SPIPlanPtr plan_prune_jobs;
+static SPIPlanPtr plan_prune_jobs_depend;
+static SPIPlanPtr plan_prune_keys;
+
+/*
+ * Queues whose pruning failed when they were last pruned on their own
+ * (names in TopMemoryContext): they are pruned one by one until they work
+ * again, the others together.
+ */
+static List *failing_queues = NIL;
+
+/* Pruning of some queues' jobs (or of the keys), as a unit. */
+typedef struct JobqPruneUnit
+{
+	Datum		queues;			/* text[]: the queues to prune */
+	int			limit;			/* most rows to delete */
+	TimestampTz now;
+	int64		deleted;		/* out: rows deleted */
+} JobqPruneUnit;
+
+/*
+ * The prune statement; victim holds more conditions on a job pruned, extra
+ * more CTEs over dj (the deleted jobs).
+ * c holds each queue's two cutoffs (a retention that is NULL keeps for
+ * ever), all computed before any job is read, so a queue whose cutoff
+ * cannot be computed fails the statement whatever its jobs.  The scan walks
+ * job_finished_idx up to the latest cutoff; the status picks the cutoff
+ * that applies to each job.
+ */
+#define JOBQ_PRUNE_SQL(victim, extra) \
+	"WITH c AS MATERIALIZED (SELECT name, $1 - retention_completed AS done_before," \
+	" $1 - retention_failed AS failed_before" \
+	" FROM jobq.queue WHERE name = ANY ($4))," \
+	" victims AS (SELECT j.job_id FROM jobq.job j JOIN c ON c.name = j.queue" \
+	" WHERE j.finished_at < (SELECT max(greatest(done_before, failed_before)) FROM c)" \
+	" AND ((j.status IN ('completed', 'cancelled') AND j.finished_at < c.done_before)" \
+	" OR (j.status = 'failed' AND j.finished_at < c.failed_before))" victim \
+	" ORDER BY j.finished_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED)," \
+	" dj AS (DELETE FROM jobq.job j USING victims v" \
+	" WHERE j.job_id = v.job_id" \
+	" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at)," \
+	" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id)," \
+	" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $3" \
+	" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key" \
+	" AND k.job_id = dj.job_id)" extra \
+	" SELECT count(*) FROM dj"
+
+/*
+ * 0.2.0 on: a pruned job's own parents are forgotten; its dependents keep
+ * its outcome in their jobq.dependency rows.  A parent whose settling was
+ * deferred (jobq.settle_deferred) stays until it is settled: its outcome is
+ * still to be given to some of its dependents.
+ */
+#define JOBQ_PRUNE_VICTIM_DEPEND \
+	" AND NOT EXISTS (SELECT FROM jobq.settle_deferred s WHERE s.parent_id = j.job_id)"
+#define JOBQ_PRUNE_DEPEND \
+	", dd AS (DELETE FROM jobq.dependency d USING dj WHERE d.child_id = dj.job_id)," \
+	" dt AS (DELETE FROM jobq.dependent t USING dj WHERE t.job_id = dj.job_id)"
+
+/* Delete up to u->limit finished jobs of u->queues past retention. */
+static void
+PruneQueues(void *arg)
+{
+	JobqPruneUnit *u = (JobqPruneUnit *) arg;
+	Oid			types[4] = {TIMESTAMPTZOID, INT4OID, INTERVALOID, TEXTARRAYOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Interval	key_retention;
+	bool		isnull;
+	bool		depend = jobq_depend_installed();	/* 0.2.0 on */
+
+	/* a key's retention of -1 keeps it for ever: its expires_at stays NULL */
+	memset(&key_retention, 0, sizeof(key_retention));
+	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
+	values[0] = TimestampTzGetDatum(u->now);
+	values[1] = Int32GetDatum(u->limit);
+	values[2] = IntervalPGetDatum(&key_retention);
+	nulls[2] = jobq_idempotency_retention < 0 ? 'n' : ' ';
+	values[3] = u->queues;
+
+	jobq_spi_exec(jobq_plan(depend ? &plan_prune_jobs_depend : &plan_prune_jobs,
+							depend ? JOBQ_PRUNE_SQL(JOBQ_PRUNE_VICTIM_DEPEND, JOBQ_PRUNE_DEPEND)
+							: JOBQ_PRUNE_SQL("", ""),
+							4, types),
+				  values, nulls, SPI_OK_SELECT);
+	u->deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/* Delete up to u->limit idempotency keys past their expiry. */
+static void
+PruneKeys(void *arg)
+{
+	JobqPruneUnit *u = (JobqPruneUnit *) arg;
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+
+	values[0] = TimestampTzGetDatum(u->now);
+	values[1] = Int32GetDatum(u->limit);
+	/* through idempotency_key_expires_idx: the expired keys only */
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_prune_keys,
+											"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
+											" SELECT k.ctid FROM jobq.idempotency_key k"
+											" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
+											2, types),
+						  values, NULL, SPI_OK_DELETE);
+	u->deleted = (int64) SPI_processed;
+}
+
+/* Delete up to u->limit rows of application workers gone for a day. */
+static void
+PruneAppWorkers(void *arg)
+{
+	JobqPruneUnit *u = (JobqPruneUnit *) arg;
+
+	u->deleted = jobq_prune_app_workers(u->limit, u->now);
+}
+
+/* A text[] datum of the n names. */
+static Datum
+NameArray(char **names, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = CStringGetTextDatum(names[i]);
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* Was queue failing when it was last pruned on its own? */
+static bool
+QueueFailing(const char *queue)
+{
+	ListCell   *lc;
+
+	foreach(lc, failing_queues)
+	{
+		if (strcmp((char *) lfirst(lc), queue) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Prune one queue as a unit of its own, logged by name (jobq_run_unit);
+ * returns the rows deleted, and adds the queue to *failing if it fails.
+ */
+static int64
+PruneOneQueue(char *queue, int limit, TimestampTz now, List **failing)
+{
+	JobqPruneUnit u;
+	char	   *unit = psprintf("pruning finished jobs of queue \"%s\"", queue);
+
+	u.queues = NameArray(&queue, 1);
+	u.limit = limit;
+	u.now = now;
+	u.deleted = 0;
+	if (!jobq_run_unit(unit, PruneQueues, &u))
+		*failing = lappend(*failing, MemoryContextStrdup(TopMemoryContext, queue));
+	pfree(unit);
+	return u.deleted;
+}
+
+/*
+ * Delete up to batch finished jobs past retention and up to batch expired
+ * keys; returns the number of rows deleted.  Each queue and the keys are
+ * units that fail alone: the queues are pruned together in one unit, and
+ * when that fails, one by one, to find the queue that fails (a retention
+ * too large to compute, say), log it and prune the others.  A queue found
+ * failing is pruned alone from then on, until it works again.  The same
+ * holds for the worker and for a jobq.prune() from cron.  *more is set when
+ * a batch ran out.  SPI must be connected.
+ */
+int64
+jobq_prune_finished(int batch, bool *more)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	JobqPruneUnit u;
+	List	   *failing = NIL;
+	int64		jobs = 0;
+	int64		keys;
+	int			nqueues;
+	int			nhealthy = 0;
+	char	  **queues;
+	char	  **healthy;
+	ListCell   *lc;
+
+	*more = false;
+	jobq_spi_exec(jobq_plan(&plan_prune_queues,
+							"SELECT name FROM jobq.queue ORDER BY name", 0, NULL),
+				  NULL, NULL, SPI_OK_SELECT);
+	nqueues = (int) SPI_processed;
+	queues = palloc(sizeof(char *) * Max(nqueues, 1));
+	healthy = palloc(sizeof(char *) * Max(nqueues, 1));
+	for (int i = 0; i < nqueues; i++)
+	{
+		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		if (!QueueFailing(queues[i]))
+			healthy[nhealthy++] = queues[i];
+	}
+
+	/* the healthy queues together; one by one if one of them fails */
+	u.queues = NameArray(healthy, nhealthy);
+	u.limit = batch;
+	u.now = now;
+	u.deleted = 0;
+	if (nhealthy > 0 && jobq_try_units(PruneQueues, &u))
+		jobs = u.deleted;
+	else
+	{
+		for (int i = 0; i < nhealthy && jobs < batch; i++)
+			jobs += PruneOneQueue(healthy[i], (int) (batch - jobs), now, &failing);
+	}
+
+	/* the failing ones alone, until they work again */
+	for (int i = 0; i < nqueues; i++)
+	{
+		if (!QueueFailing(queues[i]))
+			continue;
+		if (jobs < batch)
+			jobs += PruneOneQueue(queues[i], (int) (batch - jobs), now, &failing);
+		else
+			failing = lappend(failing, MemoryContextStrdup(TopMemoryContext, queues[i]));
+	}
+	foreach(lc, failing_queues)
+		pfree(lfirst(lc));
+	list_free(failing_queues);
+	failing_queues = NIL;
+	if (failing != NIL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		failing_queues = list_copy(failing);
+		MemoryContextSwitchTo(old);
+		list_free(failing);
+	}
+
+	u.queues = (Datum) 0;
+	u.limit = batch;
+	u.deleted = 0;
+	(void) jobq_run_unit("pruning expired idempotency keys", PruneKeys, &u);
+	keys = u.deleted;
+	u.deleted = 0;
+	(void) jobq_run_unit("pruning application workers gone for a day", PruneAppWorkers, &u);
+
+	*more = jobs >= batch || keys >= batch || u.deleted >= batch;
+	return jobs + keys + u.deleted;
+}
+
+/* jobq.prune(batch) -> rows deleted */
+Datum
+jobq_prune(PG_FUNCTION_ARGS)
+{
+	JobqSavedUser saved;
+	int32		batch;
+	int64		deleted;
+	bool		more;
+
+	if (PG_ARGISNULL(0) || PG_GETARG_INT32(0) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be a positive integer")));
+	batch = PG_GETARG_INT32(0);
+	jobq_require_writable("jobq.prune()");
+	jobq_owner_begin(&saved);
+	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
+	deleted = jobq_prune_finished(batch, &more);
+	jobq_owner_end(&saved);
+	PG_RETURN_INT64(deleted);
+}

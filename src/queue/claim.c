@@ -1,0 +1,753 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue/claim.c
+ *	  jobq.claim: promote due scheduled jobs, respect the queue's limits
+ *	  (pause, max_concurrency, max_per_key, rate limit, circuit breaker), take
+ *	  leases, and wait for work when asked to.
+ *
+ * Times come from the database clock: one GetCurrentTimestamp() per call,
+ * so all rows a call touches agree.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/resowner.h"
+#include "pgstat.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "common/pg_prng.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "acl.h"
+#include "args.h"
+#include "compat.h"
+#include "guc.h"
+#include "spi.h"
+#include "queue/job_lease.h"
+#include "queue/settings.h"
+#include "shmem/shm_bgw.h"
+#include "shmem/shm_queue.h"
+
+PG_FUNCTION_INFO_V1(jobq_claim);
+
+/* Longest single sleep of a waiting claim (it re-checks the queue then). */
+#define JOBQ_MAX_WAIT_SLEEP_MS	5000
+
+/*
+ * How often a waiting claim looks again while its queue has ready jobs but
+ * max_concurrency (or a throttled breaker) allows none: nothing signals a
+ * running job's end to waiting claims, so they poll, at this pace, only
+ * while the limit holds.
+ */
+#define JOBQ_LIMITED_POLL_MS	100
+
+/*
+ * Set by the last claim attempt that a limit held back: when it may be
+ * worth looking again (0: no limit held it back).
+ */
+static TimestampTz claim_retry_at = 0;
+
+/* Most due scheduled jobs one claim moves into jobq.ready. */
+#define JOBQ_PROMOTE_BATCH	1000
+
+/* Saved plans, one per statement. */
+static SPIPlanPtr plan_promote;
+static SPIPlanPtr plan_next_due;
+static SPIPlanPtr plan_claim;
+static SPIPlanPtr plan_claim_per_key;
+static SPIPlanPtr plan_queue_lock;
+static SPIPlanPtr plan_count_running;
+static SPIPlanPtr plan_rate_trim;
+static SPIPlanPtr plan_rate_count;
+static SPIPlanPtr plan_rate_spend;
+static SPIPlanPtr plan_rate_oldest;
+
+/* ----------------------------------------------------------------
+ * Claim
+ * ---------------------------------------------------------------- */
+
+/*
+ * Move up to JOBQ_PROMOTE_BATCH due rows of a queue from jobq.scheduled to
+ * jobq.ready, when the queue's next due time says one may be due.  Lowers
+ * *start to the least position promoted.
+ */
+static bool
+PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
+{
+	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
+	Datum		values[3];
+	uint64		due_epoch;
+	bool		isnull;
+
+	bool		promoted;
+
+	if (!jobq_state_due_probe_needed(relid, queue, now, &due_epoch))
+		return false;
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(JOBQ_PROMOTE_BATCH);
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_promote,
+											"WITH due AS (DELETE FROM jobq.scheduled s"
+											" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
+											" WHERE d.queue = $1 AND d.run_at <= $2"
+											" ORDER BY d.run_at, d.job_id LIMIT $3 FOR UPDATE SKIP LOCKED))"
+											" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind, s.concurrency_key)"
+											" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+											" concurrency_key)"
+											" SELECT queue, -priority, run_at, job_id, kind, concurrency_key FROM due"
+											" RETURNING neg_priority, run_at, job_id",
+											3, types),
+						  values, NULL, SPI_OK_INSERT_RETURNING);
+	promoted = SPI_processed > 0;
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		JobqClaimPos pos;
+
+		pos.neg_priority = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		pos.run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 2, &isnull));
+		pos.job_id = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+		jobq_state_note_ready(queue, &pos);
+		/* a promoted row is ours until commit; let this claim see it */
+		if (pos.neg_priority < start->neg_priority ||
+			(pos.neg_priority == start->neg_priority &&
+			 (pos.run_at < start->run_at ||
+			  (pos.run_at == start->run_at && pos.job_id < start->job_id))))
+			*start = pos;
+	}
+
+	/* remember when the next scheduled row is due */
+	jobq_spi_exec_indexed(jobq_plan_generic(&plan_next_due,
+											"SELECT run_at FROM jobq.scheduled WHERE queue = $1"
+											" ORDER BY run_at LIMIT 1",
+											1, types),
+						  values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 0)
+		jobq_state_set_next_due(relid, queue, due_epoch, DT_NOEND);
+	else
+	{
+		TimestampTz next = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc, 1,
+															 &isnull));
+
+		if (next > now)
+			jobq_state_set_next_due(relid, queue, due_epoch, next);
+	}
+	return promoted;
+}
+
+/* How many ready rows a claim with a per-key limit looks at. */
+#define JOBQ_KEY_SCAN	10000
+
+/*
+ * The end of both claim statements: delete the picked ready rows and mark
+ * their jobs running with a fresh lease token.
+ */
+#define JOBQ_CLAIM_TAIL \
+	" gone AS (DELETE FROM jobq.ready r" \
+	" WHERE r.ctid = ANY (ARRAY(SELECT ctid FROM picked))" \
+	" RETURNING r.job_id, r.neg_priority, r.run_at)" \
+	" UPDATE jobq.job j SET status = 'running', attempts = j.attempts + 1," \
+	" lease_token = ((j.attempts + 1)::int8 << 32) | (($10 + j.job_id * 40503) & 2147483647)," \
+	" claimed_at = $9, lease_expires_at = $9 + $4, worker_id = $5," \
+	" updated_at = $9" \
+	" FROM gone g WHERE j.job_id = g.job_id AND j.status = 'pending'" \
+	" RETURNING j.job_id, j.lease_token, j.kind, j.payload, j.priority," \
+	" j.retry_count, j.max_retries, j.checkpoint, j.created_at," \
+	" j.lease_expires_at, g.neg_priority, g.run_at"
+
+/*
+ * For a queue with limits: lock its row, so its claims run one at a time,
+ * and return how many of batch jobs the limits allow now.  The counts are
+ * read after the lock is taken, so they include every claim that held it
+ * before.
+ */
+static int32
+ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz now)
+{
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
+	bool		isnull;
+	int64		running;
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = TimestampTzGetDatum(jobq_timestamp_add(now,
+													   -Min(jobq_interval_usecs(&q->rate_period),
+															JOBQ_MAX_INTERVAL_US)));
+	jobq_spi_exec(jobq_plan_generic(&plan_queue_lock,
+									"SELECT 1 FROM jobq.queue WHERE name = $1 FOR NO KEY UPDATE",
+									1, types),
+				  values, NULL, SPI_OK_SELECT);
+
+	if (q->max_concurrency > 0 || q->throttled)
+	{
+		jobq_spi_exec_indexed(jobq_plan_generic(&plan_count_running,
+												"SELECT count(*) FROM jobq.job WHERE queue = $1"
+												" AND lease_expires_at IS NOT NULL AND status = 'running'",
+												1, types),
+							  values, NULL, SPI_OK_SELECT);
+		running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		if (q->max_concurrency > 0)
+			batch = (int32) Max(0, Min(batch, q->max_concurrency - running));
+		if (q->throttled)
+			batch = (int32) Max(0, Min(batch, 1 - running));
+	}
+	if (q->rate_limit > 0 && batch > 0)
+	{
+		int64		used;
+
+		jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_trim,
+												"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
+												2, types),
+							  values, NULL, SPI_OK_DELETE);
+		jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_count,
+												"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
+												1, types),
+							  values, NULL, SPI_OK_SELECT);
+		used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		batch = (int32) Max(0, Min(batch, q->rate_limit - used));
+		if (batch == 0)
+		{
+			/* the window frees a claim when its oldest one leaves it */
+			jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_oldest,
+													"SELECT min(claimed_at) FROM jobq.rate_window WHERE queue = $1",
+													1, types),
+								  values, NULL, SPI_OK_SELECT);
+			claim_retry_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+															   SPI_tuptable->tupdesc, 1, &isnull));
+			if (isnull)
+				claim_retry_at = TimestampTzPlusMilliseconds(now, JOBQ_LIMITED_POLL_MS);
+			else
+				claim_retry_at = jobq_timestamp_add(claim_retry_at,
+													Min(jobq_interval_usecs(&q->rate_period),
+														JOBQ_MAX_INTERVAL_US) + 1000);
+			return 0;
+		}
+	}
+	if (batch == 0)
+		claim_retry_at = TimestampTzPlusMilliseconds(now, JOBQ_LIMITED_POLL_MS);
+	return batch;
+}
+
+/* Record n claims of a rate-limited queue at now (sliding window). */
+static void
+RateSpend(const char *queue, int n, TimestampTz now)
+{
+	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(n);
+	jobq_spi_exec(jobq_plan_generic(&plan_rate_spend,
+									"INSERT INTO jobq.rate_window (queue, claimed_at)"
+									" SELECT $1, $2 FROM generate_series(1, $3)",
+									3, types),
+				  values, NULL, SPI_OK_INSERT);
+}
+
+/* One claimed row, kept until the batch is sorted into claim order. */
+typedef struct JobqClaimed
+{
+	JobqClaimPos pos;
+	JobqClaimedRow *row;
+} JobqClaimed;
+
+/* qsort comparator: claim order. */
+static int
+ClaimedCompare(const void *a, const void *b)
+{
+	return jobq_claim_pos_compare(&((const JobqClaimed *) a)->pos,
+								  &((const JobqClaimed *) b)->pos);
+}
+
+/* The validated arguments of a claim. */
+typedef struct JobqClaimArgs
+{
+	const char *queue;
+	const char *worker_id;
+	int32		batch;
+	Interval   *lease;			/* NULL: the queue's */
+	ArrayType  *kinds;			/* NULL: any kind */
+} JobqClaimArgs;
+
+/*
+ * One claim attempt (SPI connected): put the claimed jobs, in claim order,
+ * into rsinfo's tuplestore and return how many.  *promoted tells whether it
+ * moved due delayed jobs into jobq.ready.
+ */
+static uint64
+ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
+{
+	const char *queue = args->queue;
+	const char *worker_id = args->worker_id;
+	int32		batch = args->batch;
+	Interval   *lease = args->lease;
+	ArrayType  *kinds = args->kinds;
+	JobqQueue	q;
+	TimestampTz now;
+	Oid			relid;
+	JobqClaimPos start;
+	JobqClaimIsland island;
+	bool		two_pass;
+	const JobqClaimPos *island_last = NULL;
+	bool		island_done = false;
+	uint64		island_rows = 0;
+	uint64		epoch;
+	Oid			types[12] = {TEXTOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID,
+	INT4OID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID, INT4OID, INT4OID};
+	Datum		values[12];
+	char		nulls[12];
+	bool		limited;
+	bool		per_key;
+	JobqClaimedRow *claimed = NULL;
+	JobqClaimed *rows;
+	uint64		nrows = 0;
+	bool		direct = false;
+
+	*promoted = false;
+	claim_retry_at = 0;
+	if (!jobq_queue_get(queue, &q) || q.paused)
+		return 0;
+
+	limited = q.max_concurrency > 0 || q.max_per_key > 0 || q.rate_limit > 0 || q.throttled;
+	if (limited)
+	{
+		batch = ClaimAllowance(queue, &q, batch, GetCurrentTimestamp());
+		if (batch == 0)
+			return 0;
+	}
+	/* after any wait for the queue lock: the lease starts now */
+	now = GetCurrentTimestamp();
+	relid = jobq_ready_relid();
+	epoch = jobq_state_begin_claim(relid, queue, &start, &island);
+	*promoted = PromoteDue(relid, queue, now, &start);
+
+	/*
+	 * With an island (claimable rows before the position, shmem/shm_queue.c)
+	 * the direct claim scans it first, then goes on from the position.  A
+	 * claim that also starts before the position (rows its own transaction
+	 * made ready) and the statements scan once, from the least of them.
+	 */
+	two_pass = island.valid && q.max_per_key == 0 &&
+		jobq_claim_pos_compare(&start, &island.pos) >= 0;
+	if (island.valid && !two_pass && jobq_claim_pos_compare(&island.lo, &start) < 0)
+		start = island.lo;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = Int32GetDatum(batch);
+	values[2] = kinds ? PointerGetDatum(kinds) : (Datum) 0;
+	nulls[2] = kinds ? ' ' : 'n';
+	/* a queue's lease longer than jobq accepts (set some other way) is cut */
+	if (lease == NULL && (jobq_interval_usecs(&q.lease) > JOBQ_MAX_INTERVAL_US ||
+						  !jobq_interval_in_range(&q.lease)))
+		lease = jobq_interval_from_usecs(Max(Min(jobq_interval_usecs(&q.lease),
+												 JOBQ_MAX_INTERVAL_US), 1));
+	values[3] = IntervalPGetDatum(lease ? lease : &q.lease);
+	values[4] = worker_id ? CStringGetTextDatum(worker_id) : (Datum) 0;
+	nulls[4] = worker_id ? ' ' : 'n';
+	values[5] = Int32GetDatum(start.neg_priority);
+	values[6] = TimestampTzGetDatum(start.run_at);
+	values[7] = Int64GetDatum(start.job_id);
+	values[8] = TimestampTzGetDatum(now);
+	/* the lease token: claim number in the high half, random low half */
+	values[9] = Int64GetDatum((int64) (pg_prng_uint32(&pg_global_prng_state) & 0x7fffffff));
+	values[10] = Int32GetDatum(JOBQ_KEY_SCAN);
+	values[11] = Int32GetDatum(q.max_per_key);
+
+	/*
+	 * Without a per-key limit the claim takes the first unlocked rows. With
+	 * one, it looks at the first JOBQ_KEY_SCAN ready rows (claims of a
+	 * limited queue are serialized by ClaimAllowance, so none are locked by
+	 * another claim) and takes, in claim order, those whose key has room.
+	 */
+	per_key = q.max_per_key > 0;
+	jobq_state_claim_begin(queue, two_pass ? &island.lo : &start);
+	if (!per_key)
+	{
+		JobqDirectClaim dc;
+
+		dc.queue = queue;
+		dc.batch = batch;
+		dc.kinds = kinds;
+		dc.start = start;
+		dc.now = now;
+		dc.lease = DatumGetIntervalP(values[3]);
+		dc.worker_id = worker_id ? values[4] : (Datum) 0;
+		dc.token_salt = DatumGetInt64(values[9]);
+		dc.has_island = two_pass;
+		dc.island_lo = island.lo;
+		dc.island_hi = island.hi;
+		direct = jobq_claim_direct(&dc, &claimed, &nrows, &island_rows);
+		island_done = two_pass && island_rows < (uint64) batch;
+	}
+	if (!direct)
+	{
+		if (two_pass)
+		{
+			/* the statements scan once, from the island's lo */
+			two_pass = false;
+			start = island.lo;
+			values[5] = Int32GetDatum(start.neg_priority);
+			values[6] = TimestampTzGetDatum(start.run_at);
+			values[7] = Int64GetDatum(start.job_id);
+		}
+		if (!per_key)
+			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim,
+													"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
+													" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+													" AND ($3 IS NULL OR r.kind = ANY ($3))"
+													" ORDER BY r.neg_priority, r.run_at, r.job_id"
+													" LIMIT $2 FOR UPDATE SKIP LOCKED),"
+													JOBQ_CLAIM_TAIL,
+													12, types),
+								  values, nulls, SPI_OK_UPDATE_RETURNING);
+		else
+			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim_per_key,
+													"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
+													" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
+													" AND j.status = 'running'"
+													" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
+													" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
+													" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
+													" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
+													" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
+													" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
+													" AND ($3 IS NULL OR r.kind = ANY ($3))"
+													" ORDER BY r.neg_priority, r.run_at, r.job_id LIMIT $11) c),"
+													" picked AS (SELECT c.ctid FROM cand c"
+													" LEFT JOIN running ru ON ru.k = c.concurrency_key"
+													" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $12"
+													" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2),"
+													JOBQ_CLAIM_TAIL,
+													12, types),
+								  values, nulls, SPI_OK_UPDATE_RETURNING);
+		nrows = SPI_processed;
+		claimed = palloc(sizeof(JobqClaimedRow) * Max(nrows, 1));
+		Assert(SPI_tuptable->tupdesc->natts == JOBQ_CLAIMED_NCOLS);
+		for (uint64 i = 0; i < nrows; i++)
+			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+							  claimed[i].values, claimed[i].nulls);
+	}
+
+	rows = palloc(sizeof(JobqClaimed) * Max(nrows, 1));
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		rows[i].row = &claimed[i];
+		rows[i].pos.neg_priority = DatumGetInt32(claimed[i].values[10]);
+		rows[i].pos.run_at = DatumGetTimestampTz(claimed[i].values[11]);
+		rows[i].pos.job_id = DatumGetInt64(claimed[i].values[0]);
+		jobq_state_note_unready(queue, &rows[i].pos);
+	}
+	jobq_state_claim_end(queue);
+	if (!direct)
+		qsort(rows, nrows, sizeof(JobqClaimed), ClaimedCompare);
+	/* the shared pool serves this database again when these leases end */
+	if (nrows > 0)
+		jobq_bgw_note_lease(DatumGetTimestampTz(rows[0].row->values[9]));
+
+	/*
+	 * Move the queue's position past what this claim consumed.  Not with a
+	 * kinds filter or a per-key limit (rows were passed over, not consumed),
+	 * and not under a transaction snapshot, which may predate rows that were
+	 * committed before this claim began.
+	 */
+	if (two_pass && island_rows > 0)
+		island_last = &rows[island_rows - 1].pos;
+	else if (!two_pass && island.valid && nrows > 0)
+	{
+		/*
+		 * one scan from the island's lo (or before) on; the statements' fewer
+		 * rows than the batch may be stale ready rows deleted unreturned
+		 */
+		island_last = &rows[nrows - 1].pos;
+		island_done = (direct && nrows < (uint64) batch) ||
+			jobq_claim_pos_compare(island_last, &island.hi) >= 0;
+	}
+	else if (!two_pass && island.valid)
+		island_done = direct;
+	if ((nrows > 0 || island.valid) && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
+		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done,
+							 nrows > island_rows ? &rows[nrows - 1].pos : NULL);
+	if (limited && q.rate_limit > 0 && nrows > 0)
+		RateSpend(queue, (int) nrows, now);
+
+	for (uint64 i = 0; i < nrows; i++)
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rows[i].row->values,
+							 rows[i].row->nulls);
+	return nrows;
+}
+
+/*
+ * One attempt of a waiting claim, in a subtransaction of its own that is
+ * rolled back when it claims nothing, so that between attempts the claim
+ * holds no locks (a limited queue's row, promoted rows) and leaves nothing
+ * behind.  Returns the number of jobs claimed; *promoted as for ClaimOnce.
+ */
+static uint64
+ClaimAttempt(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	uint64		n;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		n = ClaimOnce(args, rsinfo, promoted);
+	}
+	PG_CATCH();
+	{
+		/*
+		 * An error (a cancel, statement_timeout) ends the attempt's
+		 * subtransaction before it leaves: else an exception block around the
+		 * claim would roll back only that, and keep its own writes.
+		 */
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	if (n > 0 || *promoted)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcxt);
+	CurrentResourceOwner = oldowner;
+	return n;
+}
+
+/* ----------------------------------------------------------------
+ * Claim-only transactions commit asynchronously (jobq.async_claim)
+ *
+ * A worker's claim usually is a transaction of its own, and its commit
+ * waits for a WAL flush that protects nothing jobq needs: a claim lost in a
+ * crash is a lease that expired at once.  The job is pending again with the
+ * attempt count it had, and the lost lease's token is refused by complete,
+ * fail, extend and checkpoint, as the token of a claim that rolled back
+ * is.  Any commit after it (a completion, an enqueue) flushes the WAL up to
+ * itself, the claim's included.
+ *
+ * So the commit of a transaction whose WAL is the claims' alone is made
+ * asynchronous (synchronous_commit = off for that commit).  "Alone": when
+ * the first claim of the transaction begins, the transaction has no
+ * transaction id yet (it wrote nothing of its own; the backend may have
+ * written WAL that belongs to no transaction, such as pruning a catalog page
+ * it read, which a crash may lose harmlessly); after that XactLastRecEnd,
+ * the end of the last WAL record this backend wrote, must not have moved
+ * between one claim's end and the next one's start, and must still be where
+ * the last claim left it at commit.  Anything else written in the
+ * transaction, before, between or after the claims, keeps the commit
+ * synchronous.
+ * ---------------------------------------------------------------- */
+
+static LocalTransactionId claim_lxid = InvalidLocalTransactionId;
+static bool claim_only;			/* only claims wrote WAL in claim_lxid */
+static XLogRecPtr claim_end;	/* XactLastRecEnd at the last claim's end */
+static bool claim_callback_registered = false;
+
+static void
+ClaimOnlyXactCallback(XactEvent event, void *arg)
+{
+	if (claim_lxid != MyLocalTransactionId)
+		return;
+	if (event != XACT_EVENT_PRE_COMMIT)
+	{
+		/* a transaction that ends otherwise forgets its claims too */
+		if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PRE_PREPARE)
+			claim_lxid = InvalidLocalTransactionId;
+		return;
+	}
+	claim_lxid = InvalidLocalTransactionId;
+
+	/*
+	 * Not in a background worker: an executor runs its handler right after
+	 * its claim, and a handler that crashes the server would lose the claim
+	 * every time, its attempts never counted, never dead-lettered.  Not when
+	 * synchronous_commit asks for more or less than its default.
+	 */
+	if (jobq_async_claim && claim_only && claim_end != InvalidXLogRecPtr &&
+		XactLastRecEnd == claim_end && !AmBackgroundWorkerProcess() &&
+		synchronous_commit == SYNCHRONOUS_COMMIT_ON)
+		(void) set_config_option("synchronous_commit", "off", PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/* A claim is about to write. */
+static void
+ClaimBegins(void)
+{
+	if (!claim_callback_registered)
+	{
+		RegisterXactCallback(ClaimOnlyXactCallback, NULL);
+		claim_callback_registered = true;
+	}
+	if (claim_lxid != MyLocalTransactionId)
+	{
+		claim_lxid = MyLocalTransactionId;
+		claim_only = !TransactionIdIsValid(GetTopTransactionIdIfAny());
+		claim_end = XactLastRecEnd;
+	}
+	else if (XactLastRecEnd != claim_end)
+		claim_only = false;
+}
+
+/* A claim wrote what it had to (or nothing). */
+static void
+ClaimEnds(void)
+{
+	claim_end = XactLastRecEnd;
+}
+
+/*
+ * jobq.claim(queue, worker_id, batch, lease, kinds, wait) -> claimed jobs
+ *
+ * Due delayed jobs are promoted first; then up to batch rows are deleted
+ * from the head of the queue's part of jobq.ready (FOR UPDATE SKIP LOCKED,
+ * starting at the queue's claim position) and their jobs marked running
+ * with a fresh lease token.
+ *
+ * With wait > 0 and nothing claimable, the claim sleeps on the queue's
+ * condition variable in shared memory until a transaction that made a job
+ * ready commits (shmem/shm_queue.c broadcasts from its commit callback), the
+ * queue's next delayed job is due, a limit that held the claim back may
+ * allow one (the rate window's oldest claim leaves it; max_concurrency is
+ * looked at again every JOBQ_LIMITED_POLL_MS), or wait is over; a query cancel or
+ * statement_timeout ends the sleep.  No LISTEN/NOTIFY, no session state:
+ * it works through transaction-mode poolers.
+ */
+Datum
+jobq_claim(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	JobqClaimArgs args;
+	int64		wait_us = 0;
+	TimestampTz deadline;
+	ConditionVariable *cv;
+	bool		promoted;
+	JobqSavedUser saved;
+
+	args.queue = jobq_name_arg(fcinfo, 0, "queue", jobq_max_name_length, false);
+	args.worker_id = jobq_name_arg(fcinfo, 1, "worker_id", jobq_max_name_length, true);
+	jobq_require_arg(fcinfo, 2, "batch");
+	args.batch = PG_GETARG_INT32(2);
+	if (args.batch < 1 || args.batch > jobq_max_batch)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d", jobq_max_batch),
+				 errdetail("The batch given was %d.", args.batch),
+				 errhint("The limit is set by jobq.max_batch.")));
+	args.lease = PG_ARGISNULL(3) ? NULL : jobq_positive_interval_arg(fcinfo, 3, "lease");
+	args.kinds = NULL;
+	if (!PG_ARGISNULL(4))
+	{
+		args.kinds = PG_GETARG_ARRAYTYPE_P(4);
+		if (ARR_NDIM(args.kinds) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("kinds must be a one-dimensional array")));
+	}
+	if (!PG_ARGISNULL(5))
+	{
+		wait_us = jobq_check_interval_arg(PG_GETARG_INTERVAL_P(5), "wait", 0,
+										  JOBQ_MAX_WAIT_US);
+		if (wait_us > 0 && IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("claim with wait requires the READ COMMITTED isolation level"),
+					 errhint("A transaction snapshot would never see the jobs it waits for.")));
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	jobq_owner_begin(&saved);
+	jobq_require(saved.caller, args.queue, JOBQ_CAP_WORK);
+
+	ClaimBegins();
+	if (wait_us == 0)
+	{
+		ClaimOnce(&args, rsinfo, &promoted);
+		ClaimEnds();
+		jobq_owner_end(&saved);
+		return (Datum) 0;
+	}
+
+	deadline = GetCurrentTimestamp() + wait_us;
+	cv = jobq_state_wait_cv(args.queue);
+	for (;;)
+	{
+		TimestampTz now;
+		TimestampTz wake;
+		long		timeout_ms;
+
+		uint64		seq = jobq_state_wake_seq(args.queue);
+
+		if (ClaimAttempt(&args, rsinfo, &promoted) > 0 || promoted)
+			break;
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			break;
+
+		/*
+		 * Register for wake-ups only now: the attempt's subtransaction
+		 * rollback cancels any earlier registration.  A commit that made rows
+		 * ready while we were looking bumped the wake sequence, so look again
+		 * at once instead of sleeping through it.
+		 */
+		if (cv)
+		{
+			ConditionVariablePrepareToSleep(cv);
+			if (jobq_state_wake_seq(args.queue) != seq)
+				continue;
+		}
+		wake = jobq_state_next_due(args.queue);
+		if (wake == 0 || wake > deadline)
+			wake = deadline;
+		/* a limit held the attempt back: look again when it may allow one */
+		if (claim_retry_at != 0 && claim_retry_at < wake)
+			wake = Max(claim_retry_at, now);
+		timeout_ms = Max((wake - now + 999) / 1000, 1);
+		if (cv)
+			(void) ConditionVariableTimedSleep(cv, Min(timeout_ms, JOBQ_MAX_WAIT_SLEEP_MS),
+											   PG_WAIT_EXTENSION);
+		else
+		{
+			/* not preloaded: no shared memory to be woken through; poll */
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(timeout_ms, 100), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	if (cv)
+		ConditionVariableCancelSleep();
+	ClaimEnds();
+	jobq_owner_end(&saved);
+	return (Datum) 0;
+}

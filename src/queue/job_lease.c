@@ -1,0 +1,900 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue/job_lease.c
+ *	  A lease begun and ended without planning or executing a statement: a
+ *	  claim reads the head of a queue's rows in jobq.ready through
+ *	  ready_claim_idx, deletes them and marks their jobs running; a
+ *	  completion marks running jobs completed, straight through the table
+ *	  access method.
+ *
+ * Through SPI, a claim of one job spent a fifth of its time building and
+ * tearing down the executor state of its statement (a CTE with a locking
+ * scan, a DELETE and an UPDATE) and most of the rest projecting rows
+ * between its nodes; a completion's UPDATE ... FROM unnest() was the same
+ * in small.  Here each ready row is deleted without waiting
+ * (table_tuple_delete with wait = false), which is what FOR UPDATE SKIP
+ * LOCKED followed by a DELETE did, minus the row lock and its WAL record: a
+ * row that another transaction is deleting or has locked is passed over,
+ * and so is one deleted since the snapshot was taken.  A job row is updated
+ * as UPDATE ... WHERE job_id = $1 AND status = ... would: when it changed
+ * after the snapshot, its newest version is locked and looked at again
+ * (what EvalPlanQual does for the statement).  Index entries go in through
+ * ExecInsertIndexTuples(), so partial indexes behave as for the statement,
+ * and a HOT update adds none.
+ *
+ * Only READ COMMITTED transactions and plain tables laid out as the install
+ * script made them are written this way; under a transaction snapshot, or
+ * when a table has a trigger, a rule, row-level security or a layout this
+ * file does not know, jobq_claim_direct() and jobq_complete_direct() return
+ * false before they write anything and the caller runs its statement.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/nbtree.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/execnodes.h"
+#include "nodes/pg_list.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/snapmgr.h"
+
+#include "compat.h"
+#include "queue/job_lease.h"
+
+/* The columns a claim reads or writes, by table. */
+enum
+{
+	R_QUEUE,
+	R_NEG_PRIORITY,
+	R_RUN_AT,
+	R_JOB_ID,
+	R_KIND,
+	R_NCOLS
+};
+
+static const struct
+{
+	const char *name;
+	Oid			type;
+}			ready_cols[R_NCOLS] = {
+	{"queue", TEXTOID},
+	{"neg_priority", INT4OID},
+	{"run_at", TIMESTAMPTZOID},
+	{"job_id", INT8OID},
+	{"kind", TEXTOID},
+};
+
+enum
+{
+	J_JOB_ID,
+	J_KIND,
+	J_PAYLOAD,
+	J_PRIORITY,
+	J_STATUS,
+	J_RETRY_COUNT,
+	J_MAX_RETRIES,
+	J_ATTEMPTS,
+	J_CLAIMED_AT,
+	J_WORKER_ID,
+	J_LEASE_TOKEN,
+	J_LEASE_EXPIRES_AT,
+	J_CHECKPOINT,
+	J_CREATED_AT,
+	J_UPDATED_AT,
+	J_QUEUE,
+	J_RESULT,
+	J_FINISHED_AT,
+	J_NCOLS
+};
+
+static const struct
+{
+	const char *name;
+	Oid			type;
+}			job_cols[J_NCOLS] = {
+	{"job_id", INT8OID},
+	{"kind", TEXTOID},
+	{"payload", JSONBOID},
+	{"priority", INT4OID},
+	{"status", TEXTOID},
+	{"retry_count", INT4OID},
+	{"max_retries", INT4OID},
+	{"attempts", INT4OID},
+	{"claimed_at", TIMESTAMPTZOID},
+	{"worker_id", TEXTOID},
+	{"lease_token", INT8OID},
+	{"lease_expires_at", TIMESTAMPTZOID},
+	{"checkpoint", JSONBOID},
+	{"created_at", TIMESTAMPTZOID},
+	{"updated_at", TIMESTAMPTZOID},
+	{"queue", TEXTOID},
+	{"result", JSONBOID},
+	{"finished_at", TIMESTAMPTZOID},
+};
+
+/* The relations of a lease's statement, where its columns are (0-based). */
+typedef struct LeaseRels
+{
+	Relation	ready;			/* a claim's only */
+	Relation	ready_idx;
+	Relation	job;
+	Relation	job_pkey;
+	ResultRelInfo *job_rri;
+	EState	   *estate;
+	TupleTableSlot *old;		/* a job row as read */
+	TupleTableSlot *new;		/* and as written */
+	IndexScanDesc pkey_scan;	/* rescanned for each job: a btree scan's
+								 * state is tens of kilobytes */
+	Snapshot	snap;
+	CommandId	cid;
+	int			r[R_NCOLS];
+	int			j[J_NCOLS];
+	RegProcedure ready_procs[4];	/* = on queue, >= on the position */
+	RegProcedure ready_order[4];	/* and the columns' btree comparisons */
+	RegProcedure pkey_eq;
+} LeaseRels;
+
+/*
+ * Can rel be written here at all (see the file header)?  Not with a CHECK
+ * constraint or a generated column either: an update here copies the
+ * columns it does not change and checks nothing.
+ */
+static bool
+PlainTable(Relation rel)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+
+	return rel->rd_rel->relkind == RELKIND_RELATION && rel->trigdesc == NULL &&
+		!rel->rd_rel->relhasrules && !rel->rd_rel->relrowsecurity &&
+		!rel->rd_rel->relhassubclass &&
+		(constr == NULL || (constr->num_check == 0 && !constr->has_generated_stored));
+}
+
+/* Find each named column of rel; false if one is missing or of another type. */
+static bool
+FindColumns(Relation rel, int ncols, const char *const *names, const Oid *types,
+			int *attidx)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int c = 0; c < ncols; c++)
+	{
+		attidx[c] = -1;
+		for (int i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), names[c]) == 0)
+			{
+				if (att->atttypid != types[c])
+					return false;
+				attidx[c] = i;
+				break;
+			}
+		}
+		if (attidx[c] < 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The columns a claim or a completion may write as NULL must allow it: a
+ * NOT NULL added by hand is checked by the statements only.
+ */
+static bool
+NullableColumns(Relation job, const int *j)
+{
+	TupleDesc	desc = RelationGetDescr(job);
+
+	return !TupleDescAttr(desc, j[J_WORKER_ID])->attnotnull &&
+		!TupleDescAttr(desc, j[J_RESULT])->attnotnull &&
+		!TupleDescAttr(desc, j[J_LEASE_EXPIRES_AT])->attnotnull;
+}
+
+/*
+ * Is idx a plain btree on exactly the columns cols[] of its table (1-based
+ * attribute numbers: attidx + 1)?  procs[] gets the function of each
+ * column's operator for strategy strategies[i] (what a scan key of a plain
+ * comparison takes), order[] its three-way comparison support function
+ * (what the members of a row comparison take, see skey.h).
+ */
+static bool
+PlainBtree(Relation idx, int ncols, const int *attidx, const Oid *types,
+		   const int *strategies, RegProcedure *procs, RegProcedure *order)
+{
+	Form_pg_index ind = idx->rd_index;
+
+	if (idx->rd_rel->relam != BTREE_AM_OID || ind->indnkeyatts != ncols ||
+		ind->indnatts != ncols || !ind->indisvalid || !ind->indisready ||
+		!heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, NULL) ||
+		!heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL))
+		return false;
+	for (int i = 0; i < ncols; i++)
+	{
+		Oid			op;
+
+		if (ind->indkey.values[i] != attidx[i] + 1 ||
+			(idx->rd_indoption[i] & (INDOPTION_DESC | INDOPTION_NULLS_FIRST)) != 0)
+			return false;
+		op = get_opfamily_member(idx->rd_opfamily[i], types[i], types[i], strategies[i]);
+		if (!OidIsValid(op))
+			return false;
+		procs[i] = get_opcode(op);
+		order[i] = get_opfamily_proc(idx->rd_opfamily[i], types[i], types[i], BTORDER_PROC);
+		if (!RegProcedureIsValid(procs[i]) || !RegProcedureIsValid(order[i]))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Tell ExecInsertIndexTuples() which of jobq.job's indexes an update leaves
+ * unchanged, as the executor works it out from the statement's updated
+ * columns: their new entries are only new versions, which lets a B-tree
+ * delete the old ones bottom-up before it splits a page.  Without a range
+ * table entry it would take every index to be unchanged, and run that pass
+ * in vain on the indexes of the lease expiry and the finish time.
+ */
+static void
+HintUnchangedIndexes(LeaseRels *lr, bool claim)
+{
+	static const int claim_changes[] = {J_STATUS, J_ATTEMPTS, J_LEASE_TOKEN, J_CLAIMED_AT,
+	J_LEASE_EXPIRES_AT, J_WORKER_ID, J_UPDATED_AT};
+	static const int complete_changes[] = {J_STATUS, J_RESULT, J_FINISHED_AT, J_UPDATED_AT,
+	J_LEASE_EXPIRES_AT};
+	const int  *changes = claim ? claim_changes : complete_changes;
+	int			nchanges = claim ? lengthof(claim_changes) : lengthof(complete_changes);
+
+	for (int i = 0; i < lr->job_rri->ri_NumIndices; i++)
+	{
+		IndexInfo  *ii = lr->job_rri->ri_IndexRelationInfo[i];
+		bool		unchanged = ii->ii_Expressions == NIL;
+
+		for (int k = 0; k < ii->ii_NumIndexAttrs && unchanged; k++)
+			for (int c = 0; c < nchanges; c++)
+				if (ii->ii_IndexAttrNumbers[k] == lr->j[changes[c]] + 1)
+					unchanged = false;
+		ii->ii_CheckedUnchanged = true;
+		ii->ii_IndexUnchanged = unchanged;
+	}
+}
+
+/*
+ * Open jobq.job, its primary key and (for a claim) jobq.ready and
+ * ready_claim_idx; false (everything closed) when the caller must use SQL.
+ */
+static bool
+OpenLeaseRels(LeaseRels *lr, bool claim)
+{
+	Oid			nsp = get_namespace_oid("jobq", false);
+	const char *rnames[R_NCOLS];
+	Oid			rtypes[R_NCOLS];
+	const char *jnames[J_NCOLS];
+	Oid			jtypes[J_NCOLS];
+	Oid			idxid = InvalidOid;
+	Oid			pkeyid;
+	int			ready_key[4];
+	Oid			ready_key_types[4];
+	int			ready_strategies[4] = {BTEqualStrategyNumber, BTGreaterEqualStrategyNumber,
+	BTGreaterEqualStrategyNumber, BTGreaterEqualStrategyNumber};
+	int			pkey_strategy = BTEqualStrategyNumber;
+	Oid			int8type = INT8OID;
+	RegProcedure pkey_order;
+	Oid			jobid = get_relname_relid("job", nsp);
+	Oid			readyid = get_relname_relid("ready", nsp);
+	bool		ok;
+
+	for (int c = 0; c < R_NCOLS; c++)
+	{
+		rnames[c] = ready_cols[c].name;
+		rtypes[c] = ready_cols[c].type;
+	}
+	for (int c = 0; c < J_NCOLS; c++)
+	{
+		jnames[c] = job_cols[c].name;
+		jtypes[c] = job_cols[c].type;
+	}
+
+	/* a table that is missing: the statement says so */
+	if (!OidIsValid(jobid) || (claim && !OidIsValid(readyid)))
+		return false;
+	memset(lr, 0, sizeof(*lr));
+	lr->job = table_open(jobid, RowExclusiveLock);
+	pkeyid = RelationGetPrimaryKeyIndexCompat(lr->job);
+	ok = PlainTable(lr->job) && OidIsValid(pkeyid) &&
+		FindColumns(lr->job, J_NCOLS, jnames, jtypes, lr->j) &&
+		NullableColumns(lr->job, lr->j);
+	if (ok && claim)
+	{
+		lr->ready = table_open(readyid, RowExclusiveLock);
+		idxid = get_relname_relid("ready_claim_idx", nsp);
+		ok = PlainTable(lr->ready) && OidIsValid(idxid) &&
+			FindColumns(lr->ready, R_NCOLS, rnames, rtypes, lr->r);
+	}
+	if (ok)
+	{
+		lr->job_pkey = index_open(pkeyid, RowExclusiveLock);
+		ok = PlainBtree(lr->job_pkey, 1, &lr->j[J_JOB_ID], &int8type, &pkey_strategy,
+						&lr->pkey_eq, &pkey_order);
+	}
+	if (ok && claim)
+	{
+		lr->ready_idx = index_open(idxid, RowExclusiveLock);
+		for (int i = 0; i < 4; i++)
+		{
+			ready_key[i] = lr->r[R_QUEUE + i];
+			ready_key_types[i] = ready_cols[R_QUEUE + i].type;
+		}
+		ok = lr->ready_idx->rd_index->indrelid == RelationGetRelid(lr->ready) &&
+			lr->ready_idx->rd_indcollation[0] == C_COLLATION_OID &&
+			PlainBtree(lr->ready_idx, 4, ready_key, ready_key_types, ready_strategies,
+					   lr->ready_procs, lr->ready_order);
+	}
+	if (!ok)
+	{
+		elog(DEBUG1, "jobq: %s runs its statement: a table it writes has a trigger, a rule, row security, a CHECK constraint or a layout jobq does not know",
+			 claim ? "claim" : "complete");
+		if (lr->ready_idx)
+			index_close(lr->ready_idx, NoLock);
+		if (lr->job_pkey)
+			index_close(lr->job_pkey, NoLock);
+		if (lr->ready)
+			table_close(lr->ready, NoLock);
+		table_close(lr->job, NoLock);
+		return false;
+	}
+
+	/* what the executor checks before a DELETE and an UPDATE */
+	if (claim)
+		CheckCmdReplicaIdentity(lr->ready, CMD_DELETE);
+	CheckCmdReplicaIdentity(lr->job, CMD_UPDATE);
+	lr->job_rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(lr->job_rri, lr->job, 0, NULL, 0);
+	ExecOpenIndices(lr->job_rri, false);
+	HintUnchangedIndexes(lr, claim);
+	lr->estate = CreateExecutorState();
+	lr->old = table_slot_create(lr->job, NULL);
+	lr->new = MakeSingleTupleTableSlot(RelationGetDescr(lr->job), &TTSOpsVirtual);
+
+	/* as a statement would: see what earlier commands of the transaction did */
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	lr->snap = GetActiveSnapshot();
+	lr->cid = GetCurrentCommandId(true);
+	return true;
+}
+
+static void
+CloseLeaseRels(LeaseRels *lr)
+{
+	if (lr->pkey_scan)
+		index_endscan(lr->pkey_scan);
+	PopActiveSnapshot();
+	/* later commands of the transaction see what was written */
+	CommandCounterIncrement();
+	ExecDropSingleTupleTableSlot(lr->new);
+	ExecDropSingleTupleTableSlot(lr->old);
+	FreeExecutorState(lr->estate);
+	ExecCloseIndices(lr->job_rri);
+	if (lr->ready_idx)
+		index_close(lr->ready_idx, NoLock);
+	index_close(lr->job_pkey, NoLock);
+	if (lr->ready)
+		table_close(lr->ready, NoLock);
+	table_close(lr->job, NoLock);
+}
+
+/*
+ * How an update changes a job row: fill lr->new's values from lr->old's
+ * (already copied there); false when the job is not one to change.
+ */
+typedef bool (*JobChange) (const LeaseRels *lr, void *arg);
+
+/*
+ * Update job job_id as UPDATE jobq.job ... WHERE job_id = $1 AND <change's
+ * condition> would, and leave the new row in lr->new.  When the row changed
+ * since the snapshot, its newest version is locked and looked at again, as
+ * EvalPlanQual does.  False when the job does not exist or change declines.
+ */
+static bool
+UpdateJob(LeaseRels *lr, int64 job_id, JobChange change, void *arg)
+{
+	TupleTableSlot *old = lr->old;
+	TupleTableSlot *new = lr->new;
+	ScanKeyData key;
+	bool		found;
+	TM_Result	res;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	JobqUpdateIndexes update_indexes;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, INT8OID, InvalidOid,
+						   lr->pkey_eq, Int64GetDatum(job_id));
+	if (lr->pkey_scan == NULL)
+		lr->pkey_scan = index_beginscan_compat(lr->job, lr->job_pkey, lr->snap, 1, 0);
+	index_rescan(lr->pkey_scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(lr->pkey_scan, ForwardScanDirection, old);
+	if (!found)
+		return false;
+
+	for (;;)
+	{
+		ItemPointerData tid;
+
+		slot_getallattrs(old);
+		/* the newest version of the row is still the job's */
+		if (old->tts_isnull[lr->j[J_JOB_ID]] ||
+			DatumGetInt64(old->tts_values[lr->j[J_JOB_ID]]) != job_id)
+			return false;
+		ExecClearTuple(new);
+		memcpy(new->tts_values, old->tts_values, sizeof(Datum) * old->tts_nvalid);
+		memcpy(new->tts_isnull, old->tts_isnull, sizeof(bool) * old->tts_nvalid);
+		if (!change(lr, arg))
+			return false;
+		ExecStoreVirtualTuple(new);
+
+		tid = old->tts_tid;
+		res = table_tuple_update(lr->job, &tid, new, lr->cid, lr->snap,
+								 InvalidSnapshot, true, &tmfd, &lockmode, &update_indexes);
+		if (res == TM_Ok)
+			break;
+		if (res != TM_Updated)
+			return false;		/* deleted, or changed by this transaction */
+
+		/* changed since the snapshot: lock its newest version, look again */
+		res = table_tuple_lock(lr->job, &tid, lr->snap, old, lr->cid, lockmode,
+							   LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		if (res != TM_Ok)
+			return false;
+	}
+
+	if (!JOBQ_UPDATE_INDEXES_NONE(update_indexes) && lr->job_rri->ri_NumIndices > 0)
+	{
+		list_free(ExecUpdateIndexTuplesCompat(lr->job_rri, new, lr->estate, update_indexes));
+		ResetPerTupleExprContext(lr->estate);
+	}
+	return true;
+}
+
+/* Is text column col of slot's row equal to the C string s? */
+static bool
+TextIs(TupleTableSlot *slot, int col, const char *s, int len)
+{
+	text	   *t;
+
+	if (slot->tts_isnull[col])
+		return false;
+	t = DatumGetTextPP(slot->tts_values[col]);
+	return VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), s, len) == 0;
+}
+
+/* Is kind (text) one of kinds' elements? */
+static bool
+KindWanted(Datum kind, Datum *kinds, bool *knulls, int nkinds)
+{
+	text	   *k = DatumGetTextPP(kind);
+
+	for (int i = 0; i < nkinds; i++)
+	{
+		text	   *e;
+
+		if (knulls[i])
+			continue;
+		e = DatumGetTextPP(kinds[i]);
+		if (VARSIZE_ANY_EXHDR(e) == VARSIZE_ANY_EXHDR(k) &&
+			memcmp(VARDATA_ANY(e), VARDATA_ANY(k), VARSIZE_ANY_EXHDR(k)) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* What a claim writes into a pending job's row. */
+typedef struct ClaimChangeArg
+{
+	const JobqDirectClaim *c;
+	int64		job_id;
+	Datum		status_running;
+	Datum		lease_expires_at;
+	int64		token;			/* out */
+} ClaimChangeArg;
+
+/* status = 'pending': mark it running under a new lease */
+static bool
+ClaimChange(const LeaseRels *lr, void *arg)
+{
+	ClaimChangeArg *a = arg;
+	const int  *j = lr->j;
+	TupleTableSlot *new = lr->new;
+	int32		attempts;
+
+	if (!TextIs(lr->old, j[J_STATUS], "pending", 7) || new->tts_isnull[j[J_ATTEMPTS]])
+		return false;
+	if (pg_add_s32_overflow(DatumGetInt32(new->tts_values[j[J_ATTEMPTS]]), 1, &attempts))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("integer out of range")));
+	/* the claim number in the high half, 31 random bits below */
+	a->token = (int64) (((uint64) attempts << 32) |
+						(((uint64) a->c->token_salt + (uint64) a->job_id * 40503) & 0x7fffffff));
+
+	new->tts_values[j[J_STATUS]] = a->status_running;
+	new->tts_values[j[J_ATTEMPTS]] = Int32GetDatum(attempts);
+	new->tts_values[j[J_LEASE_TOKEN]] = Int64GetDatum(a->token);
+	new->tts_isnull[j[J_LEASE_TOKEN]] = false;
+	new->tts_values[j[J_CLAIMED_AT]] = TimestampTzGetDatum(a->c->now);
+	new->tts_isnull[j[J_CLAIMED_AT]] = false;
+	new->tts_values[j[J_LEASE_EXPIRES_AT]] = a->lease_expires_at;
+	new->tts_isnull[j[J_LEASE_EXPIRES_AT]] = false;
+	new->tts_values[j[J_WORKER_ID]] = a->c->worker_id;
+	new->tts_isnull[j[J_WORKER_ID]] = a->c->worker_id == (Datum) 0;
+	new->tts_values[j[J_UPDATED_AT]] = TimestampTzGetDatum(a->c->now);
+	new->tts_isnull[j[J_UPDATED_AT]] = false;
+	return true;
+}
+
+/* jobq.claim's columns from a claimed job's new row, copied into outcxt */
+static void
+ClaimedColumns(const LeaseRels *lr, const ClaimChangeArg *a, MemoryContext outcxt,
+			   JobqClaimedRow *out)
+{
+	static const int from[] = {J_JOB_ID, J_LEASE_TOKEN, J_KIND, J_PAYLOAD, J_PRIORITY,
+	J_RETRY_COUNT, J_MAX_RETRIES, J_CHECKPOINT, J_CREATED_AT, J_LEASE_EXPIRES_AT};
+	TupleTableSlot *new = lr->new;
+	MemoryContext oldcxt = MemoryContextSwitchTo(outcxt);
+
+	for (int k = 0; k < (int) lengthof(from); k++)
+	{
+		int			col = lr->j[from[k]];
+		Form_pg_attribute att = TupleDescAttr(new->tts_tupleDescriptor, col);
+
+		out->nulls[k] = new->tts_isnull[col];
+		out->values[k] = out->nulls[k] ? (Datum) 0 :
+			datumCopy(new->tts_values[col], att->attbyval, att->attlen);
+	}
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/* Does the scan's index entry (queue, neg_priority, run_at, job_id) sort after c's island? */
+static bool
+EntryPastIsland(const JobqDirectClaim *c, IndexScanDesc scan)
+{
+	bool		isnull;
+	JobqClaimPos key;
+
+	key.neg_priority = DatumGetInt32(index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull));
+	key.run_at = DatumGetTimestampTz(index_getattr(scan->xs_itup, 3, scan->xs_itupdesc, &isnull));
+	key.job_id = DatumGetInt64(index_getattr(scan->xs_itup, 4, scan->xs_itupdesc, &isnull));
+	return jobq_claim_pos_compare(&key, &c->island_hi) > 0;
+}
+
+/* A claim's kinds filter, deconstructed (kinds NULL: any kind). */
+typedef struct KindFilter
+{
+	Datum	   *kinds;
+	bool	   *nulls;
+	int			n;
+} KindFilter;
+
+/* A ready row a claim found: where it is, and its key. */
+typedef struct ReadyFound
+{
+	ItemPointerData tid;
+	JobqClaimPos key;
+} ReadyFound;
+
+/*
+ * index_getnext_slot() for a claim, a look at each key: the next visible row
+ * of a wanted kind into *f; false at the end, or past c's island in_island.
+ */
+static bool
+NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexScanDesc scan,
+		  TupleTableSlot *rslot, const KindFilter *kf, ReadyFound *f)
+{
+	bool		isnull;
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!scan->xs_heap_continue)
+		{
+			if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
+				return false;
+			if (in_island && EntryPastIsland(c, scan))
+				return false;
+		}
+		if (!index_fetch_heap(scan, rslot))
+			continue;
+		if (kf->kinds && !KindWanted(slot_getattr(rslot, lr->r[R_KIND] + 1, &isnull),
+									 kf->kinds, kf->nulls, kf->n))
+			continue;
+		f->tid = rslot->tts_tid;
+		f->key.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
+		f->key.neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1,
+														 &isnull));
+		f->key.run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
+		return true;
+	}
+}
+
+/* Delete the ready row found and claim its job into *out; false: passed over. */
+static bool
+TakeReady(LeaseRels *lr, ReadyFound *f, ClaimChangeArg *arg, MemoryContext outcxt,
+		  JobqClaimedRow *out)
+{
+	TM_FailureData tmfd;
+
+	/* SKIP LOCKED: a row another transaction deletes or holds is passed over */
+	if (table_tuple_delete(lr->ready, &f->tid, lr->cid, lr->snap, InvalidSnapshot,
+						   false, &tmfd, false) != TM_Ok)
+		return false;
+	/* a job that is not pending loses its stale ready row all the same */
+	arg->job_id = f->key.job_id;
+	if (!UpdateJob(lr, arg->job_id, ClaimChange, arg))
+		return false;
+	ClaimedColumns(lr, arg, outcxt, out);
+	out->values[10] = Int32GetDatum(f->key.neg_priority);
+	out->values[11] = TimestampTzGetDatum(f->key.run_at);
+	return true;
+}
+
+/* Make the claim's row comparison start at *key. */
+static void
+SetStart(ScanKeyData *row, const JobqClaimPos *key)
+{
+	row[0].sk_argument = Int32GetDatum(key->neg_priority);
+	row[1].sk_argument = TimestampTzGetDatum(key->run_at);
+	row[2].sk_argument = Int64GetDatum(key->job_id);
+}
+
+/*
+ * Claim up to c->batch jobs of c->queue, in claim order, into *rows
+ * (allocated in the current memory context) and *nrows: first from its
+ * island, if it has one (*nisland of them), then from its claim position
+ * on.  False, having done nothing, when the claim must run its statement.
+ */
+bool
+jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows,
+				  uint64 *nisland)
+{
+	MemoryContext outcxt = CurrentMemoryContext;
+	MemoryContext cxt;
+	LeaseRels	lr;
+	ScanKeyData keys[2];
+	ScanKeyData row[3];
+	IndexScanDesc scan;
+	TupleTableSlot *rslot;
+	ClaimChangeArg arg;
+	JobqClaimedRow *out;
+	KindFilter	kf = {0};
+	ReadyFound	f;
+	uint64		n = 0;
+
+	*nisland = 0;
+	if (IsolationUsesXactSnapshot())
+		return false;
+	PreventCommandIfReadOnly("DELETE");
+	PreventCommandIfParallelMode("DELETE");
+
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq claim", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(cxt);
+	if (!OpenLeaseRels(&lr, true))
+	{
+		MemoryContextSwitchTo(outcxt);
+		MemoryContextDelete(cxt);
+		return false;
+	}
+	if (c->kinds)
+		deconstruct_array(c->kinds, TEXTOID, -1, false, TYPALIGN_INT, &kf.kinds, &kf.nulls,
+						  &kf.n);
+	arg.c = c;
+	arg.status_running = CStringGetTextDatum("running");
+	arg.lease_expires_at = DirectFunctionCall2(timestamptz_pl_interval,
+											   TimestampTzGetDatum(c->now),
+											   IntervalPGetDatum(c->lease));
+
+	/*
+	 * queue = $1 AND (neg_priority, run_at, job_id) >= a start key
+	 * (SetStart), in the index's attribute numbers (its columns are these
+	 * four, in order)
+	 */
+	ScanKeyEntryInitialize(&row[0], SK_ROW_MEMBER, 2, BTGreaterEqualStrategyNumber,
+						   INT4OID, InvalidOid, lr.ready_order[1], (Datum) 0);
+	ScanKeyEntryInitialize(&row[1], SK_ROW_MEMBER, 3, BTGreaterEqualStrategyNumber,
+						   TIMESTAMPTZOID, InvalidOid, lr.ready_order[2], (Datum) 0);
+	ScanKeyEntryInitialize(&row[2], SK_ROW_MEMBER | SK_ROW_END, 4, BTGreaterEqualStrategyNumber,
+						   INT8OID, InvalidOid, lr.ready_order[3], (Datum) 0);
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, TEXTOID, C_COLLATION_OID,
+						   lr.ready_procs[0], CStringGetTextDatum(c->queue));
+
+	/*
+	 * a row header has no function of its own (as ExecIndexBuildScanKeys
+	 * makes it)
+	 */
+	memset(&keys[1], 0, sizeof(ScanKeyData));
+	keys[1].sk_flags = SK_ROW_HEADER;
+	keys[1].sk_attno = 2;
+	keys[1].sk_strategy = BTGreaterEqualStrategyNumber;
+	keys[1].sk_subtype = INT4OID;
+	keys[1].sk_collation = InvalidOid;
+	keys[1].sk_argument = PointerGetDatum(row);
+
+	/* in cxt: a waiting claim's empty attempts must leave nothing behind */
+	out = palloc0(sizeof(JobqClaimedRow) * Max(c->batch, 1));
+	rslot = table_slot_create(lr.ready, NULL);
+	if (c->has_island)
+	{
+		/*
+		 * The island: index keys stop the scan past its end, dead or not (a
+		 * row comparison stops nbtree on its first member only); their leaf
+		 * pin must not stall VACUUM in lock waits: find, end the scan, take.
+		 */
+		ReadyFound *found = palloc(sizeof(ReadyFound) * Max(c->batch, 1));
+		bool		more = true;
+		bool		resumed = false;
+		int64		last_id = 0;
+
+		SetStart(row, &c->island_lo);
+		while (more && n < (uint64) c->batch)
+		{
+			uint64		nf = 0;
+
+			scan = index_beginscan_compat(lr.ready, lr.ready_idx, lr.snap, 2, 0);
+			scan->xs_want_itup = true;
+			index_rescan(scan, keys, 2, NULL, 0);
+			while (nf < (uint64) c->batch - n &&
+				   NextReady(c, true, &lr, scan, rslot, &kf, &found[nf]))
+				if (!resumed || found[nf].key.job_id != last_id)
+					nf++;
+			index_endscan(scan);
+			more = nf > 0 && nf == (uint64) c->batch - n;
+			for (uint64 i = 0; i < nf; i++)
+				if (TakeReady(&lr, &found[i], &arg, outcxt, &out[n]))
+					n++;
+			if (more)
+			{
+				SetStart(row, &found[nf - 1].key);
+				last_id = found[nf - 1].key.job_id;
+				resumed = true;
+			}
+		}
+		*nisland = n;
+	}
+	if (n < (uint64) c->batch)
+	{
+		SetStart(row, &c->start);
+		scan = index_beginscan_compat(lr.ready, lr.ready_idx, lr.snap, 2, 0);
+		index_rescan(scan, keys, 2, NULL, 0);
+		while (n < (uint64) c->batch && NextReady(c, false, &lr, scan, rslot, &kf, &f))
+			if (TakeReady(&lr, &f, &arg, outcxt, &out[n]))
+				n++;
+		index_endscan(scan);
+	}
+	ExecDropSingleTupleTableSlot(rslot);
+	CloseLeaseRels(&lr);
+	MemoryContextSwitchTo(outcxt);
+	*rows = palloc(sizeof(JobqClaimedRow) * Max(n, 1));
+	memcpy(*rows, out, sizeof(JobqClaimedRow) * n);
+	MemoryContextDelete(cxt);
+	*nrows = n;
+	return true;
+}
+
+/* What a completion writes into a running job's row. */
+typedef struct CompleteChangeArg
+{
+	int64		token;
+	Datum		result;			/* (Datum) 0: NULL */
+	TimestampTz now;
+	Datum		status_completed;
+} CompleteChangeArg;
+
+/* status = 'running' AND lease_token = $token: mark it completed */
+static bool
+CompleteChange(const LeaseRels *lr, void *arg)
+{
+	CompleteChangeArg *a = arg;
+	const int  *j = lr->j;
+	TupleTableSlot *new = lr->new;
+
+	if (!TextIs(lr->old, j[J_STATUS], "running", 7) || new->tts_isnull[j[J_LEASE_TOKEN]] ||
+		DatumGetInt64(new->tts_values[j[J_LEASE_TOKEN]]) != a->token)
+		return false;
+	new->tts_values[j[J_STATUS]] = a->status_completed;
+	new->tts_values[j[J_RESULT]] = a->result;
+	new->tts_isnull[j[J_RESULT]] = a->result == (Datum) 0;
+	new->tts_values[j[J_FINISHED_AT]] = TimestampTzGetDatum(a->now);
+	new->tts_isnull[j[J_FINISHED_AT]] = false;
+	new->tts_values[j[J_UPDATED_AT]] = TimestampTzGetDatum(a->now);
+	new->tts_isnull[j[J_UPDATED_AT]] = false;
+	new->tts_values[j[J_LEASE_EXPIRES_AT]] = (Datum) 0;
+	new->tts_isnull[j[J_LEASE_EXPIRES_AT]] = true;
+	return true;
+}
+
+/*
+ * Complete the running jobs ids[i] whose lease token is tokens[i] (with
+ * results[i], NULL where result_nulls is NULL or says so), as jobq.complete
+ * and jobq.complete_many's statement do.  *queues gets the distinct queues
+ * of the completed jobs (palloc'd strings in the current memory context),
+ * *ncompleted how many there were.  False, having done nothing, when the
+ * statement must run instead.
+ */
+bool
+jobq_complete_direct(const Datum *ids, const bool *id_nulls, const Datum *tokens,
+					 const bool *token_nulls, const Datum *results,
+					 const bool *result_nulls, int n, TimestampTz now,
+					 List **queues, uint64 *ncompleted)
+{
+	MemoryContext outcxt = CurrentMemoryContext;
+	MemoryContext cxt;
+	LeaseRels	lr;
+	CompleteChangeArg arg;
+	List	   *seen = NIL;
+	uint64		done = 0;
+
+	if (IsolationUsesXactSnapshot())
+		return false;
+	PreventCommandIfReadOnly("UPDATE");
+	PreventCommandIfParallelMode("UPDATE");
+
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq complete", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(cxt);
+	if (!OpenLeaseRels(&lr, false))
+	{
+		MemoryContextSwitchTo(outcxt);
+		MemoryContextDelete(cxt);
+		return false;
+	}
+	arg.now = now;
+	arg.status_completed = CStringGetTextDatum("completed");
+	for (int i = 0; i < n; i++)
+	{
+		ListCell   *lc;
+		text	   *queue;
+		bool		known = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (id_nulls[i] || token_nulls[i])
+			continue;
+		arg.token = DatumGetInt64(tokens[i]);
+		arg.result = results && !(result_nulls && result_nulls[i]) ? results[i] : (Datum) 0;
+		if (!UpdateJob(&lr, DatumGetInt64(ids[i]), CompleteChange, &arg))
+			continue;
+		done++;
+		queue = DatumGetTextPP(lr.new->tts_values[lr.j[J_QUEUE]]);
+		foreach(lc, seen)
+			if (strlen(lfirst(lc)) == VARSIZE_ANY_EXHDR(queue) &&
+				memcmp(lfirst(lc), VARDATA_ANY(queue), VARSIZE_ANY_EXHDR(queue)) == 0)
+			known = true;
+		if (!known)
+			seen = lappend(seen, MemoryContextStrdup(outcxt, text_to_cstring(queue)));
+	}
+	CloseLeaseRels(&lr);
+	MemoryContextSwitchTo(outcxt);
+	*queues = list_copy(seen);
+	MemoryContextDelete(cxt);
+	*ncompleted = done;
+	return true;
+}

@@ -1,0 +1,55 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue/job_lease.h
+ *	  A lease begun (claim) and ended (complete) straight in the tables
+ *	  (queue/job_lease.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBQ_JOB_LEASE_H
+#define JOBQ_JOB_LEASE_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
+#include "utils/array.h"
+#include "utils/timestamp.h"
+
+#include "shmem/shm_queue.h"
+
+/* The columns of a claimed job, as jobq.claim's statement returns them. */
+#define JOBQ_CLAIMED_NCOLS 12
+
+/* One claimed job: its output columns, in claim order. */
+typedef struct JobqClaimedRow
+{
+	Datum		values[JOBQ_CLAIMED_NCOLS];
+	bool		nulls[JOBQ_CLAIMED_NCOLS];
+} JobqClaimedRow;
+
+/* What a claim asks for. */
+typedef struct JobqDirectClaim
+{
+	const char *queue;
+	int32		batch;
+	ArrayType  *kinds;			/* NULL: any kind */
+	JobqClaimPos start;			/* the queue's claim position */
+	bool		has_island;		/* first the rows in [island_lo, island_hi] */
+	JobqClaimPos island_lo;
+	JobqClaimPos island_hi;
+	TimestampTz now;			/* claimed_at; the lease starts here */
+	Interval   *lease;
+	Datum		worker_id;		/* text, or (Datum) 0 for NULL */
+	int64		token_salt;		/* 31 random bits */
+} JobqDirectClaim;
+
+extern bool jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows,
+							  uint64 *nrows, uint64 *nisland);
+extern bool jobq_complete_direct(const Datum *ids, const bool *id_nulls,
+								 const Datum *tokens, const bool *token_nulls,
+								 const Datum *results, const bool *result_nulls,
+								 int n, TimestampTz now, List **queues,
+								 uint64 *ncompleted);
+
+#endif							/* JOBQ_JOB_LEASE_H */

@@ -1,0 +1,882 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem/shm_queue.c
+ *	  Per-queue claim positions and due times kept in shared memory.
+ *
+ * A claim deletes rows from the head of jobq.ready's claim index.  While any
+ * snapshot older than those deletions is held (a long REPEATABLE READ
+ * transaction, a pg_dump), vacuum cannot remove the dead entries, and a
+ * claim that starts its index scan at the head of the queue walks all of
+ * them: a plain SKIP LOCKED queue falls to a few percent of its clean rate.
+ *
+ * So every queue has a claim position: a key (-priority, run_at, job_id) such
+ * that every committed, unclaimed row of the queue in jobq.ready sorts at or
+ * after it.  A claim scans from the position and, when it is done, moves the
+ * position up to the last row it claimed.  The position only ever moves
+ * backwards through three events, each of which also bumps the queue's
+ * epoch:
+ *
+ *	- a transaction that inserted ready rows commits (lowered to the least
+ *	  key it inserted);
+ *	- a transaction that deleted ready rows aborts (lowered to the least key
+ *	  it deleted: those rows are claimable again);
+ *	- the entry is new, or jobq.ready was re-created (no position: scan from
+ *	  the head once).
+ *
+ * A claim remembers the epoch it started under.  When it is done it moves
+ * the position to the last row it claimed, but never past a key lowered
+ * since it started (the last JOBQ_LOWERED_KEPT lowerings are remembered
+ * with their epochs; after more than that, it does not move the position).
+ *
+ * Islands.  A transaction whose rows all sort before the position (a job of
+ * a higher priority than the backlog being drained, say) does not lower the
+ * position: between its rows and the position lie the dead entries of every
+ * row claimed since the last vacuum, hundreds of thousands under a busy
+ * queue, and the next claim would walk all of them to fill its batch after
+ * taking the new row.  Its key range [lo, hi] becomes the queue's island
+ * instead (or widens it): every claimable row before the position lies in
+ * the island.  A claim scans the island first, up to its hi, and then from
+ * the position.  A claim that scanned the whole island (under the island's
+ * generation it started with) drops it; one that filled its batch inside
+ * moves the island's lo up to its last row.  An island-making lowering does
+ * not bound a concurrent claim's move of the position (its rows are in the
+ * island); a lowering whose range reaches the position lowers it, and when
+ * the new position is not above the island's hi the island is merged into
+ * it (the position goes down to the island's lo; that lowering bounds
+ * concurrent claims at the island's lo).  Islands are made only for rows
+ * of the jobq.ready the position belongs to (notes carry its OID).
+ *
+ * A claim announces the key it deletes from before it deletes anything
+ * (jobq_state_claim_begin): an abort before it noted every row it deleted
+ * gives back every key from there on.  A subtransaction abort lowers at
+ * once, since the rows it deleted are back for everyone then.
+ *
+ * The callbacks run after the transaction's commit or abort is visible to
+ * other backends (after ProcArrayEndTransaction), so a claim either took
+ * its snapshot after a row became visible (and so saw it), or that row's
+ * lowering is after the claim's epoch and bounds the position.  New jobs
+ * that sort after the claimed rows (the usual FIFO case) do not hold the
+ * position back.  Rows
+ * that a claim skipped because another transaction held them are that
+ * transaction's business: it either consumes them or, aborting, lowers the
+ * position.  A crash of any backend re-initialises shared memory, which
+ * forgets every position.  PREPARE TRANSACTION is refused for a transaction
+ * that changed a queue, since its outcome would arrive without a callback.
+ *
+ * The same scheme keeps a lower bound of the earliest run_at in
+ * jobq.scheduled per queue, so a claim looks for due delayed jobs only when
+ * one can be due.
+ *
+ * Each queue's entry also has a condition variable: claims with wait sleep
+ * on it, and the commit (or abort) callbacks above broadcast on it whenever
+ * they move a position or a due time back, that is whenever rows may have
+ * become claimable.
+ *
+ * Locking: JobqStateLock (an LWLock) guards the hash table's membership;
+ * each entry's fields are guarded by its own spinlock.
+ *
+ * Queue settings: every backend keeps the jobq.queue rows it read (see
+ * jobq_queue_get in queue/settings.c), valid while a shared generation counter
+ * has not moved.  A trigger on jobq.queue marks the transaction that writes
+ * it, and its commit callback bumps the counter, after the commit is visible;
+ * a reader reads the counter before its snapshot, so a row it caches is never
+ * older than the generation it is filed under.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "guc.h"
+#include "jobq_limits.h"
+#include "shmem/shm_bgw.h"
+#include "shmem/shm_queue.h"
+
+/*
+ * How many recent lowerings a queue remembers: a claim during which more
+ * happened does not move the position.
+ */
+#define JOBQ_LOWERED_KEPT	16
+
+/* Hash key: one queue of one database. */
+typedef struct JobqStateKey
+{
+	Oid			dbid;
+	char		queue[JOBQ_MAX_NAME_LEN + 1];
+} JobqStateKey;
+
+/* Shared state of one queue. */
+typedef struct JobqQueueState
+{
+	JobqStateKey key;			/* hash key; must be first */
+	slock_t		mutex;			/* guards every field below */
+	Oid			relid;			/* jobq.ready's OID when pos was set */
+	uint64		epoch;			/* bumped when pos may move backwards */
+	bool		pos_valid;		/* false: scan from the head */
+	JobqClaimPos pos;			/* no claimable row sorts before this */
+	JobqClaimPos lowered[JOBQ_LOWERED_KEPT];	/* key of lowering number n
+												 * (epoch n) at n % KEPT */
+	bool		lowered_bounds[JOBQ_LOWERED_KEPT];	/* false: it made or
+													 * widened the island */
+	bool		has_island;		/* claimable rows before pos, all in: */
+	JobqClaimPos island_lo;		/* ... [island_lo, island_hi]; island_hi < pos */
+	JobqClaimPos island_hi;
+	uint64		island_gen;		/* bumped when the island is made, widened or
+								 * dropped */
+	Oid			due_relid;		/* jobq.ready's OID when next_due was set */
+	uint64		due_epoch;		/* bumped when next_due may move earlier */
+	bool		due_valid;		/* false: probe jobq.scheduled */
+	TimestampTz next_due;		/* no scheduled row is due before this */
+	ConditionVariable cv;		/* waiting claims sleep here */
+	bool		handled;		/* has job handlers: wake the executors too */
+} JobqQueueState;
+
+/* What this backend's transaction did to one queue's sets. */
+typedef struct JobqQueueNote
+{
+	char		queue[JOBQ_MAX_NAME_LEN + 1];
+	Oid			relid;			/* jobq.ready's OID when the note began */
+	bool		has_inserted;	/* rows entered jobq.ready, keys in: */
+	JobqClaimPos min_inserted;
+	JobqClaimPos max_inserted;
+	bool		has_deleted;	/* rows left jobq.ready, keys in: */
+	JobqClaimPos min_deleted;
+	JobqClaimPos max_deleted;
+	SubTransactionId deleted_subid; /* the latest subtransaction that deleted
+									 * rows (its own or a child's) */
+	int			claim_depth;	/* claims deleting rows from claim_lo on */
+	JobqClaimPos claim_lo;
+	bool		has_scheduled;	/* rows entered jobq.scheduled */
+	TimestampTz min_scheduled;
+} JobqQueueNote;
+
+/* Shared counters, one set for the whole cluster. */
+typedef struct JobqShared
+{
+	pg_atomic_uint64 settings_gen;	/* bumped by each commit that wrote
+									 * jobq.queue */
+} JobqShared;
+
+static HTAB *JobqStateHash = NULL;
+static LWLock *JobqStateLock = NULL;
+static JobqShared *jobq_shared = NULL;
+
+/* The current transaction wrote jobq.queue. */
+static bool jobq_settings_written = false;
+
+/* Notes of the current top-level transaction (TopMemoryContext). */
+static List *jobq_notes = NIL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void jobq_state_xact_callback(XactEvent event, void *arg);
+static void jobq_state_subxact_callback(SubXactEvent event,
+										SubTransactionId mySubid,
+										SubTransactionId parentSubid,
+										void *arg);
+
+/* Three-way comparison of two claim positions, in claim order. */
+int
+jobq_claim_pos_compare(const JobqClaimPos *a, const JobqClaimPos *b)
+{
+	if (a->neg_priority != b->neg_priority)
+		return a->neg_priority < b->neg_priority ? -1 : 1;
+	if (a->run_at != b->run_at)
+		return a->run_at < b->run_at ? -1 : 1;
+	if (a->job_id != b->job_id)
+		return a->job_id < b->job_id ? -1 : 1;
+	return 0;
+}
+
+/* Size of the shared hash table. */
+static Size
+StateShmemSize(void)
+{
+	return add_size(hash_estimate_size(jobq_max_tracked_queues, sizeof(JobqQueueState)),
+					MAXALIGN(sizeof(JobqShared)));
+}
+
+/* shmem_request_hook: reserve our shared memory and lock. */
+static void
+StateShmemRequest(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(StateShmemSize());
+	RequestNamedLWLockTranche("jobq", 1);
+}
+
+/* shmem_startup_hook: create or attach to the shared hash table. */
+static void
+StateShmemStartup(void)
+{
+	HASHCTL		info;
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	JobqStateLock = &(GetNamedLWLockTranche("jobq"))->lock;
+	info.keysize = sizeof(JobqStateKey);
+	info.entrysize = sizeof(JobqQueueState);
+	JobqStateHash = ShmemInitHash("jobq queue state",
+								  jobq_max_tracked_queues,
+								  jobq_max_tracked_queues,
+								  &info, HASH_ELEM | HASH_BLOBS);
+	jobq_shared = ShmemInitStruct("jobq shared", sizeof(JobqShared), &found);
+	if (!found)
+		pg_atomic_init_u64(&jobq_shared->settings_gen, 1);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Define our GUC and install the shared memory hooks (from _PG_init). */
+void
+jobq_state_shmem_request(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = StateShmemRequest;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = StateShmemStartup;
+}
+
+/* Register the transaction callbacks that maintain the positions. */
+void
+jobq_state_register_callbacks(void)
+{
+	RegisterXactCallback(jobq_state_xact_callback, NULL);
+	RegisterSubXactCallback(jobq_state_subxact_callback, NULL);
+}
+
+/*
+ * Find (or create) the shared entry of a queue of this database.  Returns
+ * NULL when jobq is not preloaded or the table is full.
+ */
+static JobqQueueState *
+StateLookup(const char *queue, bool create)
+{
+	JobqStateKey key;
+	JobqQueueState *entry;
+	bool		found;
+
+	if (JobqStateHash == NULL || strlen(queue) > JOBQ_MAX_NAME_LEN)
+		return NULL;
+
+	memset(&key, 0, sizeof(key));
+	key.dbid = MyDatabaseId;
+	strlcpy(key.queue, queue, sizeof(key.queue));
+
+	LWLockAcquire(JobqStateLock, LW_SHARED);
+	entry = hash_search(JobqStateHash, &key, HASH_FIND, NULL);
+	LWLockRelease(JobqStateLock);
+	if (entry != NULL || !create)
+		return entry;
+
+	LWLockAcquire(JobqStateLock, LW_EXCLUSIVE);
+	entry = hash_search(JobqStateHash, &key, HASH_ENTER_NULL, &found);
+	if (entry != NULL && !found)
+	{
+		SpinLockInit(&entry->mutex);
+		entry->relid = InvalidOid;
+		entry->epoch = 0;
+		entry->pos_valid = false;
+		entry->has_island = false;
+		entry->island_gen = 0;
+		entry->due_relid = InvalidOid;
+		entry->due_epoch = 0;
+		entry->due_valid = false;
+		entry->next_due = DT_NOBEGIN;
+		ConditionVariableInit(&entry->cv);
+		entry->handled = false;
+	}
+	LWLockRelease(JobqStateLock);
+	return entry;
+}
+
+/*
+ * Where a claim on a queue should start scanning.  Fills *start and returns
+ * the epoch to hand back to jobq_state_end_claim.
+ */
+uint64
+jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start,
+					   JobqClaimIsland *island)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+	uint64		epoch = 0;
+	bool		valid = false;
+
+	memset(island, 0, sizeof(*island));
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		epoch = entry->epoch;
+		if (entry->pos_valid && entry->relid == relid)
+		{
+			*start = entry->pos;
+			valid = true;
+			if (entry->has_island)
+			{
+				island->valid = true;
+				island->lo = entry->island_lo;
+				island->hi = entry->island_hi;
+				island->pos = entry->pos;
+				island->gen = entry->island_gen;
+			}
+		}
+		SpinLockRelease(&entry->mutex);
+	}
+	if (!valid)
+	{
+		start->neg_priority = PG_INT32_MIN;
+		start->run_at = DT_NOBEGIN;
+		start->job_id = PG_INT64_MIN;
+	}
+	else
+	{
+		/*
+		 * Rows this transaction made ready are visible to it before its
+		 * commit moves the position back: start no later than they are.
+		 */
+		ListCell   *lc;
+
+		foreach(lc, jobq_notes)
+		{
+			JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+			if (strcmp(note->queue, queue) == 0 && note->has_inserted &&
+				jobq_claim_pos_compare(&note->min_inserted, start) < 0)
+				*start = note->min_inserted;
+		}
+	}
+	return epoch;
+}
+
+/*
+ * A claim that started under epoch (and found *island) is done.  It scanned
+ * the island up to *island_last (NULL: no row), or all of it (island_done),
+ * and claimed every claimable row from the position up to *last (NULL: it
+ * did not get past the island), skipping rows other transactions hold.
+ * Shrink or drop the island if it is still the one the claim found, and
+ * move the position to *last, but not past any row made claimable since the
+ * claim began (which it may not have seen) outside the island: those
+ * lowerings are remembered with their epochs.
+ */
+void
+jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
+					 const JobqClaimIsland *island, const JobqClaimPos *island_last,
+					 bool island_done, const JobqClaimPos *last)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+	JobqClaimPos target;
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (island->valid && entry->has_island && entry->island_gen == island->gen &&
+		entry->relid == relid)
+	{
+		if (island_done)
+		{
+			entry->has_island = false;
+			entry->island_gen++;
+		}
+		else if (island_last != NULL && jobq_claim_pos_compare(island_last, &entry->island_lo) > 0)
+			entry->island_lo = *island_last;
+	}
+	if (last == NULL)
+	{
+		SpinLockRelease(&entry->mutex);
+		return;
+	}
+	target = *last;
+	if (entry->epoch - epoch > JOBQ_LOWERED_KEPT)
+	{
+		/* too much happened meanwhile to know what we may have missed */
+		SpinLockRelease(&entry->mutex);
+		return;
+	}
+	for (uint64 e = epoch + 1; e <= entry->epoch; e++)
+	{
+		const JobqClaimPos *low = &entry->lowered[e % JOBQ_LOWERED_KEPT];
+
+		/* on a new start, islands made meanwhile bound it as well */
+		if ((entry->lowered_bounds[e % JOBQ_LOWERED_KEPT] || !entry->pos_valid ||
+			 entry->relid != relid) &&
+			jobq_claim_pos_compare(low, &target) < 0)
+			target = *low;
+	}
+	if (!entry->pos_valid || entry->relid != relid)
+	{
+		/* a new start (or a new jobq.ready): no island is known */
+		entry->pos = target;
+		entry->relid = relid;
+		entry->pos_valid = true;
+		entry->has_island = false;
+		entry->island_gen++;
+	}
+	else if (jobq_claim_pos_compare(&entry->pos, &target) < 0)
+		entry->pos = target;
+	SpinLockRelease(&entry->mutex);
+}
+
+/*
+ * Should a claim look for due rows in jobq.scheduled?  Returns the due epoch
+ * in *epoch for jobq_state_set_next_due.
+ */
+bool
+jobq_state_due_probe_needed(Oid relid, const char *queue, TimestampTz now,
+							uint64 *epoch)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+	bool		needed = true;
+	ListCell   *lc;
+
+	*epoch = 0;
+	if (entry == NULL)
+		return true;
+	SpinLockAcquire(&entry->mutex);
+	*epoch = entry->due_epoch;
+	if (entry->due_valid && entry->due_relid == relid && entry->next_due > now)
+		needed = false;
+	SpinLockRelease(&entry->mutex);
+
+	/*
+	 * Rows this transaction put into jobq.scheduled are visible to it before
+	 * its commit lowers next_due: probe when one of them is due.
+	 */
+	foreach(lc, jobq_notes)
+	{
+		JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+		if (strcmp(note->queue, queue) == 0 && note->has_scheduled &&
+			note->min_scheduled <= now)
+			needed = true;
+	}
+	return needed;
+}
+
+/* After a probe found the earliest scheduled run_at, remember it. */
+void
+jobq_state_set_next_due(Oid relid, const char *queue, uint64 epoch,
+						TimestampTz next_due)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_epoch == epoch)
+	{
+		entry->next_due = next_due;
+		entry->due_relid = relid;
+		entry->due_valid = true;
+	}
+	SpinLockRelease(&entry->mutex);
+}
+
+/* jobq.ready's OID (InvalidOid if there is none). */
+static Oid
+ReadyRelid(void)
+{
+	return jobq_relid(JOBQ_REL_READY);
+}
+
+/* This transaction's note for a queue, created on first use. */
+static JobqQueueNote *
+NoteFor(const char *queue)
+{
+	ListCell   *lc;
+	JobqQueueNote *note;
+	MemoryContext old;
+
+	foreach(lc, jobq_notes)
+	{
+		note = (JobqQueueNote *) lfirst(lc);
+		if (strcmp(note->queue, queue) == 0)
+			return note;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	note = palloc0(sizeof(JobqQueueNote));
+	strlcpy(note->queue, queue, sizeof(note->queue));
+	note->relid = ReadyRelid();
+	jobq_notes = lappend(jobq_notes, note);
+	MemoryContextSwitchTo(old);
+	return note;
+}
+
+/* Widen [*lo, *hi] to take in *pos (or set it when unset). */
+static void
+NoteRange(bool *has, JobqClaimPos *lo, JobqClaimPos *hi, const JobqClaimPos *pos)
+{
+	if (!*has || jobq_claim_pos_compare(pos, lo) < 0)
+		*lo = *pos;
+	if (!*has || jobq_claim_pos_compare(pos, hi) > 0)
+		*hi = *pos;
+	*has = true;
+}
+
+/* This transaction inserted a row into jobq.ready at *pos. */
+void
+jobq_state_note_ready(const char *queue, const JobqClaimPos *pos)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted, pos);
+}
+
+/* This transaction deleted (claimed, cancelled) the row of jobq.ready at *pos. */
+void
+jobq_state_note_unready(const char *queue, const JobqClaimPos *pos)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, pos);
+	note->deleted_subid = Max(note->deleted_subid, GetCurrentSubTransactionId());
+}
+
+/*
+ * A claim of this transaction starts deleting rows of jobq.ready at keys
+ * from *lo on.  Until jobq_state_claim_end, an abort treats every key from
+ * *lo on as deleted: an error can strike after a row is deleted and before
+ * the claim notes it (jobq_state_note_unready), while other claims pass
+ * over the rows it holds and move the position past them.
+ */
+void
+jobq_state_claim_begin(const char *queue, const JobqClaimPos *lo)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	if (note->claim_depth == 0 || jobq_claim_pos_compare(lo, &note->claim_lo) < 0)
+		note->claim_lo = *lo;
+	note->claim_depth++;
+}
+
+/* The claim jobq_state_claim_begin announced has noted every row it deleted. */
+void
+jobq_state_claim_end(const char *queue)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	if (note->claim_depth > 0)
+		note->claim_depth--;
+}
+
+/* An aborted claim deleted rows anywhere from its claim_lo on. */
+static void
+NoteClaimAborted(JobqQueueNote *note)
+{
+	static const JobqClaimPos last = {PG_INT32_MAX, DT_NOEND, PG_INT64_MAX};
+
+	if (note->claim_depth == 0)
+		return;
+	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, &note->claim_lo);
+	NoteRange(&note->has_deleted, &note->min_deleted, &note->max_deleted, &last);
+	note->claim_depth = 0;
+}
+
+/* This transaction inserted a row into jobq.scheduled due at run_at. */
+void
+jobq_state_note_scheduled(const char *queue, TimestampTz run_at)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	if (!note->has_scheduled || run_at < note->min_scheduled)
+		note->min_scheduled = run_at;
+	note->has_scheduled = true;
+}
+
+/*
+ * Rows of jobq.ready (OID relid) with keys in [*lo, *hi] became claimable:
+ * make or widen the queue's island when they all sort before its position
+ * in that same table, else move the position back to *lo (merging the
+ * island into it when they meet); bump the epoch.
+ */
+static void
+StateLower(const char *queue, Oid relid, const JobqClaimPos *lo, const JobqClaimPos *hi)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+	int			slot;
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	entry->epoch++;
+	slot = entry->epoch % JOBQ_LOWERED_KEPT;
+	entry->lowered[slot] = *lo;
+	entry->lowered_bounds[slot] = true;
+	if (entry->pos_valid && OidIsValid(relid) && entry->relid == relid &&
+		jobq_claim_pos_compare(hi, &entry->pos) < 0)
+	{
+		if (!entry->has_island || jobq_claim_pos_compare(lo, &entry->island_lo) < 0)
+			entry->island_lo = *lo;
+		if (!entry->has_island || jobq_claim_pos_compare(hi, &entry->island_hi) > 0)
+			entry->island_hi = *hi;
+		entry->has_island = true;
+		entry->island_gen++;
+		entry->lowered_bounds[slot] = false;
+	}
+	else if (entry->pos_valid && jobq_claim_pos_compare(lo, &entry->pos) < 0)
+	{
+		entry->pos = *lo;
+		if (entry->has_island && jobq_claim_pos_compare(&entry->island_hi, &entry->pos) >= 0)
+		{
+			if (jobq_claim_pos_compare(&entry->island_lo, &entry->pos) < 0)
+				entry->pos = entry->island_lo;
+			entry->lowered[slot] = entry->pos;
+			entry->has_island = false;
+			entry->island_gen++;
+		}
+	}
+	SpinLockRelease(&entry->mutex);
+	/* rows became claimable: wake waiting claims, and executors */
+	ConditionVariableBroadcast(&entry->cv);
+	if (entry->handled)
+		jobq_bgw_wake_executors(entry->key.dbid);
+}
+
+/* Executors run handlers for this queue: wake them when jobs get ready. */
+void
+jobq_state_mark_handled(const char *queue)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+
+	if (entry != NULL)
+		entry->handled = true;
+}
+
+/* Move a queue's next due time back to run_at and bump its due epoch. */
+static void
+StateLowerDue(const char *queue, TimestampTz run_at)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+
+	if (entry == NULL)
+		return;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_valid && run_at < entry->next_due)
+		entry->next_due = run_at;
+	entry->due_epoch++;
+	SpinLockRelease(&entry->mutex);
+	/* waiting claims re-compute when to look again */
+	ConditionVariableBroadcast(&entry->cv);
+}
+
+/*
+ * A number that changes whenever rows of the queue may have become
+ * claimable (both epochs move then), for waiting claims to notice a wake-up
+ * that came before they started to sleep.
+ */
+uint64
+jobq_state_wake_seq(const char *queue)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+	uint64		seq = 0;
+
+	if (entry == NULL)
+		return 0;
+	SpinLockAcquire(&entry->mutex);
+	seq = entry->epoch + entry->due_epoch;
+	SpinLockRelease(&entry->mutex);
+	return seq;
+}
+
+/* The condition variable waiting claims of a queue sleep on, or NULL. */
+ConditionVariable *
+jobq_state_wait_cv(const char *queue)
+{
+	JobqQueueState *entry = StateLookup(queue, true);
+
+	return entry ? &entry->cv : NULL;
+}
+
+/*
+ * When a delayed job of the queue may next become due (0: unknown or none
+ * known).  Waiting claims sleep no longer than that.
+ */
+TimestampTz
+jobq_state_next_due(const char *queue)
+{
+	JobqQueueState *entry = StateLookup(queue, false);
+	TimestampTz next = 0;
+
+	if (entry == NULL)
+		return 0;
+	SpinLockAcquire(&entry->mutex);
+	if (entry->due_valid && entry->next_due != DT_NOEND)
+		next = entry->next_due;
+	SpinLockRelease(&entry->mutex);
+	return next;
+}
+
+/*
+ * End of a top-level transaction: publish what it did.  Runs after the
+ * outcome is visible to other backends.
+ */
+static void
+jobq_state_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (jobq_settings_written)
+	{
+		if (event == XACT_EVENT_PRE_PREPARE)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that changed jobq.queue"),
+					 errhint("Configure, pause or resume queues outside of two-phase transactions.")));
+		if ((event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) &&
+			jobq_shared != NULL)
+			pg_atomic_fetch_add_u64(&jobq_shared->settings_gen, 1);
+		if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+			event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+			jobq_settings_written = false;
+	}
+
+	if (jobq_notes == NIL)
+		return;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot prepare a transaction that enqueued, claimed or re-queued jobq jobs"),
+					 errhint("Run jobq operations outside of two-phase transactions.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			foreach(lc, jobq_notes)
+			{
+				JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+				if (note->has_inserted)
+					StateLower(note->queue, note->relid, &note->min_inserted,
+							   &note->max_inserted);
+				if (note->has_scheduled)
+					StateLowerDue(note->queue, note->min_scheduled);
+			}
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			foreach(lc, jobq_notes)
+			{
+				JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+				/*
+				 * Deleted scheduled rows come back too; we keep no bound for
+				 * them, so make the next claim probe.
+				 */
+				NoteClaimAborted(note);
+				if (note->has_deleted)
+					StateLower(note->queue, note->relid, &note->min_deleted,
+							   &note->max_deleted);
+				StateLowerDue(note->queue, DT_NOBEGIN);
+			}
+			break;
+		default:
+			return;
+	}
+	list_free_deep(jobq_notes);
+	jobq_notes = NIL;
+}
+
+/*
+ * A subtransaction aborted: rows it deleted are back, for every other
+ * transaction at once, and will stay back if the top-level transaction
+ * commits.  If it deleted any (or a claim was deleting in it), lower the
+ * position for them now (with the range of every row the transaction
+ * deleted so far, a superset), and treat them as inserted as well, for its
+ * commit.  One that deleted nothing lowers nothing: a waiting claim rolls
+ * back each empty attempt, and a lowering would wake it again at once.
+ */
+static void
+jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	foreach(lc, jobq_notes)
+	{
+		JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
+
+		if (note->claim_depth > 0)
+		{
+			NoteClaimAborted(note);
+			note->deleted_subid = mySubid;
+		}
+		if (note->has_deleted && note->deleted_subid >= mySubid)
+		{
+			note->deleted_subid = parentSubid;
+			StateLower(note->queue, note->relid, &note->min_deleted, &note->max_deleted);
+			NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted,
+					  &note->min_deleted);
+			NoteRange(&note->has_inserted, &note->min_inserted, &note->max_inserted,
+					  &note->max_deleted);
+		}
+		/* deleted scheduled rows may be back: probe after commit */
+		if (!note->has_scheduled || note->min_scheduled > DT_NOBEGIN)
+			note->min_scheduled = DT_NOBEGIN;
+		note->has_scheduled = true;
+	}
+}
+
+/*
+ * The generation of queue settings a cached jobq.queue row must carry to be
+ * used: read it before the snapshot that reads the row.  0 (never valid)
+ * when the cache must not be used: jobq is not preloaded, this transaction
+ * wrote jobq.queue, its snapshot is older than its statements, or this is a
+ * standby (replayed changes fire no trigger, and a session outlives a
+ * promotion).
+ */
+uint64
+jobq_state_settings_gen(void)
+{
+	if (jobq_shared == NULL || jobq_settings_written || IsolationUsesXactSnapshot() ||
+		RecoveryInProgress())
+		return 0;
+	return pg_atomic_read_u64(&jobq_shared->settings_gen);
+}
+
+/*
+ * jobq.queue_changed(): trigger on jobq.queue (BEFORE each row, BEFORE
+ * TRUNCATE), marks the transaction so that its commit invalidates every
+ * backend's cached settings.
+ */
+PG_FUNCTION_INFO_V1(jobq_queue_changed);
+
+Datum
+jobq_queue_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("jobq.queue_changed() may only be called as a trigger")));
+	jobq_settings_written = true;
+	if (!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		return PointerGetDatum(NULL);
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		return PointerGetDatum(trigdata->tg_newtuple);
+	return PointerGetDatum(trigdata->tg_trigtuple);
+}
