@@ -150,6 +150,12 @@ my $pid = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'jobq executor' AND wait_event = 'PgSleep'});
 my $log_at = -s $node->logfile;
 kill 'KILL', $pid;
+# the crash-restart ends before polling: a psql started while the server is
+# in recovery exits before reading its query, and poll_query_until dies on
+# the broken pipe of writing it (seen on a busy Debian 13)
+$node->wait_for_log(
+	qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s,
+	$log_at);
 ok($node->poll_query_until('postgres',
 	"SELECT status = 'completed' FROM jobq.job WHERE job_id = $id"),
 	'after the crash the job ran again and completed, long before its lease would have expired');
