@@ -13,11 +13,11 @@ import psycopg
 from .db import Db, db_message
 from .render import Refused
 
+# actions asked about first (a page with the same form, confirmed): what
 # changes many jobs, and what deletes; the answer's button label
 CONFIRM = {"discard": "discard it", "discard_selected": "discard them",
            "retry_selected": "retry them", "retry_failed": "retry them",
            "release_running": "put them back"}
-
 
 
 class Actions:

@@ -15,8 +15,8 @@ import psycopg.errors
 from .db import GROUPS_TTL, STATS_TTL, Db, db_message
 from .queries import (Q_APP_WORKERS, Q_DETAILS, Q_HELD, Q_WF_EDGES, Q_WF_JOBS,
                       Q_WORKFLOWS, keyset_page)
-from .render import (STATUS_FILL, STATUSES, WF_MAX_JOBS, Refused, ago, chart_layout,
-                     qs, wf_layout, TEMPLATES)
+from .render import (STATUS_FILL, STATUSES, TEMPLATES, WF_MAX_JOBS, Refused, ago,
+                     chart_layout, qs, wf_layout)
 
 PAYLOAD_EXAMPLE = '{"customer": {"id": 42}}'
 SEARCH_TIMEOUT = "5s"    # statement_timeout of each statement of a Jobs page (a search)

@@ -8,7 +8,8 @@ here are the shared ones, and the paging of job lists by job id
 are kept.
 """
 
-PAGE_SIZE = 50
+PAGE_SIZE = 50          # jobs on a page of a list
+
 # The overview's live refresh (every LIVE_INTERVAL, shared by every viewer
 # for LIVE_TTL): three statements, each bounded by something other than the
 # number of jobs kept: the queues, the running jobs (the partial index on

@@ -41,6 +41,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
        "img-src 'self'; connect-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
 
+
 class App:
     """Settings and shared state of one "jobq web" process."""
 
@@ -94,7 +95,7 @@ class Handler(Pages, Actions):
     involved, a chunked body is decoded as the body (never read as a next
     request), and a body is buffered whole, up to MAX_BODY, before this runs.
     """
-    app = None  # set in main()
+    app = None  # set in serve()
 
     def __init__(self, environ):
         self.environ = environ
@@ -279,6 +280,7 @@ class Handler(Pages, Actions):
 
     def error_page(self, status, msg):
         return TEMPLATES.get_template("error.html").render(status=status, msg=msg)
+
     # -- login -----------------------------------------------------------
 
     def login_page(self, s, msg):
@@ -309,6 +311,7 @@ class Handler(Pages, Actions):
 
 
 def loopback(host):
+    """Is host a loopback address (or localhost)?"""
     if host == "localhost":
         return True
     try:
