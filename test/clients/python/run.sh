@@ -75,14 +75,17 @@ done
 
 # --- the dashboard's entry point (no server needed) ----------------------------
 
-# web_check NAME EXPECTED-RC PATTERN COMMAND...: COMMAND exits EXPECTED-RC
-# and prints PATTERN (a grep -E pattern; on stderr when EXPECTED-RC is not
-# 0, and then as its one and only line, with no traceback)
+# web_check NAME EXPECTED-RC PATTERN COMMAND...: COMMAND, run in the scratch
+# directory, exits EXPECTED-RC and prints PATTERN (a grep -E pattern; on
+# stderr when EXPECTED-RC is not 0, and then as its one and only line, with
+# no traceback).  Not in the tree's top directory: python3 -m and -c look
+# there first, and a built tree has jobq.so, the extension, which Python
+# would take for a module "jobq".
 web_check() {
 	local name=$1 rc_want=$2 pat=$3 rc out err lines
 	shift 3
 	out=$TMP/web-out err=$TMP/web-err
-	timeout 60 "$@" >"$out" 2>"$err" </dev/null
+	(cd "$TMP" && exec timeout 60 "$@") >"$out" 2>"$err" </dev/null
 	rc=$?
 	lines=$(wc -l <"$err")
 	if [ "$rc_want" = 0 ] && [ "$rc" = 0 ] && grep -qE -- "$pat" "$out"; then
