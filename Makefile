@@ -144,19 +144,5 @@ typedefs: all
 
 installcheck: check-format
 
-# jobq web (bin/jobq web) finds its files in share/jobq/web of the
-# PostgreSQL it is installed into
-.PHONY: install-web uninstall-web
-install: install-web
-install-web:
-	$(MKDIR_P) '$(DESTDIR)$(datadir)/jobq/web/static' '$(DESTDIR)$(datadir)/jobq/web/templates'
-	$(INSTALL_DATA) $(srcdir)/web/jobq_web.py '$(DESTDIR)$(datadir)/jobq/web/'
-	$(INSTALL_DATA) $(wildcard $(srcdir)/web/static/*) '$(DESTDIR)$(datadir)/jobq/web/static/'
-	$(INSTALL_DATA) $(wildcard $(srcdir)/web/templates/*) '$(DESTDIR)$(datadir)/jobq/web/templates/'
-
-uninstall: uninstall-web
-uninstall-web:
-	rm -rf '$(DESTDIR)$(datadir)/jobq'
-
 # make dist: a versioned archive of HEAD (after PGXS, so "all" stays the default)
 include $(srcdir)/dist.mk

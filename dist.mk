@@ -6,11 +6,13 @@
 # META.json must carry the same version (checked).  Uncommitted changes are
 # not in the archive: the target warns about them.
 #
-# "make deb" is the Debian package, postgresql-15-jobq_<version>-<rev>_<arch>.deb
-# in dist/, built by scripts/deb-build from "git archive" of HEAD with
-# dpkg-buildpackage and debian/ (pg_buildext).  scripts/deb-check installs it,
-# and upgrades to it from the previous release's package, in a throwaway
-# Debian 12 root.
+# "make deb" is the Debian packages in dist/: postgresql-NN-jobq_<version>-<rev>_<arch>.deb
+# for each PostgreSQL version with server headers here (the extension and
+# bin/jobq) and python3-jobq_<version>-<rev>_all.deb (the Python library and
+# the dashboard, jobq.web), built by scripts/deb-build from "git archive" of
+# HEAD with dpkg-buildpackage and debian/ (pg_buildext, pybuild).
+# scripts/deb-check installs them, and upgrades to them from the previous
+# release's package, in throwaway Debian 12 and 13 roots.
 
 DIST_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(srcdir)/jobq.control)
 DIST_NAME = jobq-$(DIST_VERSION)

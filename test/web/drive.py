@@ -501,7 +501,7 @@ def tests():
           body[:300])
     check("a hostile payload is escaped in the HTML", "<b id=pwn2>" not in body and "&lt;b id=pwn2&gt;" in body)
     check("a hostile kind is escaped in the HTML", '<i id="pwn3">' not in body and "evil&lt;i id=&quot;pwn3&quot;&gt;" in body)
-    st, _, _ = admin.get("/static/../jobq_web.py")
+    st, _, _ = admin.get("/static/../server.py")
     check("no file outside static/ is served", st == 404, st)
     st, hdr, _ = admin.get("/chart.svg?range=hour")
     check("the chart is SVG", st == 200 and hdr.get("Content-Type", "").startswith("image/svg+xml"), hdr)

@@ -9,7 +9,11 @@
 # and a PgBouncer (pool_mode = transaction) on another free port.  As root,
 # both run as the postgres user.  Then runs test_jobq.py (plain unittest)
 # twice: JOBQ_TEST_VIA=direct and JOBQ_TEST_VIA=pgbouncer; the second adds the
-# throughput measurement when JOBQ_THROUGHPUT=1.
+# throughput measurement when JOBQ_THROUGHPUT=1.  Before the server: the
+# dashboard's entry point (python3 -m jobq.web --help, bin/jobq web --help)
+# and its one-line error when a dependency cannot be imported (a directory on
+# PYTHONPATH shadows waitress or psycopg with a module raising ImportError) or
+# the package is not installed at all.
 #
 # Needs python3 with psycopg 3 (Debian: python3-psycopg) and
 # /usr/sbin/pgbouncer.  Prints "N passed, N failed" last; exits non-zero on
@@ -68,6 +72,74 @@ for p in ${PYTHON:-} /usr/bin/python3 python3; do
 	fi
 done
 [ -n "$PY" ] || fail_setup "python3 with psycopg 3 (Debian: python3-psycopg)"
+
+# --- the dashboard's entry point (no server needed) ----------------------------
+
+# web_check NAME EXPECTED-RC PATTERN COMMAND...: COMMAND, run in the scratch
+# directory, exits EXPECTED-RC and prints PATTERN (a grep -E pattern; on
+# stderr when EXPECTED-RC is not 0, and then as its one and only line, with
+# no traceback).  Not in the tree's top directory: python3 -m and -c look
+# there first, and a built tree has jobq.so, the extension, which Python
+# would take for a module "jobq".
+web_check() {
+	local name=$1 rc_want=$2 pat=$3 rc out err lines
+	shift 3
+	out=$TMP/web-out err=$TMP/web-err
+	(cd "$TMP" && exec timeout 60 "$@") >"$out" 2>"$err" </dev/null
+	rc=$?
+	lines=$(wc -l <"$err")
+	if [ "$rc_want" = 0 ] && [ "$rc" = 0 ] && grep -qE -- "$pat" "$out"; then
+		echo "ok - $name"
+		passed=$((passed + 1))
+	elif [ "$rc_want" != 0 ] && [ "$rc" = "$rc_want" ] && [ "$lines" = 1 ] &&
+		grep -qE -- "$pat" "$err" && ! grep -q Traceback "$err"; then
+		echo "ok - $name"
+		passed=$((passed + 1))
+	else
+		echo "not ok - $name (exit $rc, want $rc_want; stderr $lines lines)"
+		sed 's/^/#   /' "$out" "$err" | tail -n 20
+		failed=$((failed + 1))
+	fi
+}
+
+# a module that cannot be imported: a directory on PYTHONPATH shadows it
+# with one whose import raises ImportError
+for m in waitress psycopg; do
+	mkdir -p "$TMP/shadow-$m/$m"
+	echo 'raise ImportError("shadowed by test/clients/python/run.sh")' >"$TMP/shadow-$m/$m/__init__.py"
+done
+# an interpreter that finds no installed package (python3 -S: no site-packages)
+printf '#!/bin/sh\nexec %s -S "$@"\n' "$PY" >"$TMP/python-nosite"
+chmod 755 "$TMP/python-nosite"
+mkdir -p "$TMP/bin" && cp "$ROOT/bin/jobq" "$TMP/bin/jobq"
+
+echo "# the dashboard's entry point"
+web_check "python3 -m jobq.web --help prints its options" 0 "--read-only" \
+	env PYTHONPATH="$ROOT/clients/python" "$PY" -m jobq.web --help
+web_check "bin/jobq web --help runs jobq.web from the checkout" 0 "--password-file" \
+	env -u PYTHONPATH "$ROOT/bin/jobq" web --help
+web_check "waitress missing: one line naming python3-waitress, exit 3" 3 \
+	"^jobq web: Python module waitress is missing: apt-get install python3-waitress" \
+	env PYTHONPATH="$TMP/shadow-waitress:$ROOT/clients/python" "$PY" -m jobq.web --port 0
+web_check "psycopg missing: one line naming python3-psycopg, exit 3" 3 \
+	"^jobq web: Python module psycopg is missing: apt-get install python3-psycopg" \
+	env PYTHONPATH="$TMP/shadow-psycopg:$ROOT/clients/python" "$PY" -m jobq.web --port 0
+web_check "psycopg and waitress missing: one line naming both, exit 3" 3 \
+	"^jobq web: Python modules psycopg, waitress are missing: apt-get install python3-psycopg python3-waitress" \
+	env PYTHONPATH="$TMP/shadow-psycopg:$TMP/shadow-waitress:$ROOT/clients/python" "$PY" -m jobq.web
+web_check "bin/jobq web with waitress missing: the same line" 3 \
+	"^jobq web: Python module waitress is missing: apt-get install python3-waitress" \
+	env PYTHONPATH="$TMP/shadow-waitress" "$ROOT/bin/jobq" web --port 0
+web_check "bin/jobq web without the package: one line naming python3-jobq, exit 3" 3 \
+	"^jobq web: the Python package jobq.web is not installed: apt-get install python3-jobq" \
+	env -u PYTHONPATH JOBQ_PYTHON="$TMP/python-nosite" "$TMP/bin/jobq" web --port 0
+web_check "import jobq without psycopg works; jobq.Worker then says what to install" 0 "^ok: .*python3-psycopg" \
+	env PYTHONPATH="$TMP/shadow-psycopg:$ROOT/clients/python" "$PY" -c '
+import jobq
+try:
+    jobq.Worker
+except ImportError as x:
+    print("ok:", x)'
 
 # --- the server ------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-// web/static/jobq.js -- the dashboard's only script (the CSP allows no other).
+// jobq/web/static/jobq.js -- the dashboard's only script (the CSP allows no other).
 //
 // On a page whose <body> has data-live="MS": every MS milliseconds, fetch
 // /api/overview and put each queue's counts into the elements marked
