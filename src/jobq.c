@@ -20,7 +20,6 @@
 #include "bgw_launcher.h"
 #include "guc.h"
 #include "jobq.h"
-#include "plan_defaults.h"
 #include "shm_bgw.h"
 #include "shm_queue.h"
 
@@ -40,7 +39,6 @@ _PG_init(void)
 		jobq_state_shmem_request();
 	jobq_bgw_init();
 	jobq_hooks_init();
-	jobq_plan_defaults_init();
 	jobq_launcher_register();
 	jobq_state_register_callbacks();
 }
