@@ -218,7 +218,7 @@ TokenStatement(FunctionCallInfo fcinfo, const char *jsonname, SPIPlanPtr *cache,
 	TokenJsonArgs(fcinfo, jsonname, values, nulls);
 
 	jobq_owner_begin(&saved);
-	jobq_spi_exec_indexed(jobq_plan_generic(cache, sql, 4, types),
+	jobq_spi_exec(jobq_plan_generic(cache, sql, 4, types),
 						  values, nulls, SPI_OK_UPDATE_RETURNING);
 	if (completes)
 	{
@@ -333,7 +333,7 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 		jobq_owner_end(&saved);
 		PG_RETURN_INT32((int32) ndirect);
 	}
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_complete_many,
+	jobq_spi_exec(jobq_plan_generic(&plan_complete_many,
 											"UPDATE jobq.job j SET status = 'completed', result = u.result,"
 											" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
 											" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
@@ -481,7 +481,7 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	values[9] = TimestampTzGetDatum(now);
 	nulls[9] = retry ? 'n' : ' ';
 	values[10] = CStringGetTextDatum(outcome);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_end_attempt,
+	jobq_spi_exec(jobq_plan_generic(&plan_end_attempt,
 											"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
 											" started_at, finished_at, outcome, error)"
 											" VALUES ($1, $2, $3, $4, $5, $11, $6))"
@@ -517,7 +517,7 @@ LockRunningJob(int64 job_id, int64 lease_token, Oid caller, JobqAttempt *attempt
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = Int64GetDatum(lease_token);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_fail_lock,
+	jobq_spi_exec(jobq_plan_generic(&plan_fail_lock,
 											"SELECT " JOBQ_ATTEMPT_COLUMNS
 											" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
 											" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
@@ -682,7 +682,7 @@ jobq_extend(PG_FUNCTION_ARGS)
 	values[3] = IntervalPGetDatum(jobq_positive_interval_arg(fcinfo, 2, "lease"));
 
 	jobq_owner_begin(&saved);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_extend,
+	jobq_spi_exec(jobq_plan_generic(&plan_extend,
 											"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
 											" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
 											" RETURNING lease_expires_at, queue",

@@ -91,8 +91,8 @@ static SPIPlanPtr plan_rate_oldest;
 static bool
 PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 {
-	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
-	Datum		values[3];
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
 	uint64		due_epoch;
 	bool		isnull;
 
@@ -103,18 +103,18 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now);
-	values[2] = Int32GetDatum(JOBQ_PROMOTE_BATCH);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_promote,
+	jobq_spi_exec(jobq_plan_generic(&plan_promote,
 											"WITH due AS (DELETE FROM jobq.scheduled s"
 											" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
 											" WHERE d.queue = $1 AND d.run_at <= $2"
-											" ORDER BY d.run_at, d.job_id LIMIT $3 FOR UPDATE SKIP LOCKED))"
+											" ORDER BY d.run_at, d.job_id"
+											" LIMIT " CppAsString2(JOBQ_PROMOTE_BATCH) " FOR UPDATE SKIP LOCKED))"
 											" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind, s.concurrency_key)"
 											" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
 											" concurrency_key)"
 											" SELECT queue, -priority, run_at, job_id, kind, concurrency_key FROM due"
 											" RETURNING neg_priority, run_at, job_id",
-											3, types),
+											2, types),
 						  values, NULL, SPI_OK_INSERT_RETURNING);
 	promoted = SPI_processed > 0;
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -136,7 +136,7 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 	}
 
 	/* remember when the next scheduled row is due */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_next_due,
+	jobq_spi_exec(jobq_plan_generic(&plan_next_due,
 											"SELECT run_at FROM jobq.scheduled WHERE queue = $1"
 											" ORDER BY run_at LIMIT 1",
 											1, types),
@@ -200,7 +200,7 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 
 	if (q->max_concurrency > 0 || q->throttled)
 	{
-		jobq_spi_exec_indexed(jobq_plan_generic(&plan_count_running,
+		jobq_spi_exec(jobq_plan_generic(&plan_count_running,
 												"SELECT count(*) FROM jobq.job WHERE queue = $1"
 												" AND lease_expires_at IS NOT NULL AND status = 'running'",
 												1, types),
@@ -215,11 +215,11 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 	{
 		int64		used;
 
-		jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_trim,
+		jobq_spi_exec(jobq_plan_generic(&plan_rate_trim,
 												"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
 												2, types),
 							  values, NULL, SPI_OK_DELETE);
-		jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_count,
+		jobq_spi_exec(jobq_plan_generic(&plan_rate_count,
 												"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
 												1, types),
 							  values, NULL, SPI_OK_SELECT);
@@ -228,7 +228,7 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 		if (batch == 0)
 		{
 			/* the window frees a claim when its oldest one leaves it */
-			jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_oldest,
+			jobq_spi_exec(jobq_plan_generic(&plan_rate_oldest,
 													"SELECT min(claimed_at) FROM jobq.rate_window WHERE queue = $1",
 													1, types),
 								  values, NULL, SPI_OK_SELECT);
@@ -413,7 +413,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 			values[7] = Int64GetDatum(start.job_id);
 		}
 		if (!per_key)
-			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim,
+			jobq_spi_exec(jobq_plan_generic(&plan_claim,
 													"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
 													" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
 													" AND ($3 IS NULL OR r.kind = ANY ($3))"
@@ -423,7 +423,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 													12, types),
 								  values, nulls, SPI_OK_UPDATE_RETURNING);
 		else
-			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim_per_key,
+			jobq_spi_exec(jobq_plan_generic(&plan_claim_per_key,
 													"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
 													" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
 													" AND j.status = 'running'"

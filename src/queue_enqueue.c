@@ -155,7 +155,7 @@ KeyHolder(const char *kind, const char *key)
 
 	values[0] = CStringGetTextDatum(kind);
 	values[1] = CStringGetTextDatum(key);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_key_lookup,
+	jobq_spi_exec(jobq_plan_generic(&plan_key_lookup,
 											"SELECT job_id FROM jobq.idempotency_key"
 											" WHERE kind = $1 AND key = $2",
 											2, types),

@@ -86,7 +86,7 @@ ReapQueue(void *arg)
 	 * walks the index across queues.  Rows beyond the limit are reaped in the
 	 * next transaction.
 	 */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_reap_lock,
+	jobq_spi_exec(jobq_plan_generic(&plan_reap_lock,
 											"SELECT " JOBQ_ATTEMPT_COLUMNS
 											" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
 											" WHERE j.queue = $1 AND j.lease_expires_at < $2"
@@ -154,7 +154,7 @@ jobq_reap_expired(int batch, bool *more)
 	*more = false;
 	values[0] = TimestampTzGetDatum(now);
 	/* a look at the head of each queue's part of job_running_lease_idx */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_reap_queues,
+	jobq_spi_exec(jobq_plan_generic(&plan_reap_queues,
 											"SELECT q.name, q.breaker_threshold IS NOT NULL"
 											" FROM jobq.queue q WHERE EXISTS (SELECT 1 FROM jobq.job j"
 											" WHERE j.queue = q.name AND j.lease_expires_at < $1"
@@ -234,7 +234,7 @@ EndOrphanedLeases(void *arg)
 	values[0] = Int64GetDatum(0);
 	values[1] = TimestampTzGetDatum(u->now);
 	/* the running jobs of the queues with handlers: job_running_lease_idx */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_orphans,
+	jobq_spi_exec(jobq_plan_generic(&plan_orphans,
 											"SELECT j.job_id, j.worker_id, j.queue FROM jobq.job j"
 											" WHERE j.queue IN (SELECT h.queue FROM jobq.handler h)"
 											" AND j.lease_expires_at > $2 AND j.status = 'running'"
