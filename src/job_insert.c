@@ -5,14 +5,12 @@
  *	  and reserving their idempotency keys in jobq.idempotency_key, without
  *	  planning or executing an INSERT statement.
  *
- * An enqueue writes two rows per job.  Through SPI, every call builds an
- * executor state for a CTE with two ModifyTable nodes, projects each row
- * twice and passes the job ids through a tuplestore.  Here the rows are
- * formed directly; the heap tuples of a batch go in with
- * table_multi_insert() (one WAL record per page, as COPY does) and their
- * index entries through ExecInsertIndexTuples(), so unique checks, partial
- * index predicates and NOT NULL / CHECK constraints behave as they do for
- * an INSERT.
+ * An enqueue writes two rows per job, formed directly, with no executor
+ * state, projection or tuplestore between them; the heap tuples of a batch
+ * go in with table_multi_insert() (one WAL record per page, as COPY does)
+ * and their index entries through ExecInsertIndexTuples(), so unique
+ * checks, partial index predicates and NOT NULL / CHECK constraints behave
+ * as they do for an INSERT.
  *
  * A key is reserved as INSERT ... ON CONFLICT DO NOTHING reserves it: a
  * check of the unique index for a committed holder (waiting for one in

@@ -199,7 +199,7 @@ FindColumns(Relation rel, int ncols, const LeaseColumn *cols, int *attidx)
 
 /*
  * The columns a claim or a completion may write as NULL must allow it: a
- * NOT NULL added by hand is checked by the statements only.
+ * NOT NULL added by hand is not checked here, so such a table is refused.
  */
 static bool
 NullableColumns(Relation job, const int *j)
@@ -844,10 +844,10 @@ CompleteChange(const LeaseRels *lr, void *arg)
 
 /*
  * Complete the running jobs ids[i] whose lease token is tokens[i] (with
- * results[i], NULL where result_nulls is NULL or says so), as jobq.complete
- * and jobq.complete_many's statement do.  *queues gets the distinct queues
- * of the completed jobs (palloc'd strings in the current memory context),
- * *ncompleted how many there were.
+ * results[i], NULL where result_nulls is NULL or says so), as an UPDATE
+ * with lease_token = $2 AND status = 'running' would.  *queues gets the
+ * distinct queues of the completed jobs (palloc'd strings in the current
+ * memory context), *ncompleted how many there were.
  */
 void
 jobq_complete_direct(const Datum *ids, const bool *id_nulls, const Datum *tokens,
