@@ -439,16 +439,13 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		island_last = &rows[island_rows - 1].pos;
 	else if (!two_pass && island.valid && nrows > 0)
 	{
-		/*
-		 * one scan from the island's lo (or before) on; a per-key claim's
-		 * fewer rows than the batch say nothing of the island's end
-		 */
+		/* one scan from the island's lo (or before) on */
 		island_last = &rows[nrows - 1].pos;
-		island_done = (!per_key && nrows < (uint64) batch) ||
+		island_done = nrows < (uint64) batch ||
 			jobq_claim_pos_compare(island_last, &island.hi) >= 0;
 	}
 	else if (!two_pass && island.valid)
-		island_done = !per_key;
+		island_done = true;
 	if ((nrows > 0 || island.valid) && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
 		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done,
 							 nrows > island_rows ? &rows[nrows - 1].pos : NULL);
