@@ -14,10 +14,11 @@
  *
  * The statements are left to the planner: no planner setting is changed
  * for them.  The hot operations (claim, complete, enqueue, key
- * reservation) run no statement at all (job_lease.c, job_insert.c); every
- * other statement names its table's key or index columns, with an ORDER BY
- * that matches the index and a constant LIMIT where it takes the head of
- * an index, so the index path is the plan the planner picks.
+ * reservation) write without a statement (job_lease.c, job_insert.c); the
+ * statements around them name the columns of an index, and take the head
+ * of one with a matching ORDER BY and LIMIT.  test/t/021_jit.pl checks on
+ * a stock server that none of theirs reads a large table sequentially and
+ * that no statement of jobq's is JIT-compiled.
  *
  *-------------------------------------------------------------------------
  */
