@@ -411,6 +411,8 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		}
 		dc.picked = picked;
 		dc.npicked = (int) SPI_processed;
+		/* the leases start after what the choice saw: a job finished then */
+		dc.now = GetCurrentTimestamp();
 	}
 	jobq_claim_direct(&dc, &claimed, &nrows, &island_rows);
 	island_done = two_pass && island_rows < (uint64) batch;
