@@ -263,12 +263,17 @@ const recheck = [];
     const rm = ratio(med(vs), med(bs));
     recheck.push({ label, bare: med(bs), jobq: med(vs), ratio: rm, lo: Math.min(...ratios), hi: Math.max(...ratios), target, met: cmp(rm) });
   };
-  line('enqueue, 1 job / tx', 'enqueue', 'jobq', 'single', 'single', '≥ 0.9×', (x) => x >= 0.9);
-  line('enqueue, batches of 100', 'enqueue', 'jobq', 'batch100', 'batch100', '≥ 0.9×', (x) => x >= 0.9);
-  line('enqueue with idempotency keys (vs bare 1 job / tx)', 'enqueue', 'jobq', 'key', 'single', '≥ 0.8×', (x) => x >= 0.8);
-  for (const b of uniq(r.filter((x) => x.what === 'drain').map((x) => x.batch)).sort((a, b2) => a - b2)) {
-    line(`drain, batch ${b}, one transaction`, 'drain', 'jobq', b, b, '≥ 1.0×', (x) => x >= 1.0);
-    line(`drain, batch ${b}, two transactions`, 'drain', 'jobq-2tx', b, b, '≥ 1.0×', (x) => x >= 1.0);
+  // jobq, then any jobq@REF that bench/run --baseline=REF ran beside it
+  const builds = ['jobq', ...uniq(r.map((x) => x.contender.replace(/-2tx$/, '')).filter((c) => c.startsWith('jobq@')))];
+  for (const j of builds) {
+    const at = j === 'jobq' ? '' : ` (${j})`;
+    line(`enqueue, 1 job / tx${at}`, 'enqueue', j, 'single', 'single', '≥ 0.9×', (x) => x >= 0.9);
+    line(`enqueue, batches of 100${at}`, 'enqueue', j, 'batch100', 'batch100', '≥ 0.9×', (x) => x >= 0.9);
+    line(`enqueue with idempotency keys (vs bare 1 job / tx)${at}`, 'enqueue', j, 'key', 'single', '≥ 0.8×', (x) => x >= 0.8);
+    for (const b of uniq(r.filter((x) => x.what === 'drain').map((x) => x.batch)).sort((a, b2) => a - b2)) {
+      line(`drain, batch ${b}, one transaction${at}`, 'drain', j, b, b, '≥ 1.0×', (x) => x >= 1.0);
+      line(`drain, batch ${b}, two transactions${at}`, 'drain', `${j}-2tx`, b, b, '≥ 1.0×', (x) => x >= 1.0);
+    }
   }
   if (recheck.length) {
     tables.push({

@@ -19,7 +19,6 @@
 
 #include "guc.h"
 #include "jobq_limits.h"
-#include "plan_defaults.h"
 #include "bgw/hooks.h"
 #include "bgw/launcher.h"
 #include "shmem/shm_bgw.h"
@@ -41,7 +40,6 @@ _PG_init(void)
 		jobq_state_shmem_request();
 	jobq_bgw_init();
 	jobq_hooks_init();
-	jobq_plan_defaults_init();
 	jobq_launcher_register();
 	jobq_state_register_callbacks();
 }

@@ -12,12 +12,13 @@
  * cache re-analyzes a saved plan whenever the search path in force differs
  * from the one it was made under.
  *
- * Every statement is also planned and executed with jit = off.  A plan
- * made with enable_sort off (the indexed statements) costs about 1e10 when
- * it needs a sort anyway, far past jit_above_cost, and the default jit = on
- * then spent tens to hundreds of milliseconds compiling a statement that
- * runs in well under one, on every execution.  jobq's statements read a few
- * rows through indexes: they never gain from JIT.
+ * The statements are left to the planner: no planner setting is changed
+ * for them.  The hot operations (claim, complete, enqueue, key
+ * reservation) write without a statement (job_lease.c, job_insert.c); the
+ * statements around them name the columns of an index, and take the head
+ * of one with a matching ORDER BY and LIMIT.  test/t/021_jit.pl checks on
+ * a stock server that none of theirs reads a large table sequentially and
+ * that no statement of jobq's is JIT-compiled.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,7 +26,6 @@
 
 #include "catalog/namespace.h"
 #include "executor/spi.h"
-#include "jit/jit.h"
 #include "nodes/parsenodes.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
@@ -41,39 +41,23 @@
 #define JOBQ_SEARCH_PATH "pg_catalog, pg_temp"
 
 /*
- * Set the settings of a jobq statement until RestoreStatementSettings: the
- * search path; with plan, jit off (and with indexed also no sequential
- * scans, bitmap scans or sorts).  Returns the GUC nest level to restore, or
- * -1 when nothing needed setting.  On error, the (sub)transaction's abort
- * restores them.  This is the supported way to pin a search path for a
- * while (a SET clause of a function does the same); the override search
- * path of PostgreSQL 15 and 16 is gone in 17.
+ * Pin the search path of a jobq statement until RestoreStatementSettings.
+ * Returns the GUC nest level to restore, or -1 when it was pinned already.
+ * On error, the (sub)transaction's abort restores it.  This is the
+ * supported way to pin a search path for a while (a SET clause of a
+ * function does the same); the override search path of PostgreSQL 15 and
+ * 16 is gone in 17.
  */
 static int
-SetStatementSettings(bool plan, bool indexed)
+SetStatementSettings(void)
 {
-	bool		path = strcmp(namespace_search_path, JOBQ_SEARCH_PATH) != 0;
-	bool		jit = plan && jit_enabled;
 	int			nestlevel;
 
-	if (!path && !jit && !(plan && indexed))
+	if (strcmp(namespace_search_path, JOBQ_SEARCH_PATH) == 0)
 		return -1;
 	nestlevel = NewGUCNestLevel();
-	if (path)
-		(void) set_config_option("search_path", JOBQ_SEARCH_PATH, PGC_USERSET,
-								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	if (jit)
-		(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	if (plan && indexed)
-	{
-		(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	}
+	(void) set_config_option("search_path", JOBQ_SEARCH_PATH, PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	return nestlevel;
 }
 
@@ -96,7 +80,7 @@ PlanCached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes,
 	if (*cache != NULL)
 		return *cache;
 
-	nestlevel = SetStatementSettings(false, false);
+	nestlevel = SetStatementSettings();
 	plan = SPI_prepare_cursor(sql, nargs, argtypes, cursor_options);
 	if (plan == NULL)
 		elog(ERROR, "jobq: SPI_prepare failed: %s",
@@ -127,8 +111,7 @@ jobq_plan(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
  * invalidation.  Their best plan does not depend on the values, and left to
  * itself the plan cache keeps choosing custom plans for them (parameters in
  * LIMIT and "$n IS NULL OR ..." make the generic plan look dearer), which
- * spent more time planning than running: about 40 % of a claim + complete.
- * Statements that walk an index in order run through jobq_spi_exec_indexed.
+ * spent more time planning than running.
  */
 SPIPlanPtr
 jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
@@ -137,17 +120,15 @@ jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 }
 
 /*
- * Execute a saved plan under the pg_catalog search path and jit off, and
- * check the SPI result code.  indexed: plan (when the plan cache plans it
- * now) with sequential scans, bitmap scans and sorts disabled, so that the
- * plan reads its indexes.
+ * Execute a saved plan under the pg_catalog search path and check the SPI
+ * result code; latest: with the latest committed state as the snapshot.
  */
 static void
 ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
-		 bool indexed, bool latest)
+		 bool latest)
 {
 	int			rc;
-	int			nestlevel = SetStatementSettings(true, indexed);
+	int			nestlevel = SetStatementSettings();
 
 	if (latest)
 		rc = SPI_execute_snapshot(plan, values, nulls, GetLatestSnapshot(),
@@ -164,24 +145,11 @@ ExecPlan(SPIPlanPtr plan, Datum *values, const char *nulls, int expected,
 void
 jobq_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
-	ExecPlan(plan, values, nulls, expected, false, false);
+	ExecPlan(plan, values, nulls, expected, false);
 }
 
 /*
- * Execute a saved generic plan that must use its indexes: a claim takes the
- * head of jobq.ready in index order, a completion finds its jobs by primary
- * key.  A generic plan outlives the statistics it was made with, and one
- * made while a table was small (a sequential scan, or a bitmap scan and a
- * sort) would read the whole table once it has grown.
- */
-void
-jobq_spi_exec_indexed(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
-{
-	ExecPlan(plan, values, nulls, expected, true, false);
-}
-
-/*
- * As jobq_spi_exec_indexed, reading the latest committed state instead of
+ * As jobq_spi_exec, reading the latest committed state instead of
  * the statement's snapshot (as a foreign key's check does), whatever the
  * isolation level: for rows another transaction committed while this one
  * waited for a row lock (a parent's new dependents, src/queue_depend.c).
@@ -189,15 +157,15 @@ jobq_spi_exec_indexed(SPIPlanPtr plan, Datum *values, const char *nulls, int exp
 void
 jobq_spi_exec_latest(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
-	ExecPlan(plan, values, nulls, expected, true, true);
+	ExecPlan(plan, values, nulls, expected, true);
 }
 
-/* Run one SQL text (not kept) under jobq's search path, jit off. */
+/* Run one SQL text (not kept) under jobq's search path. */
 void
 jobq_spi_exec_sql(const char *sql, bool read_only, int expected)
 {
 	int			rc;
-	int			nestlevel = SetStatementSettings(true, false);
+	int			nestlevel = SetStatementSettings();
 
 	rc = SPI_execute(sql, read_only, 0);
 	RestoreStatementSettings(nestlevel);

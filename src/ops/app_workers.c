@@ -198,9 +198,9 @@ jobq_app_worker_rows(PG_FUNCTION_ARGS)
 							"SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at,"
 							" COALESCE(h.n, 0), w.last_seen_at < $1"
 							" FROM jobq.app_worker w LEFT JOIN LATERAL ("
-							" SELECT sum(r.n)::bigint AS n FROM (SELECT j.worker_id, j.queue, count(*) AS n"
-							" FROM jobq.job j WHERE j.status = 'running' AND j.worker_id = w.worker_id"
-							" GROUP BY 1, 2) r WHERE r.queue = ANY (w.queues)) h ON true"
+							" SELECT count(*) AS n FROM jobq.job j WHERE j.queue = ANY (w.queues)"
+							" AND j.lease_expires_at IS NOT NULL AND j.status = 'running'"
+							" AND j.worker_id = w.worker_id) h ON true"
 							" ORDER BY w.worker_id",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);

@@ -83,15 +83,15 @@ ReapQueue(void *arg)
 	 * walks the index across queues.  Rows beyond the limit are reaped in the
 	 * next transaction.
 	 */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_reap_lock,
-											"SELECT " JOBQ_ATTEMPT_COLUMNS
-											" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
-											" WHERE j.queue = $1 AND j.lease_expires_at < $2"
-											" AND j.status = 'running'"
-											" ORDER BY j.lease_expires_at LIMIT $3"
-											" FOR UPDATE OF j SKIP LOCKED",
-											3, types),
-						  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec(jobq_plan_generic(&plan_reap_lock,
+									"SELECT " JOBQ_ATTEMPT_COLUMNS
+									" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+									" WHERE j.queue = $1 AND j.lease_expires_at < $2"
+									" AND j.status = 'running'"
+									" ORDER BY j.lease_expires_at LIMIT $3"
+									" FOR UPDATE OF j SKIP LOCKED",
+									3, types),
+				  values, NULL, SPI_OK_SELECT);
 	/* jobq_end_attempt runs more SPI queries: keep our result set */
 	tuptable = SPI_tuptable;
 	n = SPI_processed;
@@ -151,14 +151,14 @@ jobq_reap_expired(int batch, bool *more)
 	*more = false;
 	values[0] = TimestampTzGetDatum(now);
 	/* a look at the head of each queue's part of job_running_lease_idx */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_reap_queues,
-											"SELECT q.name, q.breaker_threshold IS NOT NULL"
-											" FROM jobq.queue q WHERE EXISTS (SELECT 1 FROM jobq.job j"
-											" WHERE j.queue = q.name AND j.lease_expires_at < $1"
-											" AND j.status = 'running')"
-											" ORDER BY q.name",
-											1, types),
-						  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec(jobq_plan_generic(&plan_reap_queues,
+									"SELECT q.name, q.breaker_threshold IS NOT NULL"
+									" FROM jobq.queue q WHERE EXISTS (SELECT 1 FROM jobq.job j"
+									" WHERE j.queue = q.name AND j.lease_expires_at < $1"
+									" AND j.status = 'running')"
+									" ORDER BY q.name",
+									1, types),
+				  values, NULL, SPI_OK_SELECT);
 	nqueues = (int) SPI_processed;
 	queues = palloc(sizeof(char *) * Max(nqueues, 1));
 	breakers = palloc(sizeof(bool) * Max(nqueues, 1));
@@ -231,14 +231,14 @@ EndOrphanedLeases(void *arg)
 	values[0] = Int64GetDatum(0);
 	values[1] = TimestampTzGetDatum(u->now);
 	/* the running jobs of the queues with handlers: job_running_lease_idx */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_orphans,
-											"SELECT j.job_id, j.worker_id, j.queue FROM jobq.job j"
-											" WHERE j.queue IN (SELECT h.queue FROM jobq.handler h)"
-											" AND j.lease_expires_at > $2 AND j.status = 'running'"
-											" AND j.worker_id LIKE 'jobq executor %'"
-											" FOR UPDATE OF j SKIP LOCKED",
-											2, types),
-						  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec(jobq_plan_generic(&plan_orphans,
+									"SELECT j.job_id, j.worker_id, j.queue FROM jobq.job j"
+									" WHERE j.queue IN (SELECT h.queue FROM jobq.handler h)"
+									" AND j.lease_expires_at > $2 AND j.status = 'running'"
+									" AND j.worker_id LIKE 'jobq executor %'"
+									" FOR UPDATE OF j SKIP LOCKED",
+									2, types),
+				  values, NULL, SPI_OK_SELECT);
 	tuptable = SPI_tuptable;
 	n = SPI_processed;
 	/* read after the jobs: an executor is listed before its first claim */

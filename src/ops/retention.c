@@ -141,12 +141,12 @@ PruneKeys(void *arg)
 	values[0] = TimestampTzGetDatum(u->now);
 	values[1] = Int32GetDatum(u->limit);
 	/* through idempotency_key_expires_idx: the expired keys only */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_prune_keys,
-											"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
-											" SELECT k.ctid FROM jobq.idempotency_key k"
-											" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
-											2, types),
-						  values, NULL, SPI_OK_DELETE);
+	jobq_spi_exec(jobq_plan_generic(&plan_prune_keys,
+									"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
+									" SELECT k.ctid FROM jobq.idempotency_key k"
+									" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
+									2, types),
+				  values, NULL, SPI_OK_DELETE);
 	u->deleted = (int64) SPI_processed;
 }
 

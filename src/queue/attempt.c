@@ -6,6 +6,10 @@
  *	  dead-letter state and the queue's circuit breaker.  The reaper ends
  *	  expired attempts through the same jobq_end_attempt.
  *
+ * A completion writes its jobs' rows straight through the table access
+ * method (job_lease.c); fail, snooze, extend and checkpoint run statements,
+ * as they are not the hot path.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -58,8 +62,6 @@ PG_FUNCTION_INFO_V1(jobq_checkpoint);
 /* Saved plans, one per statement. */
 static SPIPlanPtr plan_breaker_fail;
 static SPIPlanPtr plan_breaker_success;
-static SPIPlanPtr plan_complete;
-static SPIPlanPtr plan_complete_many;
 static SPIPlanPtr plan_fail_lock;
 static SPIPlanPtr plan_attempt_details;
 static SPIPlanPtr plan_end_attempt;
@@ -152,62 +154,32 @@ SettleCompleted(const Datum *ids, const bool *id_nulls, int n, TimestampTz now)
 }
 
 /*
- * Complete n jobs straight in the table (queue/job_lease.c) as the caller;
- * false when the statement must run instead.  *done: how many completed.
+ * Complete n jobs straight in the table (queue/job_lease.c) as the caller.
+ * *done: how many completed.
  */
-static bool
+static void
 CompleteDirect(Oid caller, const Datum *ids, const bool *id_nulls, const Datum *tokens,
 			   const bool *token_nulls, const Datum *results, const bool *result_nulls,
 			   int n, TimestampTz now, uint64 *done)
 {
 	List	   *queues;
 
-	if (!jobq_complete_direct(ids, id_nulls, tokens, token_nulls, results, result_nulls,
-							  n, now, &queues, done))
-		return false;
+	jobq_complete_direct(ids, id_nulls, tokens, token_nulls, results, result_nulls,
+						 n, now, &queues, done);
 	CompletedQueues(caller, queues);
 	if (*done > 0)
 		SettleCompleted(ids, id_nulls, n, now);
-	return true;
-}
-
-/*
- * The jobs a complete statement finished (SPI_tuptable, first column the
- * queue): check the caller may work on each of their queues, then tell
- * their breakers.  Returns how many jobs that is.
- */
-static uint64
-CompletedJobs(Oid caller)
-{
-	uint64		n = SPI_processed;
-	List	   *queues = NIL;
-	ListCell   *lc;
-
-	for (uint64 i = 0; i < n; i++)
-	{
-		char	   *queue = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		bool		seen = false;
-
-		foreach(lc, queues)
-			if (strcmp((char *) lfirst(lc), queue) == 0)
-			seen = true;
-		if (!seen)
-			queues = lappend(queues, queue);
-	}
-	CompletedQueues(caller, queues);
-	return n;
 }
 
 /*
  * Run the statement sql of cache, over (job_id, lease_token, a JSON document
  * named jsonname, now) from the arguments, as the extension owner: it
- * updates the caller's running job and returns its queue.  complete tells
- * the queue's breaker of the success (CompletedJobs); both check that the
- * caller may work on the queue.  Whether the job was updated.
+ * updates the caller's running job and returns its queue, on which the
+ * caller must be allowed to work.  Whether the job was updated.
  */
 static bool
 TokenStatement(FunctionCallInfo fcinfo, const char *jsonname, SPIPlanPtr *cache,
-			   const char *sql, bool completes)
+			   const char *sql)
 {
 	Oid			types[4] = {INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID};
 	Datum		values[4];
@@ -218,25 +190,12 @@ TokenStatement(FunctionCallInfo fcinfo, const char *jsonname, SPIPlanPtr *cache,
 	TokenJsonArgs(fcinfo, jsonname, values, nulls);
 
 	jobq_owner_begin(&saved);
-	jobq_spi_exec_indexed(jobq_plan_generic(cache, sql, 4, types),
-						  values, nulls, SPI_OK_UPDATE_RETURNING);
-	if (completes)
-	{
-		done = CompletedJobs(saved.caller) > 0;
-		if (done)
-		{
-			int64		job_id = DatumGetInt64(values[0]);
-
-			jobq_parents_finished(&job_id, 1, DatumGetTimestampTz(values[3]));
-		}
-	}
-	else
-	{
-		done = SPI_processed > 0;
-		if (done)
-			jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
-						 JOBQ_CAP_WORK);
-	}
+	jobq_spi_exec(jobq_plan_generic(cache, sql, 4, types),
+				  values, nulls, SPI_OK_UPDATE_RETURNING);
+	done = SPI_processed > 0;
+	if (done)
+		jobq_require(saved.caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+					 JOBQ_CAP_WORK);
 	jobq_owner_end(&saved);
 	return done;
 }
@@ -251,33 +210,22 @@ jobq_complete(PG_FUNCTION_ARGS)
 	bool		result_null = true;
 	uint64		done;
 	JobqSavedUser saved;
-	bool		direct;
 
 	TokenJsonArgs(fcinfo, "result", values, nulls);
 	if (nulls[2] == ' ')
 		result_null = false;
 	jobq_owner_begin(&saved);
-	direct = CompleteDirect(saved.caller, &values[0], &no_null, &values[1], &no_null,
-							&values[2], &result_null, 1,
-							DatumGetTimestampTz(values[3]), &done);
+	CompleteDirect(saved.caller, &values[0], &no_null, &values[1], &no_null,
+				   &values[2], &result_null, 1,
+				   DatumGetTimestampTz(values[3]), &done);
 	jobq_owner_end(&saved);
-	if (direct)
-		PG_RETURN_BOOL(done > 0);
-	PG_RETURN_BOOL(TokenStatement(fcinfo, "result", &plan_complete,
-								  "UPDATE jobq.job SET status = 'completed', result = $3,"
-								  " finished_at = $4, updated_at = $4, lease_expires_at = NULL"
-								  " WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-								  " RETURNING queue",
-								  true));
+	PG_RETURN_BOOL(done > 0);
 }
 
 /* jobq.complete_many(job_ids[], lease_tokens[], results[]) -> integer */
 Datum
 jobq_complete_many(PG_FUNCTION_ARGS)
 {
-	Oid			types[4] = {INT8ARRAYOID, INT8ARRAYOID, JSONBARRAYOID, TIMESTAMPTZOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
 	Datum	   *elems;
 	bool	   *elem_nulls;
 	Datum	   *ids;
@@ -288,8 +236,8 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	bool	   *result_nulls = NULL;
 	int			n,
 				ntokens;
-	int32		done;
-	uint64		ndirect;
+	uint64		done;
+	TimestampTz now = GetCurrentTimestamp();
 	JobqSavedUser saved;
 
 	/* array_agg over an empty claim gives NULLs: nothing to complete */
@@ -316,37 +264,15 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 			if (!elem_nulls[i])
 				jobq_check_json_size(DatumGetJsonbP(elems[i]),
 									 psprintf("results[%d]", i + 1), false);
-		values[2] = PG_GETARG_DATUM(2);
 		results = elems;
 		result_nulls = elem_nulls;
 	}
-	else
-		nulls[2] = 'n';
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = PG_GETARG_DATUM(1);
-	values[3] = TimestampTzGetDatum(GetCurrentTimestamp());
 
 	jobq_owner_begin(&saved);
-	if (CompleteDirect(saved.caller, ids, id_nulls, tokens, token_nulls, results,
-					   result_nulls, n, DatumGetTimestampTz(values[3]), &ndirect))
-	{
-		jobq_owner_end(&saved);
-		PG_RETURN_INT32((int32) ndirect);
-	}
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_complete_many,
-											"UPDATE jobq.job j SET status = 'completed', result = u.result,"
-											" finished_at = $4, updated_at = $4, lease_expires_at = NULL"
-											" FROM unnest($1, $2, COALESCE($3, array_fill(NULL::jsonb,"
-											" ARRAY[cardinality($1)]))) AS u(job_id, lease_token, result)"
-											" WHERE j.job_id = u.job_id AND j.lease_token = u.lease_token"
-											" AND j.status = 'running' RETURNING j.queue",
-											4, types),
-						  values, nulls, SPI_OK_UPDATE_RETURNING);
-	done = (int32) CompletedJobs(saved.caller);
-	if (done > 0)
-		SettleCompleted(ids, id_nulls, n, DatumGetTimestampTz(values[3]));
+	CompleteDirect(saved.caller, ids, id_nulls, tokens, token_nulls, results,
+				   result_nulls, n, now, &done);
 	jobq_owner_end(&saved);
-	PG_RETURN_INT32(done);
+	PG_RETURN_INT32((int32) done);
 }
 
 /* Clip a text to limit bytes on a character boundary of the server encoding. */
@@ -482,19 +408,19 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	values[9] = TimestampTzGetDatum(now);
 	nulls[9] = retry ? 'n' : ' ';
 	values[10] = CStringGetTextDatum(outcome);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_end_attempt,
-											"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
-											" started_at, finished_at, outcome, error)"
-											" VALUES ($1, $2, $3, $4, $5, $11, $6))"
-											" UPDATE jobq.job SET status = $7, retry_count = $8,"
-											" run_at = COALESCE($9, run_at),"
-											" last_error = CASE WHEN $11 IN ('snoozed', 'released') THEN last_error ELSE $6 END,"
-											" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
-											" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
-											" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
-											" WHERE job_id = $1",
-											11, types),
-						  values, nulls, SPI_OK_UPDATE);
+	jobq_spi_exec(jobq_plan_generic(&plan_end_attempt,
+									"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
+									" started_at, finished_at, outcome, error)"
+									" VALUES ($1, $2, $3, $4, $5, $11, $6))"
+									" UPDATE jobq.job SET status = $7, retry_count = $8,"
+									" run_at = COALESCE($9, run_at),"
+									" last_error = CASE WHEN $11 IN ('snoozed', 'released') THEN last_error ELSE $6 END,"
+									" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
+									" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
+									" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
+									" WHERE job_id = $1",
+									11, types),
+				  values, nulls, SPI_OK_UPDATE);
 	if (retry)
 		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, a->concurrency_key,
 					 run_at, now);
@@ -518,13 +444,13 @@ LockRunningJob(int64 job_id, int64 lease_token, Oid caller, JobqAttempt *attempt
 
 	values[0] = Int64GetDatum(job_id);
 	values[1] = Int64GetDatum(lease_token);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_fail_lock,
-											"SELECT " JOBQ_ATTEMPT_COLUMNS
-											" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
-											" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
-											" FOR UPDATE OF j",
-											2, types),
-						  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec(jobq_plan_generic(&plan_fail_lock,
+									"SELECT " JOBQ_ATTEMPT_COLUMNS
+									" FROM jobq.job j JOIN jobq.queue q ON q.name = j.queue"
+									" WHERE j.job_id = $1 AND j.lease_token = $2 AND j.status = 'running'"
+									" FOR UPDATE OF j",
+									2, types),
+				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
 	jobq_attempt_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, attempt);
@@ -683,12 +609,12 @@ jobq_extend(PG_FUNCTION_ARGS)
 	values[3] = IntervalPGetDatum(jobq_positive_interval_arg(fcinfo, 2, "lease"));
 
 	jobq_owner_begin(&saved);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_extend,
-											"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
-											" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-											" RETURNING lease_expires_at, queue",
-											4, types),
-						  values, NULL, SPI_OK_UPDATE_RETURNING);
+	jobq_spi_exec(jobq_plan_generic(&plan_extend,
+									"UPDATE jobq.job SET lease_expires_at = $3 + $4, updated_at = $3"
+									" WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
+									" RETURNING lease_expires_at, queue",
+									4, types),
+				  values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed > 0)
 	{
 		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -708,6 +634,5 @@ jobq_checkpoint(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(TokenStatement(fcinfo, "data", &plan_checkpoint,
 								  "UPDATE jobq.job SET checkpoint = $3, updated_at = $4"
 								  " WHERE job_id = $1 AND lease_token = $2 AND status = 'running'"
-								  " RETURNING queue",
-								  false));
+								  " RETURNING queue"));
 }

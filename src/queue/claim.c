@@ -8,6 +8,14 @@
  * Times come from the database clock: one GetCurrentTimestamp() per call,
  * so all rows a call touches agree.
  *
+ * Every claim takes its rows through job_lease.c, which deletes the ready
+ * rows and marks the jobs running with no statement.  Statements remain
+ * where their semantics are a query's: the promotion of due scheduled jobs
+ * (a batch moved between tables), a limited queue's lock and counts
+ * (ClaimAllowance, RateSpend), and the choice of rows under a per-key limit
+ * (a window over the head of the queue, joined to the running counts),
+ * whose rows are then taken as any claim takes them.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -15,6 +23,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "storage/condition_variable.h"
+#include "storage/itemptr.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/resowner.h"
@@ -70,8 +79,7 @@ static TimestampTz claim_retry_at = 0;
 /* Saved plans, one per statement. */
 static SPIPlanPtr plan_promote;
 static SPIPlanPtr plan_next_due;
-static SPIPlanPtr plan_claim;
-static SPIPlanPtr plan_claim_per_key;
+static SPIPlanPtr plan_pick_per_key;
 static SPIPlanPtr plan_queue_lock;
 static SPIPlanPtr plan_count_running;
 static SPIPlanPtr plan_rate_trim;
@@ -91,8 +99,8 @@ static SPIPlanPtr plan_rate_oldest;
 static bool
 PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 {
-	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
-	Datum		values[3];
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
 	uint64		due_epoch;
 	bool		isnull;
 
@@ -103,19 +111,19 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = TimestampTzGetDatum(now);
-	values[2] = Int32GetDatum(JOBQ_PROMOTE_BATCH);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_promote,
-											"WITH due AS (DELETE FROM jobq.scheduled s"
-											" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
-											" WHERE d.queue = $1 AND d.run_at <= $2"
-											" ORDER BY d.run_at, d.job_id LIMIT $3 FOR UPDATE SKIP LOCKED))"
-											" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind, s.concurrency_key)"
-											" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
-											" concurrency_key)"
-											" SELECT queue, -priority, run_at, job_id, kind, concurrency_key FROM due"
-											" RETURNING neg_priority, run_at, job_id",
-											3, types),
-						  values, NULL, SPI_OK_INSERT_RETURNING);
+	jobq_spi_exec(jobq_plan_generic(&plan_promote,
+									"WITH due AS (DELETE FROM jobq.scheduled s"
+									" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
+									" WHERE d.queue = $1 AND d.run_at <= $2"
+									" ORDER BY d.run_at, d.job_id"
+									" LIMIT " CppAsString2(JOBQ_PROMOTE_BATCH) " FOR UPDATE SKIP LOCKED))"
+									" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind, s.concurrency_key)"
+									" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
+									" concurrency_key)"
+									" SELECT queue, -priority, run_at, job_id, kind, concurrency_key FROM due"
+									" RETURNING neg_priority, run_at, job_id",
+									2, types),
+				  values, NULL, SPI_OK_INSERT_RETURNING);
 	promoted = SPI_processed > 0;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -136,11 +144,11 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 	}
 
 	/* remember when the next scheduled row is due */
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_next_due,
-											"SELECT run_at FROM jobq.scheduled WHERE queue = $1"
-											" ORDER BY run_at LIMIT 1",
-											1, types),
-						  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec(jobq_plan_generic(&plan_next_due,
+									"SELECT run_at FROM jobq.scheduled WHERE queue = $1"
+									" ORDER BY run_at LIMIT 1",
+									1, types),
+				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		jobq_state_set_next_due(relid, queue, due_epoch, DT_NOEND);
 	else
@@ -157,23 +165,6 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 
 /* How many ready rows a claim with a per-key limit looks at. */
 #define JOBQ_KEY_SCAN	10000
-
-/*
- * The end of both claim statements: delete the picked ready rows and mark
- * their jobs running with a fresh lease token.
- */
-#define JOBQ_CLAIM_TAIL \
-	" gone AS (DELETE FROM jobq.ready r" \
-	" WHERE r.ctid = ANY (ARRAY(SELECT ctid FROM picked))" \
-	" RETURNING r.job_id, r.neg_priority, r.run_at)" \
-	" UPDATE jobq.job j SET status = 'running', attempts = j.attempts + 1," \
-	" lease_token = ((j.attempts + 1)::int8 << 32) | (($10 + j.job_id * 40503) & 2147483647)," \
-	" claimed_at = $9, lease_expires_at = $9 + $4, worker_id = $5," \
-	" updated_at = $9" \
-	" FROM gone g WHERE j.job_id = g.job_id AND j.status = 'pending'" \
-	" RETURNING j.job_id, j.lease_token, j.kind, j.payload, j.priority," \
-	" j.retry_count, j.max_retries, j.checkpoint, j.created_at," \
-	" j.lease_expires_at, g.neg_priority, g.run_at"
 
 /*
  * For a queue with limits: lock its row, so its claims run one at a time,
@@ -200,11 +191,11 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 
 	if (q->max_concurrency > 0 || q->throttled)
 	{
-		jobq_spi_exec_indexed(jobq_plan_generic(&plan_count_running,
-												"SELECT count(*) FROM jobq.job WHERE queue = $1"
-												" AND lease_expires_at IS NOT NULL AND status = 'running'",
-												1, types),
-							  values, NULL, SPI_OK_SELECT);
+		jobq_spi_exec(jobq_plan_generic(&plan_count_running,
+										"SELECT count(*) FROM jobq.job WHERE queue = $1"
+										" AND lease_expires_at IS NOT NULL AND status = 'running'",
+										1, types),
+					  values, NULL, SPI_OK_SELECT);
 		running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (q->max_concurrency > 0)
 			batch = (int32) Max(0, Min(batch, q->max_concurrency - running));
@@ -215,23 +206,23 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 	{
 		int64		used;
 
-		jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_trim,
-												"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
-												2, types),
-							  values, NULL, SPI_OK_DELETE);
-		jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_count,
-												"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
-												1, types),
-							  values, NULL, SPI_OK_SELECT);
+		jobq_spi_exec(jobq_plan_generic(&plan_rate_trim,
+										"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
+										2, types),
+					  values, NULL, SPI_OK_DELETE);
+		jobq_spi_exec(jobq_plan_generic(&plan_rate_count,
+										"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
+										1, types),
+					  values, NULL, SPI_OK_SELECT);
 		used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		batch = (int32) Max(0, Min(batch, q->rate_limit - used));
 		if (batch == 0)
 		{
 			/* the window frees a claim when its oldest one leaves it */
-			jobq_spi_exec_indexed(jobq_plan_generic(&plan_rate_oldest,
-													"SELECT min(claimed_at) FROM jobq.rate_window WHERE queue = $1",
-													1, types),
-								  values, NULL, SPI_OK_SELECT);
+			jobq_spi_exec(jobq_plan_generic(&plan_rate_oldest,
+											"SELECT min(claimed_at) FROM jobq.rate_window WHERE queue = $1",
+											1, types),
+						  values, NULL, SPI_OK_SELECT);
 			claim_retry_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															   SPI_tuptable->tupdesc, 1, &isnull));
 			if (isnull)
@@ -265,20 +256,12 @@ RateSpend(const char *queue, int n, TimestampTz now)
 				  values, NULL, SPI_OK_INSERT);
 }
 
-/* One claimed row, kept until the batch is sorted into claim order. */
+/* One claimed row and its position in the queue. */
 typedef struct JobqClaimed
 {
 	JobqClaimPos pos;
 	JobqClaimedRow *row;
 } JobqClaimed;
-
-/* qsort comparator: claim order. */
-static int
-ClaimedCompare(const void *a, const void *b)
-{
-	return jobq_claim_pos_compare(&((const JobqClaimed *) a)->pos,
-								  &((const JobqClaimed *) b)->pos);
-}
 
 /* The validated arguments of a claim. */
 typedef struct JobqClaimArgs
@@ -313,16 +296,16 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	bool		island_done = false;
 	uint64		island_rows = 0;
 	uint64		epoch;
-	Oid			types[12] = {TEXTOID, INT4OID, TEXTARRAYOID, INTERVALOID, TEXTOID,
-	INT4OID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID, INT4OID, INT4OID};
-	Datum		values[12];
-	char		nulls[12];
+	Oid			pick_types[7] = {TEXTOID, INT4OID, TEXTARRAYOID, INT4OID,
+	TIMESTAMPTZOID, INT8OID, INT4OID};
+	Datum		pick_values[7];
+	char		pick_nulls[7];
 	bool		limited;
 	bool		per_key;
+	JobqDirectClaim dc;
 	JobqClaimedRow *claimed = NULL;
 	JobqClaimed *rows;
 	uint64		nrows = 0;
-	bool		direct = false;
 
 	*promoted = false;
 	claim_retry_at = 0;
@@ -344,111 +327,95 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 
 	/*
 	 * With an island (claimable rows before the position, shmem/shm_queue.c)
-	 * the direct claim scans it first, then goes on from the position.  A
-	 * claim that also starts before the position (rows its own transaction
-	 * made ready) and the statements scan once, from the least of them.
+	 * the claim scans it first, then goes on from the position.  A claim that
+	 * also starts before the position (rows its own transaction made ready)
+	 * and a per-key claim scan once, from the least of them.
 	 */
 	two_pass = island.valid && q.max_per_key == 0 &&
 		jobq_claim_pos_compare(&start, &island.pos) >= 0;
 	if (island.valid && !two_pass && jobq_claim_pos_compare(&island.lo, &start) < 0)
 		start = island.lo;
 
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = CStringGetTextDatum(queue);
-	values[1] = Int32GetDatum(batch);
-	values[2] = kinds ? PointerGetDatum(kinds) : (Datum) 0;
-	nulls[2] = kinds ? ' ' : 'n';
 	/* a queue's lease longer than jobq accepts (set some other way) is cut */
 	if (lease == NULL && (jobq_interval_usecs(&q.lease) > JOBQ_MAX_INTERVAL_US ||
 						  !jobq_interval_in_range(&q.lease)))
 		lease = jobq_interval_from_usecs(Max(Min(jobq_interval_usecs(&q.lease),
 												 JOBQ_MAX_INTERVAL_US), 1));
-	values[3] = IntervalPGetDatum(lease ? lease : &q.lease);
-	values[4] = worker_id ? CStringGetTextDatum(worker_id) : (Datum) 0;
-	nulls[4] = worker_id ? ' ' : 'n';
-	values[5] = Int32GetDatum(start.neg_priority);
-	values[6] = TimestampTzGetDatum(start.run_at);
-	values[7] = Int64GetDatum(start.job_id);
-	values[8] = TimestampTzGetDatum(now);
-	/* the lease token: claim number in the high half, random low half */
-	values[9] = Int64GetDatum((int64) (pg_prng_uint32(&pg_global_prng_state) & 0x7fffffff));
-	values[10] = Int32GetDatum(JOBQ_KEY_SCAN);
-	values[11] = Int32GetDatum(q.max_per_key);
+	memset(pick_nulls, ' ', sizeof(pick_nulls));
+	pick_values[0] = CStringGetTextDatum(queue);
+	pick_values[1] = Int32GetDatum(batch);
+	pick_values[2] = kinds ? PointerGetDatum(kinds) : (Datum) 0;
+	pick_nulls[2] = kinds ? ' ' : 'n';
+	pick_values[3] = Int32GetDatum(start.neg_priority);
+	pick_values[4] = TimestampTzGetDatum(start.run_at);
+	pick_values[5] = Int64GetDatum(start.job_id);
+	pick_values[6] = Int32GetDatum(q.max_per_key);
 
 	/*
 	 * Without a per-key limit the claim takes the first unlocked rows. With
-	 * one, it looks at the first JOBQ_KEY_SCAN ready rows (claims of a
-	 * limited queue are serialized by ClaimAllowance, so none are locked by
-	 * another claim) and takes, in claim order, those whose key has room.
+	 * one, a statement looks at the first JOBQ_KEY_SCAN ready rows (claims of
+	 * a limited queue are serialized by ClaimAllowance, so none are locked by
+	 * another claim) and picks, in claim order, those whose key has room;
+	 * they are taken as any claim takes rows (job_lease.c).
 	 */
 	per_key = q.max_per_key > 0;
 	jobq_state_claim_begin(queue, two_pass ? &island.lo : &start);
-	if (!per_key)
+	dc.queue = queue;
+	dc.batch = batch;
+	dc.kinds = kinds;
+	dc.start = start;
+	dc.now = now;
+	dc.lease = lease ? lease : &q.lease;
+	dc.worker_id = worker_id ? CStringGetTextDatum(worker_id) : (Datum) 0;
+	/* the random part of the claim's lease tokens (job_lease.c) */
+	dc.token_salt = (int64) (pg_prng_uint32(&pg_global_prng_state) & 0x7fffffff);
+	dc.has_island = two_pass;
+	dc.island_lo = island.lo;
+	dc.island_hi = island.hi;
+	dc.picked = NULL;
+	dc.npicked = 0;
+	if (per_key)
 	{
-		JobqDirectClaim dc;
+		JobqReadyRow *picked;
 
-		dc.queue = queue;
-		dc.batch = batch;
-		dc.kinds = kinds;
-		dc.start = start;
-		dc.now = now;
-		dc.lease = DatumGetIntervalP(values[3]);
-		dc.worker_id = worker_id ? values[4] : (Datum) 0;
-		dc.token_salt = DatumGetInt64(values[9]);
-		dc.has_island = two_pass;
-		dc.island_lo = island.lo;
-		dc.island_hi = island.hi;
-		direct = jobq_claim_direct(&dc, &claimed, &nrows, &island_rows);
-		island_done = two_pass && island_rows < (uint64) batch;
-	}
-	if (!direct)
-	{
-		if (two_pass)
+		jobq_spi_exec(jobq_plan_generic(&plan_pick_per_key,
+										"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
+										" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
+										" AND j.status = 'running'"
+										" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
+										" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
+										" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
+										" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
+										" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
+										" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($4, $5, $6)"
+										" AND ($3 IS NULL OR r.kind = ANY ($3))"
+										" ORDER BY r.neg_priority, r.run_at, r.job_id"
+										" LIMIT " CppAsString2(JOBQ_KEY_SCAN) ") c)"
+										" SELECT c.ctid, c.neg_priority, c.run_at, c.job_id FROM cand c"
+										" LEFT JOIN running ru ON ru.k = c.concurrency_key"
+										" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $7"
+										" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2",
+										7, pick_types),
+					  pick_values, pick_nulls, SPI_OK_SELECT);
+		picked = palloc(sizeof(JobqReadyRow) * Max(SPI_processed, 1));
+		for (uint64 i = 0; i < SPI_processed; i++)
 		{
-			/* the statements scan once, from the island's lo */
-			two_pass = false;
-			start = island.lo;
-			values[5] = Int32GetDatum(start.neg_priority);
-			values[6] = TimestampTzGetDatum(start.run_at);
-			values[7] = Int64GetDatum(start.job_id);
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+
+			picked[i].tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
+			picked[i].key.neg_priority = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
+			picked[i].key.run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
+			picked[i].key.job_id = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
 		}
-		if (!per_key)
-			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim,
-													"WITH picked AS (SELECT r.ctid FROM jobq.ready r"
-													" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
-													" AND ($3 IS NULL OR r.kind = ANY ($3))"
-													" ORDER BY r.neg_priority, r.run_at, r.job_id"
-													" LIMIT $2 FOR UPDATE SKIP LOCKED),"
-													JOBQ_CLAIM_TAIL,
-													12, types),
-								  values, nulls, SPI_OK_UPDATE_RETURNING);
-		else
-			jobq_spi_exec_indexed(jobq_plan_generic(&plan_claim_per_key,
-													"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
-													" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
-													" AND j.status = 'running'"
-													" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
-													" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
-													" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
-													" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
-													" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
-													" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($6, $7, $8)"
-													" AND ($3 IS NULL OR r.kind = ANY ($3))"
-													" ORDER BY r.neg_priority, r.run_at, r.job_id LIMIT $11) c),"
-													" picked AS (SELECT c.ctid FROM cand c"
-													" LEFT JOIN running ru ON ru.k = c.concurrency_key"
-													" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $12"
-													" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2),"
-													JOBQ_CLAIM_TAIL,
-													12, types),
-								  values, nulls, SPI_OK_UPDATE_RETURNING);
-		nrows = SPI_processed;
-		claimed = palloc(sizeof(JobqClaimedRow) * Max(nrows, 1));
-		Assert(SPI_tuptable->tupdesc->natts == JOBQ_CLAIMED_NCOLS);
-		for (uint64 i = 0; i < nrows; i++)
-			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-							  claimed[i].values, claimed[i].nulls);
+		dc.picked = picked;
+		dc.npicked = (int) SPI_processed;
+		/* the leases start after what the choice saw: a job finished then */
+		dc.now = GetCurrentTimestamp();
 	}
+	jobq_claim_direct(&dc, &claimed, &nrows, &island_rows);
+	island_done = two_pass && island_rows < (uint64) batch;
 
 	rows = palloc(sizeof(JobqClaimed) * Max(nrows, 1));
 	for (uint64 i = 0; i < nrows; i++)
@@ -460,8 +427,6 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		jobq_state_note_unready(queue, &rows[i].pos);
 	}
 	jobq_state_claim_end(queue);
-	if (!direct)
-		qsort(rows, nrows, sizeof(JobqClaimed), ClaimedCompare);
 	/* the shared pool serves this database again when these leases end */
 	if (nrows > 0)
 		jobq_bgw_note_lease(DatumGetTimestampTz(rows[0].row->values[9]));
@@ -476,16 +441,13 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		island_last = &rows[island_rows - 1].pos;
 	else if (!two_pass && island.valid && nrows > 0)
 	{
-		/*
-		 * one scan from the island's lo (or before) on; the statements' fewer
-		 * rows than the batch may be stale ready rows deleted unreturned
-		 */
+		/* one scan from the island's lo (or before) on */
 		island_last = &rows[nrows - 1].pos;
-		island_done = (direct && nrows < (uint64) batch) ||
+		island_done = nrows < (uint64) batch ||
 			jobq_claim_pos_compare(island_last, &island.hi) >= 0;
 	}
 	else if (!two_pass && island.valid)
-		island_done = direct;
+		island_done = true;
 	if ((nrows > 0 || island.valid) && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
 		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done,
 							 nrows > island_rows ? &rows[nrows - 1].pos : NULL);

@@ -5,26 +5,24 @@
  *	  and reserving their idempotency keys in jobq.idempotency_key, without
  *	  planning or executing an INSERT statement.
  *
- * An enqueue writes two rows per job.  Through SPI, every call builds an
- * executor state for a CTE with two ModifyTable nodes, projects each row
- * twice and passes the job ids through a tuplestore.  Here the rows are
- * formed directly; the heap tuples of a batch go in with
- * table_multi_insert() (one WAL record per page, as COPY does) and their
- * index entries through ExecInsertIndexTuples(), so unique checks, partial
- * index predicates and NOT NULL / CHECK constraints behave as they do for
- * an INSERT.
+ * An enqueue writes two rows per job, formed directly, with no executor
+ * state, projection or tuplestore between them; the heap tuples of a batch
+ * go in with table_multi_insert() (one WAL record per page, as COPY does)
+ * and their index entries through ExecInsertIndexTuples(), so unique
+ * checks, partial index predicates and NOT NULL / CHECK constraints behave
+ * as they do for an INSERT.
  *
  * A key is reserved as INSERT ... ON CONFLICT DO NOTHING reserves it: a
  * check of the unique index for a committed holder (waiting for one in
  * progress), then a speculative insertion that is taken back when another
  * transaction inserted the same key in between, and the check again.
  *
- * Only plain tables laid out as the install script made them are written
- * this way.  A trigger, a rule or row-level security on a table, a column
- * this file does not know, a type it does not expect, or a default on a
- * column it leaves empty make jobq_insert_pending() and jobq_reserve_key()
- * report so before they write anything, and the caller runs its SQL
- * statement instead.
+ * This is the only way an enqueue writes: jobq's tables are internal.  A
+ * trigger, a rule or row-level security on a table, a column this file does
+ * not know, a type it does not expect, or a default on a column it leaves
+ * empty make jobq_insert_pending() and jobq_reserve_key() refuse with an
+ * error before they write anything.  Nothing here differs under a
+ * transaction snapshot but a key taken after it (KeyHolderAt).
  *
  *-------------------------------------------------------------------------
  */
@@ -154,7 +152,7 @@ MapColumns(Relation rel, const JobqColumn *cols, int ncols, JobqFill *fill)
 	int			next = 0;
 
 	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->trigdesc != NULL ||
-		rel->rd_rel->relhasrules || rel->rd_rel->relrowsecurity)
+		rel->rd_rules != NULL || rel->rd_rel->relrowsecurity)
 		return false;
 	for (int i = 0; i < desc->natts; i++)
 	{
@@ -186,30 +184,42 @@ MapColumns(Relation rel, const JobqColumn *cols, int ncols, JobqFill *fill)
 	return found == ncols;
 }
 
+/* The table jobq.name; an error when it is missing. */
+static Oid
+JobqRelid(Oid nsp, const char *name)
+{
+	Oid			relid = get_relname_relid(name, nsp);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"jobq.%s\" does not exist", name)));
+	return relid;
+}
+
 /*
- * Open rel for n new rows; false (rel closed) when it cannot be written here.
+ * Open rel for n new rows; an error when it is not as jobq made it.
  * speculative: its unique indexes will arbitrate an insertion (ON CONFLICT).
  */
-static bool
+static void
 OpenTarget(JobqTarget *t, Oid relid, const JobqColumn *cols, int ncols, int n,
 		   bool speculative)
 {
 	t->rel = table_open(relid, RowExclusiveLock);
 	t->fill = palloc(sizeof(JobqFill) * RelationGetDescr(t->rel)->natts);
 	if (!MapColumns(t->rel, cols, ncols, t->fill))
-	{
-		elog(DEBUG1, "jobq: enqueue writes through SQL: table jobq.%s has a trigger, a rule, row security or columns jobq does not know",
-			 RelationGetRelationName(t->rel));
-		table_close(t->rel, NoLock);
-		return false;
-	}
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"jobq.%s\" is not as jobq made it",
+						RelationGetRelationName(t->rel)),
+				 errdetail("jobq's tables are internal: an enqueue writes them directly and refuses a table with a trigger, a rule, row-level security, a generated column, or columns or defaults changed."),
+				 errhint("Drop what was added to the table.")));
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, t->rel, 0, NULL, 0);
 	ExecOpenIndices(t->rri, speculative);
 	t->slots = palloc(sizeof(TupleTableSlot *) * n);
 	for (int i = 0; i < n; i++)
 		t->slots[i] = table_slot_create(t->rel, NULL);
-	return true;
 }
 
 /*
@@ -341,11 +351,9 @@ CloseTarget(JobqTarget *t, int n)
  * jobq.job alone).  With ids_given, ids[]
  * holds their ids (a job with an idempotency key is written under the id its
  * key reserved; n is 1 then); otherwise ids[] gets ids taken from
- * jobq.job_id_seq in payload order.  Returns false, having written nothing,
- * when a table is not one this file can write; the caller then uses its
- * SQL statement.
+ * jobq.job_id_seq in payload order.
  */
-bool
+void
 jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *payloads,
 					int n, TimestampTz now, int64 *ids, bool ids_given)
 {
@@ -368,24 +376,14 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 	nslots = Min(n, JOBQ_INSERT_CHUNK);
-	if (!OpenTarget(&jobs, get_relname_relid("job", nsp), job_columns,
-					lengthof(job_columns), nslots, false))
-	{
-		MemoryContextSwitchTo(old);
-		MemoryContextDelete(cxt);
-		return false;
-	}
-	if (!job->blocked &&
-		(ready ? !OpenTarget(&set, get_relname_relid("ready", nsp), ready_columns,
-							 lengthof(ready_columns), nslots, false)
-		 : !OpenTarget(&set, get_relname_relid("scheduled", nsp), scheduled_columns,
-					   lengthof(scheduled_columns), nslots, false)))
-	{
-		CloseTarget(&jobs, nslots);
-		MemoryContextSwitchTo(old);
-		MemoryContextDelete(cxt);
-		return false;
-	}
+	OpenTarget(&jobs, JobqRelid(nsp, "job"), job_columns, lengthof(job_columns), nslots,
+			   false);
+	if (!job->blocked && ready)
+		OpenTarget(&set, JobqRelid(nsp, "ready"), ready_columns, lengthof(ready_columns),
+				   nslots, false);
+	else if (!job->blocked)
+		OpenTarget(&set, JobqRelid(nsp, "scheduled"), scheduled_columns,
+				   lengthof(scheduled_columns), nslots, false);
 	seq = ids_given ? InvalidOid : get_relname_relid("job_id_seq", nsp);
 	if (!ids_given && !OidIsValid(seq))
 		elog(ERROR, "jobq: sequence jobq.job_id_seq is missing");
@@ -427,7 +425,6 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 	CloseTarget(&jobs, nslots);
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
-	return true;
 }
 
 /*
@@ -469,8 +466,7 @@ KeyHolderAt(JobqTarget *t, ItemPointer tid)
  * as INSERT ... ON CONFLICT DO NOTHING does.  JOBQ_KEY_RESERVED: the key row
  * holds a new id from jobq.job_id_seq, in *job_id.  JOBQ_KEY_TAKEN: another
  * job holds the key; *job_id is its id and nothing was written (no id was
- * taken either).  JOBQ_KEY_SQL: the table is not one this file can write;
- * nothing was done.
+ * taken either).
  */
 JobqKeyResult
 jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
@@ -494,13 +490,8 @@ jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq key",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
-	if (!OpenTarget(&t, get_relname_relid("idempotency_key", nsp), key_columns,
-					lengthof(key_columns), 1, true))
-	{
-		MemoryContextSwitchTo(old);
-		MemoryContextDelete(cxt);
-		return JOBQ_KEY_SQL;
-	}
+	OpenTarget(&t, JobqRelid(nsp, "idempotency_key"), key_columns, lengthof(key_columns),
+			   1, true);
 	estate = CreateExecutorState();
 	slot = t.slots[0];
 	v.kind = CStringGetTextDatum(kind);

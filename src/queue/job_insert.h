@@ -33,13 +33,12 @@ typedef struct JobqNewJob
 typedef enum JobqKeyResult
 {
 	JOBQ_KEY_RESERVED,			/* the key is the new job's; its id is taken */
-	JOBQ_KEY_TAKEN,				/* another job holds the key */
-	JOBQ_KEY_SQL				/* the table needs the SQL statement */
+	JOBQ_KEY_TAKEN				/* another job holds the key */
 } JobqKeyResult;
 
 extern JobqKeyResult jobq_reserve_key(const char *kind, const char *key,
 									  int64 *job_id);
-extern bool jobq_insert_pending(const JobqNewJob *job, int32 max_retries,
+extern void jobq_insert_pending(const JobqNewJob *job, int32 max_retries,
 								const Datum *payloads, int n, TimestampTz now,
 								int64 *ids, bool ids_given);
 

@@ -7,26 +7,26 @@
  *	  completion marks running jobs completed, straight through the table
  *	  access method.
  *
- * Through SPI, a claim of one job spent a fifth of its time building and
- * tearing down the executor state of its statement (a CTE with a locking
- * scan, a DELETE and an UPDATE) and most of the rest projecting rows
- * between its nodes; a completion's UPDATE ... FROM unnest() was the same
- * in small.  Here each ready row is deleted without waiting
- * (table_tuple_delete with wait = false), which is what FOR UPDATE SKIP
- * LOCKED followed by a DELETE did, minus the row lock and its WAL record: a
- * row that another transaction is deleting or has locked is passed over,
- * and so is one deleted since the snapshot was taken.  A job row is updated
- * as UPDATE ... WHERE job_id = $1 AND status = ... would: when it changed
- * after the snapshot, its newest version is locked and looked at again
- * (what EvalPlanQual does for the statement).  Index entries go in through
- * ExecInsertIndexTuples(), so partial indexes behave as for the statement,
+ * Each ready row is deleted without waiting (table_tuple_delete with wait
+ * = false): what FOR UPDATE SKIP LOCKED and a DELETE do, minus the row
+ * lock and its WAL record.  A row another transaction is deleting or has
+ * locked is passed over, and so is one deleted since the snapshot.  A job
+ * row is updated as UPDATE ... WHERE job_id = $1 AND status = ... would:
+ * when it changed after the snapshot, its newest version is locked and
+ * looked at again (what EvalPlanQual does).  Index entries go in through
+ * ExecInsertIndexTuples(), so partial indexes behave as for a statement,
  * and a HOT update adds none.
  *
- * Only READ COMMITTED transactions and plain tables laid out as the install
- * script made them are written this way; under a transaction snapshot, or
- * when a table has a trigger, a rule, row-level security or a layout this
- * file does not know, jobq_claim_direct() and jobq_complete_direct() return
- * false before they write anything and the caller runs its statement.
+ * This is the only way a claim and a completion write: jobq's tables are
+ * internal.  A table with a trigger, a rule, row-level security, a CHECK
+ * constraint, a generated column or a layout this file does not know is
+ * refused with an error before anything is written.  Under a transaction
+ * snapshot (REPEATABLE READ, SERIALIZABLE) a row that another transaction
+ * changed or deleted after the snapshot is a serialization failure, as it
+ * is for the statements (UPDATE, FOR UPDATE SKIP LOCKED); SERIALIZABLE's
+ * predicate locks are taken by the index and heap access methods
+ * themselves.  A claim with a per-key limit picks its rows with a statement
+ * (queue_claim.c) and takes them here.  LeaseToken() alone makes tokens.
  *
  *-------------------------------------------------------------------------
  */
@@ -73,11 +73,14 @@ enum
 	R_NCOLS
 };
 
-static const struct
+/* A column a lease reads or writes: its name and type. */
+typedef struct LeaseColumn
 {
 	const char *name;
 	Oid			type;
-}			ready_cols[R_NCOLS] = {
+} LeaseColumn;
+
+static const LeaseColumn ready_cols[R_NCOLS] = {
 	{"queue", TEXTOID},
 	{"neg_priority", INT4OID},
 	{"run_at", TIMESTAMPTZOID},
@@ -108,11 +111,7 @@ enum
 	J_NCOLS
 };
 
-static const struct
-{
-	const char *name;
-	Oid			type;
-}			job_cols[J_NCOLS] = {
+static const LeaseColumn job_cols[J_NCOLS] = {
 	{"job_id", INT8OID},
 	{"kind", TEXTOID},
 	{"payload", JSONBOID},
@@ -166,15 +165,14 @@ PlainTable(Relation rel)
 	TupleConstr *constr = RelationGetDescr(rel)->constr;
 
 	return rel->rd_rel->relkind == RELKIND_RELATION && rel->trigdesc == NULL &&
-		!rel->rd_rel->relhasrules && !rel->rd_rel->relrowsecurity &&
+		rel->rd_rules == NULL && !rel->rd_rel->relrowsecurity &&
 		!rel->rd_rel->relhassubclass &&
 		(constr == NULL || (constr->num_check == 0 && !constr->has_generated_stored));
 }
 
 /* Find each named column of rel; false if one is missing or of another type. */
 static bool
-FindColumns(Relation rel, int ncols, const char *const *names, const Oid *types,
-			int *attidx)
+FindColumns(Relation rel, int ncols, const LeaseColumn *cols, int *attidx)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 
@@ -185,9 +183,9 @@ FindColumns(Relation rel, int ncols, const char *const *names, const Oid *types,
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, i);
 
-			if (!att->attisdropped && strcmp(NameStr(att->attname), names[c]) == 0)
+			if (!att->attisdropped && strcmp(NameStr(att->attname), cols[c].name) == 0)
 			{
-				if (att->atttypid != types[c])
+				if (att->atttypid != cols[c].type)
 					return false;
 				attidx[c] = i;
 				break;
@@ -201,7 +199,7 @@ FindColumns(Relation rel, int ncols, const char *const *names, const Oid *types,
 
 /*
  * The columns a claim or a completion may write as NULL must allow it: a
- * NOT NULL added by hand is checked by the statements only.
+ * NOT NULL added by hand is not checked here, so such a table is refused.
  */
 static bool
 NullableColumns(Relation job, const int *j)
@@ -282,17 +280,39 @@ HintUnchangedIndexes(LeaseRels *lr, bool claim)
 }
 
 /*
- * Open jobq.job, its primary key and (for a claim) jobq.ready and
- * ready_claim_idx; false (everything closed) when the caller must use SQL.
+ * A row that another transaction changed (res) after a transaction
+ * snapshot was taken: a serialization failure, as for UPDATE and FOR
+ * UPDATE.  Under READ COMMITTED it returns.
  */
-static bool
+static void
+CheckSerializable(TM_Result res)
+{
+	if (IsolationUsesXactSnapshot() && (res == TM_Updated || res == TM_Deleted))
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent %s",
+						res == TM_Updated ? "update" : "delete")));
+}
+
+/*
+ * The lease token of a job's claim number attempts: the claim number in
+ * the high half, 31 bits of salt (random per claim) and job id below.
+ */
+static int64
+LeaseToken(int32 attempts, int64 salt, int64 job_id)
+{
+	return (int64) (((uint64) attempts << 32) |
+					(((uint64) salt + (uint64) job_id * 40503) & 0x7fffffff));
+}
+
+/*
+ * Open jobq.job, its primary key and (for a claim) jobq.ready and
+ * ready_claim_idx; an error when one is missing or not as jobq made it.
+ */
+static void
 OpenLeaseRels(LeaseRels *lr, bool claim)
 {
 	Oid			nsp = get_namespace_oid("jobq", false);
-	const char *rnames[R_NCOLS];
-	Oid			rtypes[R_NCOLS];
-	const char *jnames[J_NCOLS];
-	Oid			jtypes[J_NCOLS];
 	Oid			idxid = InvalidOid;
 	Oid			pkeyid;
 	int			ready_key[4];
@@ -305,39 +325,31 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 	Oid			jobid = get_relname_relid("job", nsp);
 	Oid			readyid = get_relname_relid("ready", nsp);
 	bool		ok;
+	const char *odd;
 
-	for (int c = 0; c < R_NCOLS; c++)
-	{
-		rnames[c] = ready_cols[c].name;
-		rtypes[c] = ready_cols[c].type;
-	}
-	for (int c = 0; c < J_NCOLS; c++)
-	{
-		jnames[c] = job_cols[c].name;
-		jtypes[c] = job_cols[c].type;
-	}
-
-	/* a table that is missing: the statement says so */
 	if (!OidIsValid(jobid) || (claim && !OidIsValid(readyid)))
-		return false;
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"jobq.%s\" does not exist", OidIsValid(jobid) ? "ready" : "job")));
 	memset(lr, 0, sizeof(*lr));
 	lr->job = table_open(jobid, RowExclusiveLock);
 	pkeyid = RelationGetPrimaryKeyIndexCompat(lr->job);
 	ok = PlainTable(lr->job) && OidIsValid(pkeyid) &&
-		FindColumns(lr->job, J_NCOLS, jnames, jtypes, lr->j) &&
+		FindColumns(lr->job, J_NCOLS, job_cols, lr->j) &&
 		NullableColumns(lr->job, lr->j);
-	if (ok && claim)
-	{
-		lr->ready = table_open(readyid, RowExclusiveLock);
-		idxid = get_relname_relid("ready_claim_idx", nsp);
-		ok = PlainTable(lr->ready) && OidIsValid(idxid) &&
-			FindColumns(lr->ready, R_NCOLS, rnames, rtypes, lr->r);
-	}
 	if (ok)
 	{
 		lr->job_pkey = index_open(pkeyid, RowExclusiveLock);
 		ok = PlainBtree(lr->job_pkey, 1, &lr->j[J_JOB_ID], &int8type, &pkey_strategy,
 						&lr->pkey_eq, &pkey_order);
+	}
+	odd = ok ? "ready" : "job";
+	if (ok && claim)
+	{
+		lr->ready = table_open(readyid, RowExclusiveLock);
+		idxid = get_relname_relid("ready_claim_idx", nsp);
+		ok = PlainTable(lr->ready) && OidIsValid(idxid) &&
+			FindColumns(lr->ready, R_NCOLS, ready_cols, lr->r);
 	}
 	if (ok && claim)
 	{
@@ -353,18 +365,11 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 					   lr->ready_procs, lr->ready_order);
 	}
 	if (!ok)
-	{
-		elog(DEBUG1, "jobq: %s runs its statement: a table it writes has a trigger, a rule, row security, a CHECK constraint or a layout jobq does not know",
-			 claim ? "claim" : "complete");
-		if (lr->ready_idx)
-			index_close(lr->ready_idx, NoLock);
-		if (lr->job_pkey)
-			index_close(lr->job_pkey, NoLock);
-		if (lr->ready)
-			table_close(lr->ready, NoLock);
-		table_close(lr->job, NoLock);
-		return false;
-	}
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"jobq.%s\" is not as jobq made it", odd),
+				 errdetail("jobq's tables are internal: a claim and a completion write them directly and refuse a table with a trigger, a rule, row-level security, a CHECK constraint, a generated column, or columns or indexes changed."),
+				 errhint("Drop what was added to the table.")));
 
 	/* what the executor checks before a DELETE and an UPDATE */
 	if (claim)
@@ -383,7 +388,6 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	lr->snap = GetActiveSnapshot();
 	lr->cid = GetCurrentCommandId(true);
-	return true;
 }
 
 static void
@@ -460,6 +464,7 @@ UpdateJob(LeaseRels *lr, int64 job_id, JobChange change, void *arg)
 								 InvalidSnapshot, true, &tmfd, &lockmode, &update_indexes);
 		if (res == TM_Ok)
 			break;
+		CheckSerializable(res);
 		if (res != TM_Updated)
 			return false;		/* deleted, or changed by this transaction */
 
@@ -535,9 +540,7 @@ ClaimChange(const LeaseRels *lr, void *arg)
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("integer out of range")));
-	/* the claim number in the high half, 31 random bits below */
-	a->token = (int64) (((uint64) attempts << 32) |
-						(((uint64) a->c->token_salt + (uint64) a->job_id * 40503) & 0x7fffffff));
+	a->token = LeaseToken(attempts, a->c->token_salt, a->job_id);
 
 	new->tts_values[j[J_STATUS]] = a->status_running;
 	new->tts_values[j[J_ATTEMPTS]] = Int32GetDatum(attempts);
@@ -597,12 +600,6 @@ typedef struct KindFilter
 	int			n;
 } KindFilter;
 
-/* A ready row a claim found: where it is, and its key. */
-typedef struct ReadyFound
-{
-	ItemPointerData tid;
-	JobqClaimPos key;
-} ReadyFound;
 
 /*
  * index_getnext_slot() for a claim, a look at each key: the next visible row
@@ -610,7 +607,7 @@ typedef struct ReadyFound
  */
 static bool
 NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexScanDesc scan,
-		  TupleTableSlot *rslot, const KindFilter *kf, ReadyFound *f)
+		  TupleTableSlot *rslot, const KindFilter *kf, JobqReadyRow *f)
 {
 	bool		isnull;
 
@@ -640,15 +637,24 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 
 /* Delete the ready row found and claim its job into *out; false: passed over. */
 static bool
-TakeReady(LeaseRels *lr, ReadyFound *f, ClaimChangeArg *arg, MemoryContext outcxt,
+TakeReady(LeaseRels *lr, JobqReadyRow *f, ClaimChangeArg *arg, MemoryContext outcxt,
 		  JobqClaimedRow *out)
 {
 	TM_FailureData tmfd;
+	TM_Result	res;
 
-	/* SKIP LOCKED: a row another transaction deletes or holds is passed over */
-	if (table_tuple_delete(lr->ready, &f->tid, lr->cid, lr->snap, InvalidSnapshot,
-						   false, &tmfd, false) != TM_Ok)
+	/*
+	 * SKIP LOCKED: a row another transaction deletes or holds is passed over
+	 * (one it deleted after a transaction snapshot: a serialization failure)
+	 */
+	res = table_tuple_delete(lr->ready, &f->tid, lr->cid, lr->snap, InvalidSnapshot,
+							 false, &tmfd, false);
+	if (res != TM_Ok)
+	{
+		/* FOR UPDATE calls a deleted row a concurrent update too */
+		CheckSerializable(res == TM_Deleted ? TM_Updated : res);
 		return false;
+	}
 	/* a job that is not pending loses its stale ready row all the same */
 	arg->job_id = f->key.job_id;
 	if (!UpdateJob(lr, arg->job_id, ClaimChange, arg))
@@ -670,11 +676,12 @@ SetStart(ScanKeyData *row, const JobqClaimPos *key)
 
 /*
  * Claim up to c->batch jobs of c->queue, in claim order, into *rows
- * (allocated in the current memory context) and *nrows: first from its
- * island, if it has one (*nisland of them), then from its claim position
- * on.  False, having done nothing, when the claim must run its statement.
+ * (allocated in the current memory context) and *nrows: with c->picked,
+ * those ready rows (c->npicked of them, in claim order); else first from
+ * its island, if it has one (*nisland of them), then from its claim
+ * position on.
  */
-bool
+void
 jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows,
 				  uint64 *nisland)
 {
@@ -688,23 +695,16 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	ClaimChangeArg arg;
 	JobqClaimedRow *out;
 	KindFilter	kf = {0};
-	ReadyFound	f;
+	JobqReadyRow f;
 	uint64		n = 0;
 
 	*nisland = 0;
-	if (IsolationUsesXactSnapshot())
-		return false;
 	PreventCommandIfReadOnly("DELETE");
 	PreventCommandIfParallelMode("DELETE");
 
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq claim", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(cxt);
-	if (!OpenLeaseRels(&lr, true))
-	{
-		MemoryContextSwitchTo(outcxt);
-		MemoryContextDelete(cxt);
-		return false;
-	}
+	OpenLeaseRels(&lr, true);
 	if (c->kinds)
 		deconstruct_array(c->kinds, TEXTOID, -1, false, TYPALIGN_INT, &kf.kinds, &kf.nulls,
 						  &kf.n);
@@ -743,14 +743,24 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	/* in cxt: a waiting claim's empty attempts must leave nothing behind */
 	out = palloc0(sizeof(JobqClaimedRow) * Max(c->batch, 1));
 	rslot = table_slot_create(lr.ready, NULL);
-	if (c->has_island)
+	if (c->picked)
+	{
+		for (int i = 0; i < c->npicked && n < (uint64) c->batch; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			f = c->picked[i];
+			if (TakeReady(&lr, &f, &arg, outcxt, &out[n]))
+				n++;
+		}
+	}
+	else if (c->has_island)
 	{
 		/*
 		 * The island: index keys stop the scan past its end, dead or not (a
 		 * row comparison stops nbtree on its first member only); their leaf
 		 * pin must not stall VACUUM in lock waits: find, end the scan, take.
 		 */
-		ReadyFound *found = palloc(sizeof(ReadyFound) * Max(c->batch, 1));
+		JobqReadyRow *found = palloc(sizeof(JobqReadyRow) * Max(c->batch, 1));
 		bool		more = true;
 		bool		resumed = false;
 		int64		last_id = 0;
@@ -781,7 +791,7 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 		}
 		*nisland = n;
 	}
-	if (n < (uint64) c->batch)
+	if (c->picked == NULL && n < (uint64) c->batch)
 	{
 		SetStart(row, &c->start);
 		scan = index_beginscan_compat(lr.ready, lr.ready_idx, lr.snap, 2, 0);
@@ -798,7 +808,6 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	memcpy(*rows, out, sizeof(JobqClaimedRow) * n);
 	MemoryContextDelete(cxt);
 	*nrows = n;
-	return true;
 }
 
 /* What a completion writes into a running job's row. */
@@ -835,13 +844,12 @@ CompleteChange(const LeaseRels *lr, void *arg)
 
 /*
  * Complete the running jobs ids[i] whose lease token is tokens[i] (with
- * results[i], NULL where result_nulls is NULL or says so), as jobq.complete
- * and jobq.complete_many's statement do.  *queues gets the distinct queues
- * of the completed jobs (palloc'd strings in the current memory context),
- * *ncompleted how many there were.  False, having done nothing, when the
- * statement must run instead.
+ * results[i], NULL where result_nulls is NULL or says so), as an UPDATE
+ * with lease_token = $2 AND status = 'running' would.  *queues gets the
+ * distinct queues of the completed jobs (palloc'd strings in the current
+ * memory context), *ncompleted how many there were.
  */
-bool
+void
 jobq_complete_direct(const Datum *ids, const bool *id_nulls, const Datum *tokens,
 					 const bool *token_nulls, const Datum *results,
 					 const bool *result_nulls, int n, TimestampTz now,
@@ -854,19 +862,12 @@ jobq_complete_direct(const Datum *ids, const bool *id_nulls, const Datum *tokens
 	List	   *seen = NIL;
 	uint64		done = 0;
 
-	if (IsolationUsesXactSnapshot())
-		return false;
 	PreventCommandIfReadOnly("UPDATE");
 	PreventCommandIfParallelMode("UPDATE");
 
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq complete", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(cxt);
-	if (!OpenLeaseRels(&lr, false))
-	{
-		MemoryContextSwitchTo(outcxt);
-		MemoryContextDelete(cxt);
-		return false;
-	}
+	OpenLeaseRels(&lr, false);
 	arg.now = now;
 	arg.status_completed = CStringGetTextDatum("completed");
 	for (int i = 0; i < n; i++)
@@ -896,5 +897,4 @@ jobq_complete_direct(const Datum *ids, const bool *id_nulls, const Datum *tokens
 	*queues = list_copy(seen);
 	MemoryContextDelete(cxt);
 	*ncompleted = done;
-	return true;
 }

@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "storage/itemptr.h"
 #include "nodes/pg_list.h"
 #include "utils/array.h"
 #include "utils/timestamp.h"
@@ -28,6 +29,13 @@ typedef struct JobqClaimedRow
 	bool		nulls[JOBQ_CLAIMED_NCOLS];
 } JobqClaimedRow;
 
+/* A ready row a claim found: where it is, and its key. */
+typedef struct JobqReadyRow
+{
+	ItemPointerData tid;
+	JobqClaimPos key;
+} JobqReadyRow;
+
 /* What a claim asks for. */
 typedef struct JobqDirectClaim
 {
@@ -42,11 +50,13 @@ typedef struct JobqDirectClaim
 	Interval   *lease;
 	Datum		worker_id;		/* text, or (Datum) 0 for NULL */
 	int64		token_salt;		/* 31 random bits */
+	const JobqReadyRow *picked; /* the rows to take (NULL: scan the queue) */
+	int			npicked;
 } JobqDirectClaim;
 
-extern bool jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows,
+extern void jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows,
 							  uint64 *nrows, uint64 *nisland);
-extern bool jobq_complete_direct(const Datum *ids, const bool *id_nulls,
+extern void jobq_complete_direct(const Datum *ids, const bool *id_nulls,
 								 const Datum *tokens, const bool *token_nulls,
 								 const Datum *results, const bool *result_nulls,
 								 int n, TimestampTz now, List **queues,

@@ -228,11 +228,11 @@ jobq_parents_read(JobqParents *p, Oid caller)
 				 errmsg("depends_on needs jobq 0.2.0 in this database"),
 				 errhint("Run ALTER EXTENSION jobq UPDATE.")));
 	values[0] = jobq_id_array(p->ids, p->n);
-	jobq_spi_exec_indexed(jobq_plan_generic(&plan_read_parents,
-											"SELECT job_id, queue, status FROM jobq.job"
-											" WHERE job_id = ANY ($1) ORDER BY job_id",
-											1, types),
-						  values, NULL, SPI_OK_SELECT);
+	jobq_spi_exec(jobq_plan_generic(&plan_read_parents,
+									"SELECT job_id, queue, status FROM jobq.job"
+									" WHERE job_id = ANY ($1) ORDER BY job_id",
+									1, types),
+				  values, NULL, SPI_OK_SELECT);
 	/* jobq_may runs statements of its own: keep this result */
 	tt = SPI_tuptable;
 	nrows = SPI_processed;

@@ -1,15 +1,13 @@
 --
--- plan_defaults: the planner hook that fills in jobq.enqueue's and
--- jobq.enqueue_many's default arguments from a per-backend copy
--- (src/plan_defaults.c) gives every call the arguments PostgreSQL would
+-- enqueue_defaults: calls of jobq.enqueue and jobq.enqueue_many with
+-- positional, named and defaulted arguments, as PostgreSQL fills them in
 --
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS jobq CASCADE;
 CREATE EXTENSION jobq;
 RESET client_min_messages;
 
--- top-level calls (the hook fills them in): positional, named, mixed, a
--- field of the result, in FROM
+-- top-level calls: positional, named, mixed, a field of the result, in FROM
 EXPLAIN (VERBOSE, COSTS OFF) SELECT jobq.enqueue('pd.a');
 EXPLAIN (VERBOSE, COSTS OFF) SELECT * FROM jobq.enqueue('pd.b', '{"x": 1}', priority => 4, queue => 'pdq');
 EXPLAIN (VERBOSE, COSTS OFF) SELECT (jobq.enqueue('pd.c', on_parent_failure => 'run', max_retries => 2)).job_id;
@@ -20,8 +18,7 @@ SELECT count(*) FROM (SELECT * FROM jobq.enqueue('pd.b', '{"x": 1}', priority =>
 SELECT (jobq.enqueue('pd.c', on_parent_failure => 'run', max_retries => 2)).created;
 SELECT count(*) FROM jobq.enqueue_many('pd.d', ARRAY['{}', '{}']::jsonb[], concurrency_key => 'ck');
 
--- the same calls, top level and in a subquery (which the hook leaves to the
--- planner), write the same jobs
+-- the same calls, top level and in a subquery, write the same jobs
 SELECT job_id AS top FROM jobq.enqueue('pd.e', '{"n": 1}', priority => 4, queue => 'pdq',
                                        idempotency_key => 'pd-top', run_at => now() + interval '1 hour') \gset
 SELECT job_id AS sub FROM (SELECT * FROM jobq.enqueue('pd.e', '{"n": 1}', priority => 4, queue => 'pdq',
@@ -40,8 +37,7 @@ EXECUTE pd_enqueue('pd.f') \gset
 SELECT kind, queue FROM jobq.jobs WHERE job_id = :job_id;
 DEALLOCATE pd_enqueue;
 
--- new defaults of the same function (same oid) are seen at once: the copy
--- is dropped when pg_proc changes
+-- new defaults of the same function (same oid) are seen at once
 BEGIN;
 DO $$
 DECLARE def text;
@@ -72,8 +68,7 @@ SELECT kind, queue, priority FROM jobq.jobs WHERE job_id = :job_id;
 
 -- a schema named jobq that is not the extension's (anyone with CREATE on
 -- the database can make one where jobq is not installed), with a
--- polymorphic enqueue: left to PostgreSQL, which casts the default to the
--- call's type
+-- polymorphic enqueue: PostgreSQL casts the default to the call's type
 SET client_min_messages = warning;
 DROP EXTENSION jobq CASCADE;
 DROP SCHEMA IF EXISTS jobq CASCADE;
