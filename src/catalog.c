@@ -169,7 +169,9 @@ jobq_relid_required(JobqRelId rel)
 	Oid			relid = jobq_relid(rel);
 
 	if (!OidIsValid(relid))
-		elog(ERROR, "jobq: relation jobq.%s is missing", rel_names[rel]);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"jobq.%s\" does not exist", rel_names[rel])));
 	return relid;
 }
 

@@ -24,7 +24,7 @@ typedef enum JobqRelId
 	JOBQ_REL_DEPENDENCY,		/* from 0.2.0 */
 	JOBQ_REL_DEPENDENT,			/* from 0.2.0 */
 	JOBQ_REL_SETTLE_DEFERRED,	/* from 0.2.0 */
-	JOBQ_REL_APP_WORKER,		/* from 0.2.0 */
+	JOBQ_REL_APP_WORKER,		/* from 0.3.0 */
 	/* indexes */
 	JOBQ_IDX_JOB_PKEY,
 	JOBQ_IDX_READY_CLAIM,

@@ -49,6 +49,7 @@
 #include "compat.h"
 #include "guc.h"
 #include "spi.h"
+#include "subxact.h"
 #include "queue/job_lease.h"
 #include "queue/settings.h"
 #include "shmem/shm_bgw.h"
@@ -466,44 +467,39 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
  * holds no locks (a limited queue's row, promoted rows) and leaves nothing
  * behind.  Returns the number of jobs claimed; *promoted as for ClaimOnce.
  */
+typedef struct ClaimAttemptCall
+{
+	const JobqClaimArgs *args;
+	ReturnSetInfo *rsinfo;
+	bool	   *promoted;
+	uint64		n;
+} ClaimAttemptCall;
+
+/* The attempt itself: kept when it claimed or promoted something. */
+static bool
+ClaimAttemptRun(void *arg)
+{
+	ClaimAttemptCall *c = (ClaimAttemptCall *) arg;
+
+	c->n = ClaimOnce(c->args, c->rsinfo, c->promoted);
+	return c->n > 0 || *c->promoted;
+}
+
 static uint64
 ClaimAttempt(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 {
-	MemoryContext oldcxt = CurrentMemoryContext;
-	ResourceOwner oldowner = CurrentResourceOwner;
-	uint64		n;
+	ClaimAttemptCall c = {args, rsinfo, promoted, 0};
+	ErrorData  *edata;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(oldcxt);
-	PG_TRY();
-	{
-		n = ClaimOnce(args, rsinfo, promoted);
-	}
-	PG_CATCH();
-	{
-		/*
-		 * An error (a cancel, statement_timeout) ends the attempt's
-		 * subtransaction before it leaves: else an exception block around the
-		 * claim would roll back only that, and keep its own writes.
-		 */
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcxt);
-		CurrentResourceOwner = oldowner;
+	/*
+	 * An error (a cancel, statement_timeout) ends the attempt's
+	 * subtransaction before it leaves: else an exception block around the
+	 * claim would roll back only that, and keep its own writes.
+	 */
+	edata = jobq_subxact_run(ClaimAttemptRun, &c);
+	if (edata != NULL)
 		ReThrowError(edata);
-	}
-	PG_END_TRY();
-	if (n > 0 || *promoted)
-		ReleaseCurrentSubTransaction();
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(oldcxt);
-	CurrentResourceOwner = oldowner;
-	return n;
+	return c.n;
 }
 
 /* ----------------------------------------------------------------

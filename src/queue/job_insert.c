@@ -46,6 +46,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "catalog.h"
 #include "compat.h"
 #include "jobq_limits.h"
 #include "queue/job_insert.h"
@@ -182,19 +183,6 @@ MapColumns(Relation rel, const JobqColumn *cols, int ncols, JobqFill *fill)
 		found++;
 	}
 	return found == ncols;
-}
-
-/* The table jobq.name; an error when it is missing. */
-static Oid
-JobqRelid(Oid nsp, const char *name)
-{
-	Oid			relid = get_relname_relid(name, nsp);
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("relation \"jobq.%s\" does not exist", name)));
-	return relid;
 }
 
 /*
@@ -358,7 +346,6 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 					int n, TimestampTz now, int64 *ids, bool ids_given)
 {
 	bool		ready = job->run_at <= now;
-	Oid			nsp = get_namespace_oid("jobq", false);
 	Oid			seq;
 	JobqTarget	jobs;
 	JobqTarget	set;
@@ -376,15 +363,15 @@ jobq_insert_pending(const JobqNewJob *job, int32 max_retries, const Datum *paylo
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 	nslots = Min(n, JOBQ_INSERT_CHUNK);
-	OpenTarget(&jobs, JobqRelid(nsp, "job"), job_columns, lengthof(job_columns), nslots,
+	OpenTarget(&jobs, jobq_relid_required(JOBQ_REL_JOB), job_columns, lengthof(job_columns), nslots,
 			   false);
 	if (!job->blocked && ready)
-		OpenTarget(&set, JobqRelid(nsp, "ready"), ready_columns, lengthof(ready_columns),
+		OpenTarget(&set, jobq_relid_required(JOBQ_REL_READY), ready_columns, lengthof(ready_columns),
 				   nslots, false);
 	else if (!job->blocked)
-		OpenTarget(&set, JobqRelid(nsp, "scheduled"), scheduled_columns,
+		OpenTarget(&set, jobq_relid_required(JOBQ_REL_SCHEDULED), scheduled_columns,
 				   lengthof(scheduled_columns), nslots, false);
-	seq = ids_given ? InvalidOid : get_relname_relid("job_id_seq", nsp);
+	seq = ids_given ? InvalidOid : jobq_relid(JOBQ_SEQ_JOB_ID);
 	if (!ids_given && !OidIsValid(seq))
 		elog(ERROR, "jobq: sequence jobq.job_id_seq is missing");
 
@@ -471,8 +458,7 @@ KeyHolderAt(JobqTarget *t, ItemPointer tid)
 JobqKeyResult
 jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
 {
-	Oid			nsp = get_namespace_oid("jobq", false);
-	Oid			seq = get_relname_relid("job_id_seq", nsp);
+	Oid			seq = jobq_relid(JOBQ_SEQ_JOB_ID);
 	JobqTarget	t;
 	JobqRowValues v = {0};
 	JobqKeyResult result;
@@ -490,7 +476,7 @@ jobq_reserve_key(const char *kind, const char *key, int64 *job_id)
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq key",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
-	OpenTarget(&t, JobqRelid(nsp, "idempotency_key"), key_columns, lengthof(key_columns),
+	OpenTarget(&t, jobq_relid_required(JOBQ_REL_IDEMPOTENCY_KEY), key_columns, lengthof(key_columns),
 			   1, true);
 	estate = CreateExecutorState();
 	slot = t.slots[0];

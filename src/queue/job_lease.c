@@ -59,6 +59,7 @@
 #include "utils/relcache.h"
 #include "utils/snapmgr.h"
 
+#include "catalog.h"
 #include "compat.h"
 #include "queue/job_lease.h"
 
@@ -312,7 +313,6 @@ LeaseToken(int32 attempts, int64 salt, int64 job_id)
 static void
 OpenLeaseRels(LeaseRels *lr, bool claim)
 {
-	Oid			nsp = get_namespace_oid("jobq", false);
 	Oid			idxid = InvalidOid;
 	Oid			pkeyid;
 	int			ready_key[4];
@@ -322,8 +322,8 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 	int			pkey_strategy = BTEqualStrategyNumber;
 	Oid			int8type = INT8OID;
 	RegProcedure pkey_order;
-	Oid			jobid = get_relname_relid("job", nsp);
-	Oid			readyid = get_relname_relid("ready", nsp);
+	Oid			jobid = jobq_relid(JOBQ_REL_JOB);
+	Oid			readyid = jobq_relid(JOBQ_REL_READY);
 	bool		ok;
 	const char *odd;
 
@@ -347,7 +347,7 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 	if (ok && claim)
 	{
 		lr->ready = table_open(readyid, RowExclusiveLock);
-		idxid = get_relname_relid("ready_claim_idx", nsp);
+		idxid = jobq_relid(JOBQ_IDX_READY_CLAIM);
 		ok = PlainTable(lr->ready) && OidIsValid(idxid) &&
 			FindColumns(lr->ready, R_NCOLS, ready_cols, lr->r);
 	}
