@@ -86,10 +86,13 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/condition_variable.h"
@@ -97,6 +100,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
@@ -181,6 +185,13 @@ static JobqShared *jobq_shared = NULL;
 /* The current transaction wrote jobq.queue. */
 static bool jobq_settings_written = false;
 
+/*
+ * The queues whose jobq.queue rows it wrote (names, TopMemoryContext), to
+ * wake their waiting claims at commit: a resume, a raised limit or a breaker
+ * gone half-open can make jobs claimable that no insert announced.
+ */
+static List *jobq_settings_queues = NIL;
+
 /* Notes of the current top-level transaction (TopMemoryContext). */
 static List *jobq_notes = NIL;
 
@@ -188,6 +199,8 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static void jobq_state_xact_callback(XactEvent event, void *arg);
+static void SettingsChanged(void);
+static void NoteSettingsQueue(TriggerData *trigdata);
 static void jobq_state_subxact_callback(SubXactEvent event,
 										SubTransactionId mySubid,
 										SubTransactionId parentSubid,
@@ -727,6 +740,40 @@ jobq_state_next_due(const char *queue)
 }
 
 /*
+ * A commit changed queue settings: wake the waiting claims of the queues it
+ * wrote (all of this database's, after a TRUNCATE), and the executors of
+ * this database, which in the shared pool means a pass that starts them when
+ * handler jobs are ready.  Without this a resumed queue's handler jobs
+ * waited for the next pass that something else caused.
+ */
+static void
+SettingsChanged(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, jobq_settings_queues)
+	{
+		const char *queue = (const char *) lfirst(lc);
+		JobqQueueState *entry = queue[0] != '\0' ? StateLookup(queue, false) : NULL;
+
+		if (entry != NULL)
+			ConditionVariableBroadcast(&entry->cv);
+		else if (queue[0] == '\0')
+		{
+			HASH_SEQ_STATUS seq;
+
+			LWLockAcquire(JobqStateLock, LW_SHARED);
+			hash_seq_init(&seq, JobqStateHash);
+			while ((entry = hash_seq_search(&seq)) != NULL)
+				if (entry->key.dbid == MyDatabaseId)
+					ConditionVariableBroadcast(&entry->cv);
+			LWLockRelease(JobqStateLock);
+		}
+	}
+	jobq_bgw_wake_executors(MyDatabaseId);
+}
+
+/*
  * End of a top-level transaction: publish what it did.  Runs after the
  * outcome is visible to other backends.
  */
@@ -744,10 +791,17 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 					 errhint("Configure, pause or resume queues outside of two-phase transactions.")));
 		if ((event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) &&
 			jobq_shared != NULL)
+		{
 			pg_atomic_fetch_add_u64(&jobq_shared->settings_gen, 1);
+			SettingsChanged();
+		}
 		if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 			event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		{
 			jobq_settings_written = false;
+			list_free_deep(jobq_settings_queues);
+			jobq_settings_queues = NIL;
+		}
 	}
 
 	if (jobq_notes == NIL)
@@ -858,6 +912,39 @@ jobq_state_settings_gen(void)
 }
 
 /*
+ * Remember the queue whose jobq.queue row the trigger saw (its name), or ""
+ * for a TRUNCATE: every queue of the database.
+ */
+static void
+NoteSettingsQueue(TriggerData *trigdata)
+{
+	MemoryContext old;
+	char	   *queue = NULL;
+
+	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+	{
+		HeapTuple	tuple = trigdata->tg_trigtuple;
+		TupleDesc	desc = trigdata->tg_relation->rd_att;
+		int			attno = SPI_fnumber(desc, "name");
+		bool		isnull = true;
+		Datum		name = 0;
+
+		if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+			tuple = trigdata->tg_newtuple;
+		if (attno > 0)
+			name = heap_getattr(tuple, attno, desc, &isnull);
+		if (isnull || TupleDescAttr(desc, attno - 1)->atttypid != TEXTOID)
+			return;
+		queue = TextDatumGetCString(name);
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	jobq_settings_queues = lappend(jobq_settings_queues, pstrdup(queue ? queue : ""));
+	MemoryContextSwitchTo(old);
+	if (queue)
+		pfree(queue);
+}
+
+/*
  * jobq.queue_changed(): trigger on jobq.queue (BEFORE each row, BEFORE
  * TRUNCATE), marks the transaction so that its commit invalidates every
  * backend's cached settings.
@@ -874,6 +961,7 @@ jobq_queue_changed(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("jobq.queue_changed() may only be called as a trigger")));
 	jobq_settings_written = true;
+	NoteSettingsQueue(trigdata);
 	if (!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
 		return PointerGetDatum(NULL);
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))

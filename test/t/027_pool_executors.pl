@@ -13,6 +13,9 @@
 #    waits), and after a restart too (before: no worker at all, jobq.service
 #    'none', no WARNING, and the launcher's state file kept it "without
 #    jobq" across the restart).
+# 1b. (between the two) Five databases, the pool for good: a handler job of
+#    a paused queue runs once the queue is resumed, though no worker or
+#    executor of its database ran at the resume.
 #
 # Deadlines are generous (a loaded 2-core machine); the times are reported.
 use strict;
@@ -88,6 +91,31 @@ foreach my $db (@dbs)
 }
 is($node->safe_psql('pe1', q{SELECT status FROM jobq.health() WHERE check_name = 'service'}) ne 'critical',
 	1, 'pe1: health does not say the database is unserved');
+
+# --- 1b. a resume is news to the pool -------------------------------------
+# Five databases with jobq: the shared pool serves them for good.  A paused
+# queue's handler job waits in pe1 while its executors leave, idle; a resume
+# must bring them back (before: nothing announced it, and the job waited for
+# a pass something else caused; prune passes are an hour apart here).
+$node->safe_psql('postgres', 'CREATE DATABASE pe5');
+$node->safe_psql('pe5', 'CREATE EXTENSION jobq');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET jobq.prune_interval = '1h'; SELECT pg_reload_conf()});
+$node->safe_psql('pe1', q{
+	SELECT jobq.pause('held');
+	SELECT jobq.register_handler('echo.held', 'public.echo(jsonb)', 'held', allow_superuser => true);
+	SELECT jobq.enqueue('echo.held', '{"n": 2}', 'held');
+});
+ok($node->poll_query_until('postgres', q{
+		SELECT count(*) = 0 FROM pg_stat_activity
+		 WHERE backend_type IN ('jobq executor', 'jobq worker') AND datname = 'pe1'}),
+	'pe1: five databases share the pool; no worker or executor of pe1 runs, idle');
+$node->safe_psql('pe1', q{SELECT jobq.resume('held')});
+$t0 = time;
+ok($node->poll_query_until('pe1', q{SELECT status = 'completed' FROM jobq.job WHERE kind = 'echo.held'}),
+	'pe1: the handler job of a queue resumed while no executor ran is run');
+note sprintf('the resumed queue\'s job completed %.1f s after the resume', time - $t0);
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET jobq.prune_interval; SELECT pg_reload_conf()});
+$node->safe_psql('postgres', 'DROP DATABASE pe5');
 
 # --- 2. an executor holds a place; another database's extension re-created --
 $node->safe_psql('postgres', 'DROP DATABASE pe4');
