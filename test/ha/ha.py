@@ -720,6 +720,10 @@ class LeaderProxy(threading.Thread):
         self.conns = set()
         self.stop = threading.Event()
         self.cuts = 0
+        # bound here, in the caller's thread: a port taken by another run
+        # fails the run at once instead of leaving the Node library nothing
+        # to connect to
+        self.srv = socket.create_server(("127.0.0.1", self.port))
 
     def set_leader(self, name):
         with self.lock:
@@ -737,7 +741,7 @@ class LeaderProxy(threading.Thread):
                     pass
 
     def run(self):
-        srv = socket.create_server(("127.0.0.1", self.port))
+        srv = self.srv
         srv.settimeout(0.5)
         while not self.stop.is_set():
             try:

@@ -87,16 +87,21 @@ ports_free() {
 		! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || return 1
 	done
 }
-if [ -n "${HA_PORT_BASE:-}" ]; then
-	PORT_BASE=$HA_PORT_BASE
-else
+# (chosen again before each mode: another run may have taken the range
+# while the previous mode's cluster held it)
+pick_port_base() {
+	if [ -n "${HA_PORT_BASE:-}" ]; then
+		PORT_BASE=$HA_PORT_BASE
+		return
+	fi
 	PORT_BASE=56100
 	for _ in $(seq 1 50); do
 		ports_free "$PORT_BASE" && break
 		PORT_BASE=$((40000 + RANDOM % 200 * 100))
 	done
 	ports_free "$PORT_BASE" || die "no free range of 30 ports found for the cluster (set HA_PORT_BASE)"
-fi
+}
+pick_port_base
 
 section "packages"
 ensure_packages "${BUILD_PACKAGES[@]}" patroni etcd-server etcd-client python3-etcd python3-psycopg
@@ -200,6 +205,7 @@ fi
 
 passed=0 failed=0 rc=0
 for mode in "${MODES[@]}"; do
+	pick_port_base
 	section "$mode mode: etcd + 3 Patroni nodes on 127.0.0.1, ports $((PORT_BASE + 1))-$((PORT_BASE + 30))"
 	mkdir -p "$WORK/$mode"
 	is_root && chown postgres: "$WORK/$mode"
