@@ -496,7 +496,9 @@ class Bench:
                     if await self._enqueue(conn_box, want):
                         self.queue_depth += want    # until the poller's next look
             elif self.pacing == "harness":
-                asyncio.ensure_future(self._stdin_tokens())
+                # a strong reference: the loop keeps only a weak one, and a
+                # task parked on a pipe read is otherwise collected
+                self._stdin_task = asyncio.ensure_future(self._stdin_tokens())
                 while not self.shutdown.is_set():
                     if self.owed < 1.0:
                         self.token_event.clear()
@@ -529,6 +531,8 @@ class Bench:
                             break
                         credit -= n
         finally:
+            if getattr(self, "_stdin_task", None) is not None:
+                self._stdin_task.cancel()
             if conn_box[0] is not None:
                 try:
                     await conn_box[0].close()
