@@ -275,7 +275,11 @@ if [ "$left" = 0 ]; then ok "backend kills + restart: no job left behind"; else 
 
 fresh_db || fail_setup "database"
 start_adapter "$TMP/kill1.jsonl" PRODUCER_PACING=adapter PRODUCER_RATE=200 JOBQ_LEASE_S=2 JOB_WORK_MS=50
-sleep 3
+# until it holds jobs (at most 20 s: a loaded machine starts python slowly)
+for i in $(seq 40); do
+	sleep 0.5
+	[ "$(psql -XAtq "$DATABASE_URL" -c "SELECT count(*) FROM jobq.job WHERE status = 'running'")" -gt 0 ] && break
+done
 kill -KILL "$adapter_pid"
 wait "$adapter_pid" 2>/dev/null
 adapter_pid=
