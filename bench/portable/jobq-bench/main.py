@@ -492,14 +492,31 @@ class Bench:
         conn_box: list = [None]
         try:
             if self.producer_mode == "depth-target":
+                # the depth looked up before every batch (as pgmq's adapter
+                # does): a poller's value would be up to its period old
                 while not self.shutdown.is_set():
                     self.target_rate = 0.0
-                    want = min(self.batch_max, self.target_depth - self.queue_depth)
+                    try:
+                        if conn_box[0] is None or conn_box[0].closed or conn_box[0].broken:
+                            conn_box[0] = await connect()
+                        row = await (await conn_box[0].execute(
+                            "SELECT ready FROM jobq.queue_stats WHERE queue = %s",
+                            (QUEUE_NAME,))).fetchone()
+                        depth = int(row[0] or 0) if row is not None else 0
+                    except (psycopg.Error, OSError):
+                        try:
+                            if conn_box[0] is not None:
+                                await conn_box[0].close()
+                        except Exception:
+                            pass
+                        conn_box[0] = None
+                        await self._sleep(0.2)
+                        continue
+                    want = min(self.batch_max, self.target_depth - depth)
                     if want <= 0:
                         await self._sleep(self.batch_ms / 1000.0)
                         continue
-                    if await self._enqueue(conn_box, want):
-                        self.queue_depth += want    # until the poller's next look
+                    await self._enqueue(conn_box, want)
             elif self.pacing == "harness":
                 # a strong reference: the loop keeps only a weak one, and a
                 # task parked on a pipe read is otherwise collected
@@ -758,8 +775,7 @@ class Bench:
         self.flushed = False
         sampler = asyncio.ensure_future(self.sampler())
         producer = asyncio.ensure_future(self.producer())
-        depth = asyncio.ensure_future(self.depth_poller()) if observer_enabled() \
-            or self.producer_mode == "depth-target" else None
+        depth = asyncio.ensure_future(self.depth_poller()) if observer_enabled() else None
         consumer = asyncio.ensure_future(self.consumer(worker_box))
 
         await self.shutdown.wait()
