@@ -218,8 +218,9 @@ suite_packages() {
 			clients) printf '%s\n' python3 python3-psycopg nodejs npm pgbouncer ;;
 			web) printf '%s\n' python3 python3-psycopg python3-waitress python3-jinja2 chromium ;;
 			ha) printf '%s\n' patroni etcd-server etcd-client python3-etcd python3-psycopg nodejs npm ;;
-			# the bench records the commit it builds; its contenders run in Node
-			bench) printf '%s\n' git nodejs npm ;;
+			# the bench records the commit it builds; its contenders run in Node,
+			# the public benchmark's adapter in Python
+			bench) printf '%s\n' git nodejs npm python3 python3-psycopg ;;
 		esac
 	done | sort -u
 }
