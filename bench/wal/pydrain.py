@@ -6,7 +6,8 @@ in the next.  Prints the jobs completed per second over SECONDS.
 
     pydrain.py CONNINFO SHAPE CLIENTS BATCH SECONDS
 SHAPE: bare2tx (lease UPDATE ... RETURNING, then DELETE), bare1tx (one DELETE
-... RETURNING), jobq2tx (SELECT * FROM jobq.claim, then jobq.complete_many).
+... RETURNING), jobq2tx (SELECT * FROM jobq.claim, then jobq.complete_many),
+jobqnarrow (the same, three columns of the claim only).
 Statements are sent with psycopg's default (extended protocol, server-side
 prepared after 5 executions).
 """
@@ -23,6 +24,9 @@ CLAIM = {
     'bare1tx': "DELETE FROM bare_job WHERE id IN (SELECT id FROM bare_job ORDER BY id FOR UPDATE SKIP LOCKED LIMIT %s) "
                "RETURNING id, payload",
     'jobq2tx': "SELECT * FROM jobq.claim('q', batch => %s)",
+    # the columns bare's claim returns (and the lease token): what the wider
+    # rows of jobq.claim cost the client
+    'jobqnarrow': "SELECT job_id, lease_token, payload FROM jobq.claim('q', batch => %s)",
 }
 
 
@@ -35,7 +39,7 @@ def worker(conninfo, shape, batch, until, out):
                 break
             if shape == 'bare2tx':
                 c.execute("DELETE FROM bare_job WHERE id = ANY (%s)", ([r[0] for r in rows],))
-            elif shape == 'jobq2tx':
+            elif shape in ('jobq2tx', 'jobqnarrow'):
                 c.execute("SELECT jobq.complete_many(%s, %s)", ([r[0] for r in rows], [r[1] for r in rows]))
             done += len(rows)
     out.put(done)
