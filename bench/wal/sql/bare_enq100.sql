@@ -1,0 +1,1 @@
+INSERT INTO bare_job (payload) SELECT '{"n": 1}' FROM generate_series(1, 100);

@@ -1,0 +1,3 @@
+DROP EXTENSION IF EXISTS jobq CASCADE;
+CREATE EXTENSION jobq;
+SELECT jobq.configure('q');

@@ -1,0 +1,1 @@
+ALTER TABLE pjob SET (fillfactor = 100);

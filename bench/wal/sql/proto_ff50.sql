@@ -1,0 +1,2 @@
+ALTER TABLE pjob SET (fillfactor = 50);
+ALTER TABLE pready SET (fillfactor = 50);

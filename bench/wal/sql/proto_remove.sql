@@ -1,0 +1,1 @@
+DELETE FROM pjob WHERE status = 'completed';

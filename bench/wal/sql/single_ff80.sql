@@ -1,0 +1,1 @@
+ALTER TABLE sjob SET (fillfactor = 80);
