@@ -783,6 +783,13 @@ class Bench:
         # the worker hands running jobs back after JOBQ_GRACE_S; everything
         # else stops at once.  SIGTERM -> exit 0 within 5 s.
         others = [t for t in (producer, depth) if t is not None]
+        # the producer ends the enqueue it has in flight (its loops look at
+        # shutdown), so that every batch it committed is counted; it is
+        # cancelled only when that call hangs (a server that does not answer)
+        try:
+            await asyncio.wait_for(asyncio.shield(producer), 1.5)
+        except (asyncio.TimeoutError, Exception):
+            pass
         for t in others:
             t.cancel()
         await asyncio.gather(sampler, *others, return_exceptions=True)
