@@ -365,6 +365,17 @@ def adapter_version() -> str:
 # ─── the run ─────────────────────────────────────────────────────────────
 
 
+
+async def drop_conn(conn_box: list) -> None:
+    """Close the connection in conn_box[0], if any, whatever state it is in,
+    and leave the box empty (the next use connects again)."""
+    conn, conn_box[0] = conn_box[0], None
+    if conn is not None:
+        try:
+            await conn.close()
+        except Exception:
+            pass
+
 class Bench:
     def __init__(self) -> None:
         self.sample_every_s = max(1, env_int("SAMPLE_EVERY_S", 5))
@@ -430,12 +441,7 @@ class Bench:
             if self.enqueue_errors == 1 or self.enqueue_errors % 100 == 0:
                 log("enqueue failed (%d so far): %s" % (self.enqueue_errors,
                                                         str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__))
-            try:
-                if conn_box[0] is not None:
-                    await conn_box[0].close()
-            except Exception:
-                pass
-            conn_box[0] = None
+            await drop_conn(conn_box)
             await self._sleep(0.2)
             return False
         per_job_ms = (time.monotonic() - t0) * 1000.0 / n
@@ -504,12 +510,7 @@ class Bench:
                             (QUEUE_NAME,))).fetchone()
                         depth = int(row[0] or 0) if row is not None else 0
                     except (psycopg.Error, OSError):
-                        try:
-                            if conn_box[0] is not None:
-                                await conn_box[0].close()
-                        except Exception:
-                            pass
-                        conn_box[0] = None
+                        await drop_conn(conn_box)
                         await self._sleep(0.2)
                         continue
                     want = min(self.batch_max, self.target_depth - depth)
@@ -555,11 +556,7 @@ class Bench:
         finally:
             if getattr(self, "_stdin_task", None) is not None:
                 self._stdin_task.cancel()
-            if conn_box[0] is not None:
-                try:
-                    await conn_box[0].close()
-                except Exception:
-                    pass
+            await drop_conn(conn_box)
 
     # --- consumer ----------------------------------------------------------
 
