@@ -6,7 +6,10 @@ not in a busy loop), a heartbeat that extends the lease of every running job
 at a fraction of the lease, and the reports.  Async handlers run on that loop;
 plain functions each run on a thread of their own, so a slow or stuck one
 blocks nothing else.  At most ``concurrency`` jobs run at once, over all the
-worker's queues.
+worker's queues.  A job whose handler returned gives its place to the next
+claim while its completion commits (at most ``concurrency`` completions are
+in flight so); a failure keeps its place until it is recorded, since the
+retry may come back to this worker.
 
 How a handler ends decides what happens to its job:
 
@@ -199,6 +202,7 @@ class _JobBase:
         self._worker = worker
         self._phase = "claimed"         # claimed, running, reporting, done
         self._handed_back = False       # released at shutdown
+        self._slot_freed = False        # its completion is sent without a slot
         self._thread: Optional[int] = None  # the thread running a plain handler
 
     @property
@@ -272,6 +276,7 @@ class _State:
     abandon: asyncio.Event = field(default_factory=asyncio.Event)
     slots: asyncio.Condition = field(default_factory=asyncio.Condition)
     reserved: int = 0                   # slots held by claims and running jobs
+    reporting: int = 0                  # completions committing without a slot
     tasks: Dict[int, "asyncio.Task[None]"] = field(default_factory=dict)
     jobs: Dict[int, AnyJob] = field(default_factory=dict)
     ops: Optional[psycopg.AsyncConnection[Any]] = None
@@ -795,9 +800,13 @@ class Worker:
         finally:
             job._phase = "done"
             if not job._handed_back:
-                st.jobs.pop(job.id, None)
-                st.tasks.pop(job.id, None)
-                await self._unreserve(1)
+                # the id may be ours again already (a lease lost while the
+                # completion was sent, the job claimed anew): drop only this
+                if st.jobs.get(job.id) is job:
+                    del st.jobs[job.id]
+                    st.tasks.pop(job.id, None)
+                if not job._slot_freed:
+                    await self._unreserve(1)
 
     def _log_outcome(self, job: AnyJob, out: "_Outcome", duration: float) -> None:
         """One line per finished attempt: failures with their error, at
@@ -863,7 +872,21 @@ class Worker:
         except Exception as e:
             return await self._fail(job, "result not stored: " + _describe(e),
                                     retryable=False, details=_trace(e))
-        done = await self._complete(job, text)
+        st = self._state
+        assert st is not None
+        if st.reporting < self.concurrency:
+            # a completion ends the job's use of this worker (it cannot be
+            # handed back to us as a retry can): its slot goes to the next
+            # claim while the completion commits; at most concurrency
+            # completions wait so, more keep their slot
+            job._slot_freed = True
+            st.reporting += 1
+            await self._unreserve(1)
+        try:
+            done = await self._complete(job, text)
+        finally:
+            if job._slot_freed:
+                st.reporting -= 1
         if isinstance(done, _Refused):
             return await self._fail(job, "result not stored: " + done.message,
                                     retryable=False)
