@@ -103,3 +103,22 @@ SELECT s.queue,
  GROUP BY s.queue, s.pending, s.ready, s.delayed, s.oldest_pending_age, s.running, s.completed,
           s.failed, s.cancelled, s.completed_last_hour, s.failed_last_hour
  ORDER BY s.queue;
+
+-- a query that reads neither the totals over every kept job (completed,
+-- cancelled, blocked) nor the last hour does not scan jobq.job, filtered
+-- by queue or not (on PostgreSQL 17 and 18 a filter on queue kept both
+-- scans until 0.3.1); one that reads them does
+CREATE FUNCTION pg_temp.scans_job(q text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    line text;
+    hit boolean := false;
+BEGIN
+    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || q LOOP
+        hit := hit OR line ~ ' on job\M';
+    END LOOP;
+    RETURN hit;
+END $$;
+SELECT pg_temp.scans_job($$SELECT ready FROM jobq.queue_stats WHERE queue = 'due'$$) AS ready_by_queue,
+       pg_temp.scans_job($$SELECT queue, pending, ready, delayed FROM jobq.queue_stats$$) AS ready_all,
+       pg_temp.scans_job($$SELECT completed FROM jobq.queue_stats WHERE queue = 'due'$$) AS completed_by_queue,
+       pg_temp.scans_job($$SELECT failed_last_hour FROM jobq.queue_stats$$) AS last_hour_all;

@@ -55,7 +55,12 @@ COMMENT ON VIEW jobq.queues IS
 -- failed from job_failed_idx; the last hour from job_finished_idx, all per
 -- queue.  Only completed, cancelled and blocked count every kept job (in
 -- one scan by status), and a query that selects none of them does not pay
--- for it: the planner drops the join of a column nobody reads.
+-- for it: the planner drops the join of a column nobody reads.  Those joins
+-- match q.name || '', not q.name: with q.name a query filtered by queue
+-- (WHERE queue = 'x') turns the join clause into two filters on a constant,
+-- and PostgreSQL 17 and 18 then cannot prove one grouped row per queue and
+-- keep both scans of jobq.job however few columns are read (15 drops them;
+-- fixed in 0.3.1).
 CREATE VIEW jobq.queue_stats WITH (security_barrier) AS
 SELECT q.name AS queue,
        r.ready OPERATOR(pg_catalog.+) s.due OPERATOR(pg_catalog.+) s.later AS pending,
@@ -99,13 +104,13 @@ SELECT q.name AS queue,
                     pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'blocked') AS blocked
                FROM jobq.job j
               WHERE j.status OPERATOR(pg_catalog.=) ANY ('{completed,cancelled,blocked}'::text[])
-              GROUP BY j.queue) f ON f.queue OPERATOR(pg_catalog.=) q.name
+              GROUP BY j.queue) f ON f.queue OPERATOR(pg_catalog.=) (q.name OPERATOR(pg_catalog.||) '')
   LEFT JOIN (SELECT j.queue,
                     pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
                     pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed
                FROM jobq.job j
               WHERE j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
-              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) q.name
+              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) (q.name OPERATOR(pg_catalog.||) '')
  WHERE jobq.may_use_queue(q.name);
 COMMENT ON VIEW jobq.queue_stats IS
     'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits; blocked jobs waiting for their parents';
