@@ -70,10 +70,11 @@ EXTENSIONS = ["jobq"]
 # The depth, read from jobq's own tables: ready = the queue's rows in
 # jobq.ready plus its due rows in jobq.scheduled (what jobq.queue_stats calls
 # "ready"), running = its jobs under a lease.  Not through jobq.queue_stats:
-# on PostgreSQL 18 a query of that view filtered by queue keeps the view's
-# per-queue totals over every retained job (completed, last hour) that it
-# does not select, two scans of jobq.job per call, where 15 drops them; at
-# the harness's rates that made the depth-target producer the bottleneck.
+# on PostgreSQL 17 and 18, before jobq 0.3.1, a query of that view filtered
+# by queue keeps the view's per-queue totals over every retained job
+# (completed, last hour) that it does not select, two scans of jobq.job per
+# call, where 15 drops them; at the harness's rates that made the
+# depth-target producer the bottleneck.
 DEPTH_SQL = (
     "SELECT (SELECT count(*) FROM jobq.ready WHERE queue = %(q)s)"
     " + (SELECT count(*) FROM jobq.scheduled WHERE queue = %(q)s AND run_at <= now()),"
