@@ -468,6 +468,37 @@ class Workers(Base):
         self.assertLessEqual(most, 3)
         self.assertGreaterEqual(most, 2)
 
+    def test_completion_frees_its_place(self):
+        """a completed job's place goes to the next claim while its completion commits: with
+        concurrency 1, a second job runs while the first one's jobq.complete waits for a row
+        lock held here; both are completed once the lock goes"""
+        w = self.worker(concurrency=1)
+        ran = []
+        lock = connect(autocommit=False)
+
+        @w.handler("step")
+        def step(job):
+            if job.payload["n"] == 1:
+                # claimed (the claim wrote the row): hold the row its completion writes
+                lock.execute("SELECT 1 FROM jobq.job WHERE job_id = %s FOR UPDATE", (job.id,))
+            ran.append(job.payload["n"])
+
+        with connect() as conn:
+            first = jobq.enqueue(conn, "step", {"n": 1}, queue=self.queue).job_id
+        try:
+            with running(w):
+                self.assertTrue(poll(lambda: ran == [1], 20))
+                with connect() as conn:
+                    second = jobq.enqueue(conn, "step", {"n": 2}, queue=self.queue).job_id
+                self.assertTrue(poll(lambda: ran == [1, 2], 20),
+                                "the second job ran while the first one's completion waited")
+                self.assertEqual(self.status(first)[0], "running")
+                lock.rollback()
+                self.assertTrue(poll(lambda: self.status(first)[0] == "completed"
+                                     and self.status(second)[0] == "completed", 20))
+        finally:
+            lock.close()
+
     def test_lease_renewed_while_handler_runs(self):
         """a handler slower than its lease keeps the job: extended, completed on attempt 1"""
         w = self.worker(lease=1, concurrency=2)
