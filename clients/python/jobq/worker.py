@@ -11,6 +11,18 @@ claim while its completion commits (at most ``concurrency`` completions are
 in flight so); a failure keeps its place until it is recorded, since the
 retry may come back to this worker.
 
+Claiming ahead: a claim takes a round trip, and slots that free during it
+stay idle until it returns.  So the worker claims up to ``prefetch`` jobs
+beyond its free slots; they wait, under lease (extended by the heartbeat),
+and start in claim order as slots free.  By default (``prefetch=None``) it
+claims ahead as many jobs as its handlers finish during one claim round trip
+(measured: the completion rate times the claim's round trip, at most
+``concurrency``): none for jobs that take much longer than a claim, so long
+jobs are never held back from other workers, and enough for short ones that
+the handlers never wait for a claim.  ``prefetch=0`` never claims ahead; a
+number claims ahead exactly that many at most.  At a stop the waiting jobs
+are handed back at once (jobq.release: no retry spent).
+
 How a handler ends decides what happens to its job:
 
     returns a value          jobq.complete(job_id, token, result)
@@ -57,7 +69,8 @@ its wait is cancelled, which claims nothing.  Running jobs get ``grace``
 seconds to finish and report; then (or at a second signal) every job still
 running is handed back with jobq.release: pending at once, no retry spent, so
 no lease is left to expire.  ``run()`` returns 0 when every job finished, 1
-when some were handed back.
+when some were handed back (jobs claimed ahead and never started do not
+count).
 
 No session state is used: every statement is its own transaction, and with
 ``pooler=True`` no statement is prepared, so the worker works through
@@ -67,7 +80,9 @@ PgBouncer in transaction mode.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
+import math
 import inspect
 import io
 import json
@@ -83,7 +98,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional,
+from typing import (Any, Awaitable, Callable, Deque, Dict, List, Mapping, Optional,
                     Sequence, Set, Tuple, TypeVar, Union)
 
 import psycopg
@@ -267,6 +282,42 @@ class _Registered:
     timeout: Optional[float]
 
 
+class _Pace:
+    """How many jobs are worth claiming ahead: the jobs the handlers finish
+    during one claim round trip (completion rate times round trip)."""
+
+    TAU = 1.0                           # seconds: the rate's memory
+
+    def __init__(self) -> None:
+        self.round_trip = 0.0           # seconds, a moving average
+        self._rate = 0.0                # jobs finished per second, decaying
+        self._at = time.monotonic()     # when _rate was last brought up to date
+        self._backlog = False           # the last claim got all it asked for
+
+    def claimed(self, seconds: float, full: bool) -> None:
+        """A claim came back after seconds, with every job it asked for or
+        not.  Only a claim that follows a full one counts: the queue had a
+        backlog, so it did not wait in the server for jobs to come."""
+        if full and self._backlog:
+            seconds = min(seconds, 0.5)
+            self.round_trip = (seconds if self.round_trip == 0.0
+                               else 0.8 * self.round_trip + 0.2 * seconds)
+        self._backlog = full
+
+    def _decayed(self, now: float) -> float:
+        return self._rate * math.exp(-(now - self._at) / self.TAU)
+
+    def finished(self) -> None:
+        """A job gave its slot back."""
+        now = time.monotonic()
+        self._rate = self._decayed(now) + 1.0 / self.TAU
+        self._at = now
+
+    def ahead(self, most: int) -> int:
+        rate = self._decayed(time.monotonic())
+        return max(0, min(most, int(rate * self.round_trip + 0.5)))
+
+
 @dataclass
 class _State:
     """What one run of the worker keeps; reset by every run."""
@@ -275,7 +326,10 @@ class _State:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     abandon: asyncio.Event = field(default_factory=asyncio.Event)
     slots: asyncio.Condition = field(default_factory=asyncio.Condition)
-    reserved: int = 0                   # slots held by claims and running jobs
+    reserved: int = 0                   # places held by claims, waiting and running jobs
+    running: int = 0                    # jobs holding a slot (at most concurrency)
+    waiting: Deque[Tuple[AnyJob, "_Registered"]] = field(default_factory=collections.deque)
+    pace: "_Pace" = field(default_factory=lambda: _Pace())   # claim round trip, completion rate
     reporting: int = 0                  # completions committing without a slot
     tasks: Dict[int, "asyncio.Task[None]"] = field(default_factory=dict)
     jobs: Dict[int, AnyJob] = field(default_factory=dict)
@@ -299,6 +353,8 @@ class Worker:
     queues        a queue name or a list of them
     concurrency   jobs run at once by this process, over all its queues
     batch         most jobs per claim (default: concurrency / queues)
+    prefetch      most jobs claimed ahead of free slots (None: measured,
+                  at most concurrency; 0: none); see the module docstring
     lease         seconds a claim holds a job before it must be extended
     renew         extend every running job's lease every lease * renew seconds
     wait          seconds a claim may block in the server when nothing is ready
@@ -310,7 +366,8 @@ class Worker:
     """
 
     def __init__(self, conninfo: str = "", *, queues: Union[str, Sequence[str]] = "default",
-                 concurrency: int = 10, batch: Optional[int] = None, lease: float = 30.0,
+                 concurrency: int = 10, batch: Optional[int] = None,
+                 prefetch: Optional[int] = None, lease: float = 30.0,
                  renew: float = 1 / 3, wait: float = 5.0, grace: float = 30.0,
                  timeout: Optional[float] = None, worker_id: Optional[str] = None,
                  pooler: bool = False, connect_kwargs: Optional[Mapping[str, Any]] = None,
@@ -322,10 +379,13 @@ class Worker:
             raise ValueError("queues must name at least one queue")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if prefetch is not None and prefetch < 0:
+            raise ValueError("prefetch must be None (measured) or at least 0")
         if not 0 < renew < 1:
             raise ValueError("renew must be a fraction of the lease, between 0 and 1")
         self.concurrency = concurrency
         self.batch = batch or max(1, concurrency // len(self.queues))
+        self.prefetch = prefetch
         self.lease = float(lease)
         self.renew = float(renew)
         self.wait = float(wait)
@@ -463,6 +523,12 @@ class Worker:
                         pass
             for s in signals:
                 loop.remove_signal_handler(s)
+            if (st.ops is not None and st.ops.info.transaction_status
+                    == psycopg.pq.TransactionStatus.ACTIVE):
+                # a statement of a task cancelled above is still in flight
+                # on it: a new connection for the last word
+                await st.ops.close()
+                st.ops = None
             await self._unregister()
             if st.ops is not None:
                 await st.ops.close()
@@ -575,26 +641,39 @@ class Worker:
 
     # --- claiming ------------------------------------------------------------
 
+    @property
+    def ahead(self) -> int:
+        """How many jobs the worker claims ahead of its free slots now:
+        prefetch, or the measured number (0 when not running)."""
+        st = self._state
+        if self.prefetch is not None:
+            return self.prefetch
+        return 0 if st is None else st.pace.ahead(self.concurrency)
+
+    def _places(self) -> int:
+        """Slots, and the jobs worth claiming ahead of them."""
+        return self.concurrency + self.ahead
+
     async def _reserve(self) -> int:
-        """Wait for a free slot; take up to batch of them (0: stopping)."""
+        """Wait for a free place; take up to batch of them (0: stopping)."""
         st = self._state
         assert st is not None
         async with st.slots:
-            while st.reserved >= self.concurrency and not st.stop.is_set():
+            while st.reserved >= self._places() and not st.stop.is_set():
                 await st.slots.wait()
-            # busy: give the running jobs a moment to free more slots, so a
+            # busy: give the running jobs a moment to free more places, so a
             # saturated worker claims in batches rather than one by one
             want = min(self.batch, (self.batch + 1) // 2)
-            if st.reserved > 0 and self.concurrency - st.reserved < want:
+            if st.reserved > 0 and self._places() - st.reserved < want:
                 try:
                     await asyncio.wait_for(st.slots.wait_for(
-                        lambda: self.concurrency - st.reserved >= want or st.stop.is_set()),
+                        lambda: self._places() - st.reserved >= want or st.stop.is_set()),
                         0.005)
                 except asyncio.TimeoutError:
                     pass
             if st.stop.is_set():
                 return 0
-            n = min(self.batch, self.concurrency - st.reserved)
+            n = max(0, min(self.batch, self._places() - st.reserved))
             st.reserved += n
             return n
 
@@ -615,7 +694,9 @@ class Worker:
             while not st.stop.is_set():
                 n = await self._reserve()
                 if n == 0:
-                    break
+                    if st.stop.is_set():
+                        break
+                    continue
                 rows: List[Tuple[Any, ...]] = []
                 reused = False          # a connection that waited since its last claim
                 try:
@@ -631,10 +712,12 @@ class Worker:
                         if not st.stop.is_set():
                             raw = (conn.info.parameter_status("server_encoding")
                                    == "SQL_ASCII")
+                            sent = time.monotonic()
                             cur = await conn.execute(_CLAIM_SQL_ASCII if raw else _CLAIM, (
                                 queue, self.worker_id, n, _seconds(self.lease),
                                 self.kinds, _seconds(self.wait)))
                             rows = await cur.fetchall()
+                            st.pace.claimed(time.monotonic() - sent, len(rows) == n)
                             self._reachable()
                     finally:
                         st.claiming.discard(conn)
@@ -686,7 +769,8 @@ class Worker:
                     pass
 
     async def _start(self, queue: str, row: Tuple[Any, ...]) -> None:
-        """Start the handler of a claimed job (or hand it back: stopping)."""
+        """Start the handler of a claimed job, or queue it for the next free
+        slot (claimed ahead), or hand it back (stopping)."""
         st = self._state
         assert st is not None
         reg = self._handlers.get(row[2])
@@ -699,7 +783,36 @@ class Worker:
             st.jobs.pop(job.id, None)
             await self._unreserve(1)
             return
+        if st.running < self.concurrency:
+            self._launch(job, reg)
+        else:
+            st.waiting.append((job, reg))
+
+    def _launch(self, job: AnyJob, reg: _Registered) -> None:
+        st = self._state
+        assert st is not None
+        st.running += 1
         st.tasks[job.id] = asyncio.ensure_future(self._run_job(job, reg))
+
+    async def _free_slot(self) -> None:
+        """A job is done with its slot: the next job waiting takes it."""
+        st = self._state
+        assert st is not None
+        st.running -= 1
+        st.pace.finished()
+        freed = 1
+        while st.waiting and st.running < self.concurrency and not st.stop.is_set():
+            job, reg = st.waiting.popleft()
+            if job.lost:
+                # its lease was found lost while it waited (cancelled, say)
+                if st.jobs.get(job.id) is job:
+                    del st.jobs[job.id]
+                job._phase = "done"
+                self._emit("lost", job)
+                freed += 1
+                continue
+            self._launch(job, reg)
+        await self._unreserve(freed)
 
     # --- running a job -------------------------------------------------------
 
@@ -806,7 +919,7 @@ class Worker:
                     del st.jobs[job.id]
                     st.tasks.pop(job.id, None)
                 if not job._slot_freed:
-                    await self._unreserve(1)
+                    await self._free_slot()
 
     def _log_outcome(self, job: AnyJob, out: "_Outcome", duration: float) -> None:
         """One line per finished attempt: failures with their error, at
@@ -881,7 +994,7 @@ class Worker:
             # completions wait so, more keep their slot
             job._slot_freed = True
             st.reporting += 1
-            await self._unreserve(1)
+            await self._free_slot()
         try:
             done = await self._complete(job, text)
         finally:
@@ -1039,13 +1152,15 @@ class Worker:
     # --- leases --------------------------------------------------------------
 
     async def _heartbeat(self) -> None:
-        """Extend the lease of every running job every lease * renew seconds."""
+        """Extend the lease of every job in hand (running, reporting or
+        waiting for a slot) every lease * renew seconds."""
         st = self._state
         assert st is not None
         period = max(self.lease * self.renew, 0.05)
         while True:
             await asyncio.sleep(period)
-            jobs = [j for j in st.jobs.values() if j._phase in ("running", "reporting")]
+            jobs = [j for j in st.jobs.values()
+                    if j._phase in ("claimed", "running", "reporting")]
             if not jobs:
                 continue
             try:
@@ -1131,6 +1246,18 @@ class Worker:
         return how many were handed back."""
         st = self._state
         assert st is not None
+        # the jobs claimed ahead never started: back at once (those whose
+        # lease was found lost are not ours to hand back)
+        ahead = [job for job, _ in st.waiting]
+        st.waiting.clear()
+        for job in ahead:
+            job._handed_back = True
+            job._phase = "done"
+            if st.jobs.get(job.id) is job:
+                del st.jobs[job.id]
+            if job.lost:
+                self._emit("lost", job)
+        await self._release([job for job in ahead if not job.lost], started=False)
         if st.tasks:
             abandon = asyncio.ensure_future(st.abandon.wait())
             deadline = time.monotonic() + self.grace
@@ -1160,9 +1287,9 @@ class Worker:
                         self.worker_id, len(back) - released)
         return len(back)
 
-    async def _release(self, jobs: Sequence[AnyJob]) -> int:
+    async def _release(self, jobs: Sequence[AnyJob], started: bool = True) -> int:
         """Hand jobs back with jobq.release: pending now, no retry spent;
-        return how many were."""
+        return how many were.  Jobs never started are logged at INFO."""
         if not jobs:
             return 0
         try:
@@ -1177,8 +1304,9 @@ class Worker:
         released = {i for i, ok in rows if ok}
         for job in jobs:
             if job.id in released:
-                log.warning("%s: job %d (%s) handed back, to run again",
-                            self.worker_id, job.id, job.kind)
+                log.log(logging.WARNING if started else logging.INFO,
+                        "%s: job %d (%s) handed back, to run again",
+                        self.worker_id, job.id, job.kind)
                 self._emit("released", job)
             else:
                 self._emit("lost", job)

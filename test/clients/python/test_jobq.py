@@ -288,6 +288,15 @@ class Base(unittest.TestCase):
         return q("SELECT status, retry_count, last_error, result FROM jobq.jobs"
                  " WHERE job_id = %s", (job_id,), dsn)[0]
 
+    def most_at_once(self):
+        """The most attempts of the queue running at one instant in the ledger: +1 at a
+        start, -1 at a finish."""
+        return q1("SELECT max(s) FROM (SELECT sum(d) OVER (ORDER BY t, d"
+                  "   ROWS UNBOUNDED PRECEDING) AS s FROM ("
+                  "   SELECT started t, 1 d FROM ledger WHERE queue = %s"
+                  "   UNION ALL SELECT finished, -1 FROM ledger WHERE queue = %s) e) x",
+                  (self.queue, self.queue))
+
     def drained(self, timeout=20.0, dsn=None):
         return poll(lambda: q1("SELECT count(*) FROM jobq.jobs WHERE queue = %s"
                                " AND status IN ('pending', 'running')", (self.queue,), dsn) == 0,
@@ -457,12 +466,7 @@ class Workers(Base):
             jobq.enqueue_many(conn, "work", [{}] * 12, queue=self.queue)
         with running(w):
             self.assertTrue(self.drained())
-        # the most attempts running at one instant: +1 at a start, -1 at a finish
-        most = q1("SELECT max(s) FROM (SELECT sum(d) OVER (ORDER BY t, d"
-                  "   ROWS UNBOUNDED PRECEDING) AS s FROM ("
-                  "   SELECT started t, 1 d FROM ledger WHERE queue = %s"
-                  "   UNION ALL SELECT finished, -1 FROM ledger WHERE queue = %s) e) x",
-                  (self.queue, self.queue))
+        most = self.most_at_once()
         self.assertEqual(q1("SELECT count(*) FROM ledger WHERE queue = %s AND finished"
                             " IS NOT NULL", (self.queue,)), 12)
         self.assertLessEqual(most, 3)
@@ -498,6 +502,113 @@ class Workers(Base):
                                      and self.status(second)[0] == "completed", 20))
         finally:
             lock.close()
+
+    def test_prefetch_waits_its_turn(self):
+        """prefetch=2, concurrency 1: two jobs are claimed ahead while the first runs and wait,
+        one handler at a time, their leases (1 s) extended while they wait; then they run in
+        claim order and complete on their first attempt"""
+        w = self.worker(concurrency=1, prefetch=2, lease=1)
+        go = threading.Event()
+
+        @w.handler("step")
+        def step(job):
+            started(job)
+            if job.payload["n"] == 1:
+                go.wait(20)
+            finished(job)
+
+        with connect() as conn:
+            ids = [jobq.enqueue(conn, "step", {"n": n}, queue=self.queue, priority=10 - n).job_id
+                   for n in (1, 2, 3)]
+        with running(w):
+            self.assertTrue(poll(lambda: q1("SELECT count(*) FROM jobq.jobs WHERE queue = %s"
+                                            " AND status = 'running'", (self.queue,)) == 3))
+            time.sleep(2.5)             # past the lease of every waiting job
+            self.assertEqual(q1("SELECT count(*) FROM ledger WHERE queue = %s", (self.queue,)), 1)
+            self.assertEqual(q1("SELECT count(*) FROM jobq.jobs WHERE queue = %s"
+                                " AND status = 'running' AND lease_expires_at > now()",
+                                (self.queue,)), 3)
+            go.set()
+            self.assertTrue(self.drained())
+        self.assertEqual([self.status(i)[:2] for i in ids], [("completed", 0)] * 3)
+        self.assertEqual(q("SELECT job_id FROM ledger WHERE queue = %s ORDER BY started",
+                           (self.queue,)), [(i,) for i in ids])
+        self.assertEqual(self.most_at_once(), 1)
+        self.assertFalse([e for e in self.events if e.name == "lost"])
+
+    def test_prefetch_handed_back_at_stop(self):
+        """at a stop the jobs claimed ahead go back at once, pending with no retry spent, while
+        the running job gets its grace; they do not count as unfinished (run() returns 0)"""
+        w = self.worker(concurrency=1, prefetch=3, grace=20)
+        back = []
+
+        @w.handler("step")
+        def step(job):
+            if job.payload["n"] == 1:
+                poll(lambda: q1("SELECT count(*) FROM jobq.jobs WHERE queue = %s"
+                                " AND status = 'running'", (self.queue,)) == 4)
+                w.stop()
+                back.append(poll(lambda: q1("SELECT count(*) FROM jobq.jobs WHERE queue = %s"
+                                            " AND status = 'pending' AND retry_count = 0",
+                                            (self.queue,)) == 3))
+            return {"n": job.payload["n"]}
+
+        with connect() as conn:
+            ids = [jobq.enqueue(conn, "step", {"n": n}, queue=self.queue, priority=10 - n).job_id
+                   for n in (1, 2, 3, 4)]
+        with running(w) as codes:
+            self.assertTrue(poll(lambda: back, 30))
+            self.assertTrue(poll(lambda: self.status(ids[0])[0] == "completed"))
+        self.assertEqual(back, [True], "the waiting jobs were handed back while the first ran")
+        self.assertEqual(codes, [0])
+        self.assertEqual(self.status(ids[0])[0], "completed")
+        self.assertEqual([self.status(i)[:2] for i in ids[1:]], [("pending", 0)] * 3)
+        self.assertEqual(sorted(e.job_id for e in self.events if e.name == "released"), ids[1:])
+
+    def test_prefetch_measured(self):
+        """by default the worker claims ahead what its handlers finish during a claim's round
+        trip: for no-op jobs Worker.ahead rises above 0, and no more than concurrency handlers
+        run at once; for jobs much longer than a claim (0.3 s) it stays 0, and no job is claimed
+        while every slot runs a handler"""
+        for kind, n, seconds, concurrency in (("noop", 600, 0, 4), ("slow", 8, 0.3, 2)):
+            w = self.worker(concurrency=concurrency)
+            ran = {}                    # job id: (handler start, end), this host's clock
+
+            def handler(job, seconds=seconds, ran=ran):
+                t0 = time.time()
+                time.sleep(seconds)
+                ran[job.id] = (t0, time.time())
+
+            w.handle(kind, handler)
+            with connect() as conn:
+                jobq.enqueue_many(conn, kind, [{}] * n, queue=self.queue)
+            seen = set()
+
+            def sample(w=w, seen=seen, kind=kind):
+                seen.add(w.ahead)
+                return q1("SELECT count(*) FROM jobq.jobs WHERE queue = %s AND kind = %s"
+                          " AND status = 'completed'", (self.queue, kind)) == n
+
+            with running(w):
+                self.assertTrue(poll(sample, 60))
+            self.assertEqual(len(ran), n)
+            edges = sorted([(a, 1) for a, _ in ran.values()] + [(b, -1) for _, b in ran.values()],
+                           key=lambda e: (e[0], e[1]))
+            at_once, most = 0, 0
+            for _, d in edges:
+                at_once += d
+                most = max(most, at_once)
+            self.assertLessEqual(most, concurrency)
+            if not seconds:
+                self.assertGreater(max(seen), 0, "no-op jobs were not claimed ahead")
+                continue
+            self.assertEqual(seen, {0})
+            # jobs claimed while every slot ran a handler (the server's clock is this host's)
+            claimed = q("SELECT job_id, extract(epoch FROM claimed_at)::float8 FROM jobq.jobs"
+                        " WHERE queue = %s AND kind = %s", (self.queue, kind))
+            ahead = [i for i, t in claimed
+                     if sum(1 for j, (a, b) in ran.items() if j != i and a <= t < b) >= concurrency]
+            self.assertEqual(ahead, [], "%g s jobs were claimed ahead" % seconds)
 
     def test_lease_renewed_while_handler_runs(self):
         """a handler slower than its lease keeps the job: extended, completed on attempt 1"""
