@@ -148,6 +148,9 @@ export interface WorkerOptions {
   concurrency?: number
   /** most jobs per claim (default: concurrency) */
   batch?: number
+  /** most jobs claimed ahead of free slots, waiting under lease (default null: measured, the jobs
+   * the handlers finish during one claim round trip, at most concurrency; 0: none) */
+  prefetch?: number | null
   /** seconds (default 30) */
   lease?: number
   /** renew leases (and heartbeat) every lease * renewEvery seconds, 15 s at most (default 1/3) */
@@ -174,6 +177,8 @@ export class Worker {
   readonly pool: Pool
   readonly workerId: string
   readonly kinds: string[]
+  /** jobs claimed ahead of free slots now: prefetch, or the measured number */
+  readonly ahead: number
   /** register the handler of a kind; opts.timeout (seconds) overrides the worker's */
   handle<P = any>(kind: string, fn: Handler<P>, opts?: { timeout?: number }): this
   /** work until stop() */

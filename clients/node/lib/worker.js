@@ -11,6 +11,17 @@
 // wait => `wait` seconds, sleeping in the server (no busy loop, no LISTEN)
 // until a job is ready, and back to batches once it gets one.
 //
+// Claiming ahead.  A claim takes a round trip, and slots that free during it
+// would stay idle until it returns; so a loop claims up to `prefetch` jobs
+// beyond the free slots.  They wait, under lease (renewed with the running
+// ones), and start in claim order as slots free.  By default (prefetch
+// null) that is the number of jobs the handlers finish during one claim
+// round trip, measured (Pace: completion rate times round trip, at most
+// `concurrency`; `worker.ahead` is the number now): none for jobs much
+// longer than a claim, which are never held back from other workers.
+// prefetch 0 turns it off.  At stop() the waiting jobs are handed back at
+// once; they are not counted in handedBack.
+//
 // Leases.  Every lease * renewEvery seconds (every 15 s at least) one
 // statement extends the lease of every running job.  A NULL from jobq.extend (or false from
 // jobq.checkpoint) means the lease is lost: the job's signal is aborted
@@ -181,6 +192,45 @@ class Job {
   }
 }
 
+// How many jobs are worth claiming ahead: the jobs the handlers finish
+// during one claim round trip (completion rate times round trip).
+class Pace {
+  constructor () {
+    this.roundTrip = 0 // seconds, a moving average
+    this._rate = 0 // jobs finished per second, decaying with a memory of TAU
+    this._at = performance.now()
+    this._backlog = false // the last claim got all it asked for
+  }
+
+  // A claim came back after seconds with every job it asked for (full) or
+  // not.  Only a claim that follows a full one counts: the queue had a
+  // backlog, so it did not wait in the server for jobs to come.
+  claimed (seconds, full) {
+    if (full && this._backlog) {
+      seconds = Math.min(seconds, 0.5)
+      this.roundTrip = this.roundTrip === 0 ? seconds : 0.8 * this.roundTrip + 0.2 * seconds
+    }
+    this._backlog = full
+  }
+
+  _decayed (now) {
+    return this._rate * Math.exp(-(now - this._at) / 1000 / Pace.TAU)
+  }
+
+  // A job gave its slot back.
+  finished () {
+    const now = performance.now()
+    this._rate = this._decayed(now) + 1 / Pace.TAU
+    this._at = now
+  }
+
+  ahead (most) {
+    const rate = this._decayed(performance.now())
+    return Math.max(0, Math.min(most, Math.floor(rate * this.roundTrip + 0.5)))
+  }
+}
+Pace.TAU = 1 // seconds
+
 class Worker {
   constructor (opts = {}) {
     const queues = opts.queues ?? [opts.queue ?? 'default']
@@ -189,6 +239,8 @@ class Worker {
     this.concurrency = Math.floor(opts.concurrency ?? 10)
     if (!(this.concurrency >= 1)) throw new TypeError('concurrency must be at least 1')
     this.batch = Math.max(1, Math.floor(opts.batch ?? this.concurrency))
+    this.prefetch = opts.prefetch == null ? null : Math.floor(opts.prefetch)
+    if (this.prefetch !== null && !(this.prefetch >= 0)) throw new TypeError('prefetch must be null (measured) or at least 0')
     this.lease = checkSeconds(opts.lease ?? 30, 'lease')
     this.renewEvery = opts.renewEvery ?? 1 / 3
     if (!(this.renewEvery > 0 && this.renewEvery < 1)) throw new TypeError('renewEvery must be between 0 and 1')
@@ -225,9 +277,12 @@ class Worker {
     })
     this._handlers = new Map() // kind -> { fn, timeout }
     this._running = new Map() // job id -> { job, ac, state }
-    this._reserved = 0 // slots held by claims in flight
+    this._reserved = 0 // places held by claims in flight
+    this._waiting = [] // claimed ahead, waiting for a slot: { queue, row, lost }
+    this._pace = new Pace()
     this._claims = new Set() // claims in flight: { client, cancelled }
     this._cancels = [] // cancel requests sent at stop(), until their connections close
+    this._pending = [] // hand-backs of jobs claimed ahead, sent at stop()
     this._waiters = [] // resolved when a slot frees or on stop
     this._stopping = false
     this._stopped = new Promise((resolve) => { this._onStop = resolve }) // settles at stop()
@@ -280,11 +335,12 @@ class Worker {
     try {
       await this._detect()
       this.log.info(`${this.workerId}: queues ${this.queues.join(',')}, kinds ${this.kinds.join(',')}, ` +
-        `concurrency ${this.concurrency}, batch ${this.batch}, lease ${this.lease}s, wait ${this.wait}s`)
+        `concurrency ${this.concurrency}, batch ${this.batch}, prefetch ${this.prefetch ?? 'measured'}, lease ${this.lease}s, wait ${this.wait}s`)
       await this._heartbeat()
       beat = setInterval(() => this._beat(), Math.max(Math.min(this.lease * this.renewEvery, BEAT_MAX_S), 0.05) * 1000)
       await Promise.all(this.queues.map((q) => this._loop(q)))
       while (this._running.size) await this._slotFreed()
+      await Promise.all(this._pending)
       await this._unregister()
       await Promise.all(this._cancels)
       this.log.info(`${this.workerId}: stopped` +
@@ -315,6 +371,10 @@ class Worker {
         c.cancelled = true
         this._cancels.push(sendCancel(c.client))
       }
+      // the jobs claimed ahead never started: back at once, not counted
+      const ahead = this._waiting.filter((w) => !w.lost).map((w) => w.row)
+      this._waiting = []
+      if (ahead.length) this._pending.push(this._release(ahead, 'claimed ahead, not started', false))
       this._graceTimer = setTimeout(() => this._handBackAll(), grace * 1000)
       this._wake()
     } else {
@@ -454,8 +514,28 @@ class Worker {
     }
   }
 
+  // How many jobs the worker claims ahead of its free slots now: prefetch,
+  // or the measured number.
+  get ahead () {
+    return this.prefetch ?? this._pace.ahead(this.concurrency)
+  }
+
   _free () {
-    return this.concurrency - this._running.size - this._reserved
+    return this.concurrency + this.ahead - this._running.size - this._reserved - this._waiting.length
+  }
+
+  // A job gave its slot back: the next waiting job takes it.
+  _slotBack () {
+    this._pace.finished()
+    while (this._waiting.length && this._running.size < this.concurrency && !this._stopping) {
+      const w = this._waiting.shift()
+      if (w.lost) {
+        this.log.warn(`${this.workerId}: job ${w.row.job_id} (${w.row.kind}): lease lost while it waited for a slot`)
+        continue
+      }
+      this._run1(w.queue, w.row)
+    }
+    this._wake()
   }
 
   _slotFreed () {
@@ -492,7 +572,9 @@ class Worker {
       let rows
       this._reserved += n
       try {
+        const sent = performance.now()
         rows = await this._claim(queue, n, idle ? this.wait : 0)
+        this._pace.claimed((performance.now() - sent) / 1000, !idle && rows.length === n)
         failures = 0
       } catch (e) {
         rows = []
@@ -553,8 +635,14 @@ class Worker {
     }
   }
 
-  // Start running the job of a claimed row.
+  // Start running the job of a claimed row, or queue it for the next free
+  // slot (claimed ahead).
   _start (queue, row) {
+    if (this._running.size < this.concurrency) this._run1(queue, row)
+    else this._waiting.push({ queue, row, lost: false })
+  }
+
+  _run1 (queue, row) {
     const ac = new AbortController()
     const job = new Job(this, queue, row, ac.signal)
     const rj = { job, ac, state: 'running', t0: Date.now() }
@@ -617,7 +705,7 @@ class Worker {
       const ms = Date.now() - rj.t0
       if (rj.state !== 'handedBack') {
         this._running.delete(job.id)
-        this._wake()
+        this._slotBack()
       }
       const e = rj.error
       this._hook('onFinish', job, outcome, ms, { error: e === undefined ? null : errorText(e), thrown: e })
@@ -842,15 +930,24 @@ class Worker {
     }
   }
 
-  // Extend the lease of every running job (on the timer).
+  // Extend the lease of every running job, and of those waiting for a slot
+  // (on the timer).
   async _renew () {
     const jobs = [...this._running.values()].filter((rj) => rj.state === 'running').map((rj) => rj.job)
-    if (!jobs.length) return
+    const waiting = this._waiting.filter((w) => !w.lost)
+    if (!jobs.length && !waiting.length) return
     try {
       const r = await this._query(
         `SELECT t.id AS id, jobq.extend(t.id, t.token, $1::interval) AS until
            FROM unnest($2::bigint[], $3::bigint[]) AS t(id, token)`,
-        [interval(this.lease), jobs.map((j) => j.id), jobs.map((j) => j.leaseToken)])
+        [interval(this.lease), jobs.map((j) => j.id).concat(waiting.map((w) => w.row.job_id)),
+          jobs.map((j) => j.leaseToken).concat(waiting.map((w) => w.row.lease_token))])
+      const until = new Map(r.rows.map((row) => [row.id, row.until]))
+      for (const w of waiting) {
+        const u = until.get(w.row.job_id)
+        if (u === null) w.lost = true
+        else if (u !== undefined) w.row.lease_expires_at = u
+      }
       for (const row of r.rows) {
         const rj = this._running.get(row.id)
         if (!rj) continue
@@ -879,15 +976,15 @@ class Worker {
   }
 
   // jobq.release the jobs of rows (job_id, lease_token): pending again now, no
-  // retry spent.
-  async _release (rows, why) {
+  // retry spent; counted in handedBack unless count is false.
+  async _release (rows, why, count = true) {
     try {
       const { rows: r } = await this._retrying('hand back',
         `SELECT count(*) FILTER (WHERE jobq.release(t.id, t.token))::integer AS n
            FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)`,
         [rows.map((x) => x.job_id), rows.map((x) => x.lease_token)], 10000, false)
-      this._handedBack += r[0].n
-      this.log.warn(`${this.workerId}: handed back ${r[0].n} job(s) ${why}: ` +
+      if (count) this._handedBack += r[0].n
+      this.log[count ? 'warn' : 'info'](`${this.workerId}: handed back ${r[0].n} job(s) ${why}: ` +
         rows.map((x) => x.job_id).join(', '))
     } catch (e) {
       this.log.error(`${this.workerId}: could not hand back job(s) ${rows.map((x) => x.job_id).join(', ')}: ` +

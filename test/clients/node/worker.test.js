@@ -68,7 +68,8 @@ test('a handler registry dispatches three kinds through a pg.Pool; a kind withou
 
 test('the concurrency limit holds (ledger and claim/finish times) and is reached', async () => {
   const queue = queueName('conc')
-  const w = worker(queue, { concurrency: 3, batch: 10 })
+  // prefetch 0: the claim-to-finish check below holds only without claiming ahead
+  const w = worker(queue, { concurrency: 3, batch: 10, prefetch: 0 })
     .handle('work', async (job) => {
       const end = await ledgerStart(job)
       await sleep(80 + (Number(job.payload.i) % 4) * 20)
@@ -88,6 +89,93 @@ test('the concurrency limit holds (ledger and claim/finish times) and is reached
                                     AND b.finished_at > a.claimed_at))::int AS n
                        FROM jobq.jobs a WHERE a.queue = $1`, [queue])
   assert.ok(r[0].n <= 3, `at most 3 jobs between claim and finish, saw ${r[0].n}`)
+})
+
+test('prefetch 2, concurrency 1: two jobs claimed ahead wait while the first runs, their leases (1 s) renewed, then run in claim order', async () => {
+  const queue = queueName('ahead')
+  let go
+  const gate = new Promise((resolve) => { go = resolve })
+  const w = worker(queue, { concurrency: 1, prefetch: 2, lease: 1 })
+    .handle('step', async (job) => {
+      const end = await ledgerStart(job)
+      if (job.payload.n === 1) await gate
+      await end()
+      return {}
+    })
+  const ids = []
+  for (const n of [1, 2, 3]) ids.push((await producer.enqueue('step', { n }, { queue, priority: 10 - n })).jobId)
+  const done = w.run()
+  await poll(async () => (await q("SELECT count(*)::int AS n FROM jobq.job WHERE queue = $1 AND status = 'running'", [queue]))[0].n === 3,
+    30000, 'three jobs claimed')
+  await sleep(2500) // past the lease of the waiting ones
+  assert.equal((await q('SELECT count(*)::int AS n FROM node_ledger WHERE queue = $1', [queue]))[0].n, 1)
+  assert.equal((await q(`SELECT count(*)::int AS n FROM jobq.job WHERE queue = $1 AND status = 'running'
+                           AND lease_expires_at > now()`, [queue]))[0].n, 3)
+  go()
+  await drained(queue)
+  await w.stop()
+  await done
+  for (const id of ids) assert.deepEqual([(await statusOf(id)).status, (await statusOf(id)).retry_count], ['completed', 0])
+  assert.deepEqual((await q('SELECT job_id FROM node_ledger WHERE queue = $1 ORDER BY started_at', [queue])).map((r) => r.job_id), ids)
+  assert.equal(await maxOverlap(queue), 1)
+})
+
+test('at stop() the jobs claimed ahead go back at once (pending, no retry spent) while the running one finishes; handedBack does not count them', async () => {
+  const queue = queueName('ahead_stop')
+  let stopped = null
+  let back = null
+  const w = worker(queue, { concurrency: 1, prefetch: 3, shutdownGrace: 20 })
+    .handle('step', async (job) => {
+      if (job.payload.n === 1) {
+        await poll(async () => (await q("SELECT count(*)::int AS n FROM jobq.job WHERE queue = $1 AND status = 'running'", [queue]))[0].n === 4,
+          30000, 'four jobs claimed')
+        stopped = w.stop()
+        back = await poll(async () => (await q(`SELECT count(*)::int AS n FROM jobq.job WHERE queue = $1
+                                                  AND status = 'pending' AND retry_count = 0`, [queue]))[0].n === 3,
+        20000, 'the waiting jobs handed back').catch(() => false)
+      }
+      return { n: job.payload.n }
+    })
+  const ids = []
+  for (const n of [1, 2, 3, 4]) ids.push((await producer.enqueue('step', { n }, { queue, priority: 10 - n })).jobId)
+  const r = await w.run()
+  await stopped
+  assert.equal(back, true, 'the waiting jobs were handed back while the first ran')
+  assert.deepEqual(r, { handedBack: 0 })
+  assert.equal((await statusOf(ids[0])).status, 'completed')
+  for (const id of ids.slice(1)) assert.deepEqual([(await statusOf(id)).status, (await statusOf(id)).retry_count], ['pending', 0])
+})
+
+test('by default the worker claims ahead what its handlers finish during a claim round trip: >0 for no-op jobs, 0 for 0.3 s jobs', async () => {
+  for (const [kind, n, ms, concurrency] of [['noop', 600, 0, 4], ['slow', 8, 300, 2]]) {
+    const queue = queueName(`measured_${kind}`)
+    const w = worker(queue, { concurrency })
+      .handle(kind, async (job) => {
+        const end = await ledgerStart(job)
+        if (ms) await sleep(ms)
+        await end()
+        return {}
+      })
+    await producer.enqueueMany(kind, Array.from({ length: n }, () => ({})), { queue })
+    const seen = new Set()
+    const timer = setInterval(() => seen.add(w.ahead), 5)
+    const done = w.run()
+    await drained(queue)
+    clearInterval(timer)
+    await w.stop()
+    await done
+    assert.ok(await maxOverlap(queue) <= concurrency)
+    if (!ms) {
+      assert.ok(Math.max(...seen) > 0, `no-op jobs were claimed ahead (saw ${[...seen]})`)
+      continue
+    }
+    assert.deepEqual([...seen], [0])
+    // no job claimed while every slot ran a handler (the server's clock throughout)
+    const r = await q(`SELECT count(*)::int AS n FROM jobq.jobs j WHERE j.queue = $1
+                          AND (SELECT count(*) FROM node_ledger l WHERE l.queue = j.queue AND l.job_id <> j.job_id
+                                  AND l.started_at <= j.claimed_at AND l.finished_at > j.claimed_at) >= $2`, [queue, concurrency])
+    assert.equal(r[0].n, 0, `${ms} ms jobs were claimed ahead`)
+  }
 })
 
 test('an idle worker sleeps in its claim: no busy loop, and a new job is picked up by the claim waiting for it', async () => {
