@@ -224,9 +224,11 @@ class Pace {
     this._at = now
   }
 
+  // The jobs finished during one round trip, rounded up from a tenth of a
+  // job (a slot idle a tenth of the time is worth one job ahead).
   ahead (most) {
     const rate = this._decayed(performance.now())
-    return Math.max(0, Math.min(most, Math.floor(rate * this.roundTrip + 0.5)))
+    return Math.max(0, Math.min(most, Math.ceil(rate * this.roundTrip - 0.1)))
   }
 }
 Pace.TAU = 1 // seconds

@@ -314,8 +314,10 @@ class _Pace:
         self._at = now
 
     def ahead(self, most: int) -> int:
+        """The jobs finished during one round trip, rounded up from a tenth
+        of a job (a slot idle a tenth of the time is worth one job ahead)."""
         rate = self._decayed(time.monotonic())
-        return max(0, min(most, int(rate * self.round_trip + 0.5)))
+        return max(0, min(most, math.ceil(rate * self.round_trip - 0.1)))
 
 
 @dataclass
