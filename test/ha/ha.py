@@ -1635,7 +1635,7 @@ def main():
     ap.add_argument("--dir", required=True, help="scratch directory (data, logs, ledgers)")
     ap.add_argument("--bin", help="PostgreSQL bin directory with jobq installed beside it")
     ap.add_argument("--mode", choices=("sync", "async"), default="sync")
-    ap.add_argument("--port-base", type=int, default=56100)
+    ap.add_argument("--port-base", type=int, default=26100)
     ap.add_argument("--switchovers", type=int, default=1)
     ap.add_argument("--kills", type=int, default=1)
     ap.add_argument("--stops", type=int, default=1)

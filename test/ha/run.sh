@@ -32,13 +32,13 @@
 # installs it into a private copy of PostgreSQL's installation there (as
 # scripts/test does), and runs test/ha/ha.py once per mode as the postgres
 # user: one etcd and three Patroni nodes on 127.0.0.1 only (ports
-# HA_PORT_BASE+1..+30, default 56100), the load, the events, the checks.  It
+# HA_PORT_BASE+1..+30, default 26100), the load, the events, the checks.  It
 # prints TAP-like "ok N - ..." lines, the figures as "# ..." lines, and ends
 # with "N passed, N failed"; the exit status is non-zero on any failure.
 # Everything it starts is stopped when it ends, whatever the way.
 #
 # Environment: HA_DIR (scratch directory; default a new /var/tmp/jobq-ha.*,
-# removed at the end unless --keep), HA_PORT_BASE (default 56100, or another
+# removed at the end unless --keep), HA_PORT_BASE (default 26100, or another
 # hundred when one of those 30 ports is taken).
 
 set -euo pipefail
@@ -78,9 +78,14 @@ while [ "$#" -gt 0 ]; do
 	esac
 	shift
 done
-# HA_PORT_BASE+1..+30, all free: 56100 when it is, else another hundred
+# HA_PORT_BASE+1..+30, all free: 26100 when it is, else another hundred
 # (two runs on one machine, a fresh root's beside the host's, share the
-# loopback)
+# loopback).  Below the kernel's ephemeral range (ip_local_port_range,
+# 32768-60999 by default): a port there can be the local end of an outgoing
+# connection (Patroni's to etcd, say) at the moment a node binds it, and
+# the bind fails (seen once: "Address already in use" for a REST API, the
+# cluster one node short).
+EPHEMERAL_LOW=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 ports_free() {
 	local p
 	for ((p = $1 + 1; p <= $1 + 30; p++)); do
@@ -94,10 +99,15 @@ pick_port_base() {
 		PORT_BASE=$HA_PORT_BASE
 		return
 	fi
-	PORT_BASE=56100
+	local low=20000 span=100
+	if [ "$EPHEMERAL_LOW" -ge 20200 ]; then
+		span=$(((EPHEMERAL_LOW - 30 - low) / 100))
+	fi
+	PORT_BASE=$((low + 6100))
+	[ $((PORT_BASE + 30)) -lt "$EPHEMERAL_LOW" ] || PORT_BASE=$((low + RANDOM % span * 100))
 	for _ in $(seq 1 50); do
 		ports_free "$PORT_BASE" && break
-		PORT_BASE=$((40000 + RANDOM % 200 * 100))
+		PORT_BASE=$((low + RANDOM % span * 100))
 	done
 	ports_free "$PORT_BASE" || die "no free range of 30 ports found for the cluster (set HA_PORT_BASE)"
 }
