@@ -82,11 +82,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime
-import math
 import inspect
 import io
 import json
 import logging
+import math
 import os
 import platform
 import queue
