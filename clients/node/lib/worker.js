@@ -535,7 +535,7 @@ class Worker {
         this.log.warn(`${this.workerId}: job ${w.row.job_id} (${w.row.kind}): lease lost while it waited for a slot`)
         continue
       }
-      this._run1(w.queue, w.row)
+      this._launch(w.queue, w.row)
     }
     this._wake()
   }
@@ -640,11 +640,11 @@ class Worker {
   // Start running the job of a claimed row, or queue it for the next free
   // slot (claimed ahead).
   _start (queue, row) {
-    if (this._running.size < this.concurrency) this._run1(queue, row)
+    if (this._running.size < this.concurrency) this._launch(queue, row)
     else this._waiting.push({ queue, row, lost: false })
   }
 
-  _run1 (queue, row) {
+  _launch (queue, row) {
     const ac = new AbortController()
     const job = new Job(this, queue, row, ac.signal)
     const rj = { job, ac, state: 'running', t0: Date.now() }
