@@ -15,9 +15,9 @@ Claiming ahead: a claim takes a round trip, and slots that free during it
 stay idle until it returns.  So the worker claims up to ``prefetch`` jobs
 beyond its free slots; they wait, under lease (extended by the heartbeat),
 and start in claim order as slots free.  By default (``prefetch=None``) it
-claims ahead as many jobs as its handlers finish during one claim round trip
-(measured: the completion rate times the claim's round trip, at most
-``concurrency``): none for jobs that take much longer than a claim, so long
+claims ahead as many jobs as its handlers finish while a claim is made
+(measured: the completion rate times a claim's round trip and the few
+milliseconds the loop waits to claim a batch, at most ``concurrency``): none for jobs that take much longer than a claim, so long
 jobs are never held back from other workers, and enough for short ones that
 the handlers never wait for a claim.  ``prefetch=0`` never claims ahead; a
 number claims ahead exactly that many at most.  At a stop the waiting jobs
@@ -295,9 +295,11 @@ class _Pace:
         self._backlog = False           # the last claim got all it asked for
 
     def claimed(self, seconds: float, full: bool) -> None:
-        """A claim came back after seconds, with every job it asked for or
-        not.  Only a claim that follows a full one counts: the queue had a
-        backlog, so it did not wait in the server for jobs to come."""
+        """A claim came back after seconds (its round trip, and the moment
+        the loop gave the handlers to free more places before it), with
+        every job it asked for or not.  Only a claim that follows a full one
+        counts: the queue had a backlog, so it did not wait in the server
+        for jobs to come."""
         if full and self._backlog:
             seconds = min(seconds, 0.5)
             self.round_trip = (seconds if self.round_trip == 0.0
@@ -656,10 +658,12 @@ class Worker:
         """Slots, and the jobs worth claiming ahead of them."""
         return self.concurrency + self.ahead
 
-    async def _reserve(self) -> int:
-        """Wait for a free place; take up to batch of them (0: stopping)."""
+    async def _reserve(self) -> Tuple[int, float]:
+        """Wait for a free place; take up to batch of them (0: stopping).
+        Also how long it waited for more once there was one."""
         st = self._state
         assert st is not None
+        waited = 0.0
         async with st.slots:
             while st.reserved >= self._places() and not st.stop.is_set():
                 await st.slots.wait()
@@ -667,17 +671,19 @@ class Worker:
             # saturated worker claims in batches rather than one by one
             want = min(self.batch, (self.batch + 1) // 2)
             if st.reserved > 0 and self._places() - st.reserved < want:
+                t0 = time.monotonic()
                 try:
                     await asyncio.wait_for(st.slots.wait_for(
                         lambda: self._places() - st.reserved >= want or st.stop.is_set()),
                         0.005)
                 except asyncio.TimeoutError:
                     pass
+                waited = time.monotonic() - t0
             if st.stop.is_set():
-                return 0
+                return 0, waited
             n = max(0, min(self.batch, self._places() - st.reserved))
             st.reserved += n
-            return n
+            return n, waited
 
     async def _unreserve(self, n: int) -> None:
         st = self._state
@@ -694,7 +700,7 @@ class Worker:
         conn: Optional[psycopg.AsyncConnection[Any]] = None
         try:
             while not st.stop.is_set():
-                n = await self._reserve()
+                n, waited = await self._reserve()
                 if n == 0:
                     if st.stop.is_set():
                         break
@@ -719,7 +725,7 @@ class Worker:
                                 queue, self.worker_id, n, _seconds(self.lease),
                                 self.kinds, _seconds(self.wait)))
                             rows = await cur.fetchall()
-                            st.pace.claimed(time.monotonic() - sent, len(rows) == n)
+                            st.pace.claimed(time.monotonic() - sent + waited, len(rows) == n)
                             self._reachable()
                     finally:
                         st.claiming.discard(conn)
