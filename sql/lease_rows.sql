@@ -96,6 +96,19 @@ CREATE RULE keep_done AS ON DELETE TO jobq.job DO INSTEAD NOTHING;
 SELECT count(*) FROM jobq.claim('triggered');
 DROP RULE keep_done ON jobq.job;
 
+-- pruning deletes from jobq.job directly too, and refuses the same; in one
+-- transaction, so that the background worker cannot prune these jobs first
+BEGIN;
+SELECT jobq.configure('triggered', retention_completed => '0');
+CREATE RULE keep_done AS ON DELETE TO jobq.job DO INSTEAD NOTHING;
+SAVEPOINT refused;
+SELECT jobq.prune(100);
+ROLLBACK TO refused;
+DROP RULE keep_done ON jobq.job;
+SELECT jobq.prune(100) AS pruned;
+SELECT status, count(*) FROM jobq.job WHERE queue = 'triggered' GROUP BY 1;
+COMMIT;
+
 -- a transaction snapshot writes the same rows
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT * FROM life('repeatable');

@@ -26,6 +26,7 @@
 #include "fmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -36,13 +37,16 @@
 #include "spi.h"
 #include "ops/app_workers.h"
 #include "ops/retention.h"
+#include "queue/job_lease.h"
 #include "workflow/settle.h"
 
 PG_FUNCTION_INFO_V1(jobq_prune);
 
 static SPIPlanPtr plan_prune_queues;
-static SPIPlanPtr plan_prune_jobs;
-static SPIPlanPtr plan_prune_jobs_depend;
+static SPIPlanPtr plan_prune_victims;
+static SPIPlanPtr plan_prune_victims_depend;
+static SPIPlanPtr plan_prune_after;
+static SPIPlanPtr plan_prune_after_depend;
 static SPIPlanPtr plan_prune_keys;
 
 /*
@@ -62,28 +66,40 @@ typedef struct JobqPruneUnit
 } JobqPruneUnit;
 
 /*
- * The prune statement; victim holds more conditions on a job pruned, extra
- * more CTEs over dj (the deleted jobs).
+ * Pruning takes two statements with the rows' deletion between them.  The
+ * first picks the victims; victim holds more conditions on a job pruned.
  * c holds each queue's two cutoffs (a retention that is NULL keeps for
  * ever), all computed before any job is read, so a queue whose cutoff
  * cannot be computed fails the statement whatever its jobs.  The scan walks
  * job_finished_idx up to the latest cutoff; the status picks the cutoff
- * that applies to each job.
+ * that applies to each job, in finish time order after ($4, $5): the
+ * index holds equal times in row order, which $5 continues.
+ * It takes no row lock: the rows are deleted without waiting
+ * (jobq_delete_jobs_nowait), which passes over a row another transaction
+ * holds or changed, as FOR UPDATE SKIP LOCKED would.
  */
-#define JOBQ_PRUNE_SQL(victim, extra) \
+#define JOBQ_PRUNE_VICTIMS_SQL(victim) \
 	"WITH c AS MATERIALIZED (SELECT name, $1 - retention_completed AS done_before," \
 	" $1 - retention_failed AS failed_before" \
-	" FROM jobq.queue WHERE name = ANY ($4))," \
-	" victims AS (SELECT j.job_id FROM jobq.job j JOIN c ON c.name = j.queue" \
+	" FROM jobq.queue WHERE name = ANY ($3))" \
+	" SELECT j.ctid, j.job_id, j.kind, j.idempotency_key, j.finished_at" \
+	" FROM jobq.job j JOIN c ON c.name = j.queue" \
 	" WHERE j.finished_at < (SELECT max(greatest(done_before, failed_before)) FROM c)" \
 	" AND ((j.status IN ('completed', 'cancelled') AND j.finished_at < c.done_before)" \
 	" OR (j.status = 'failed' AND j.finished_at < c.failed_before))" victim \
-	" ORDER BY j.finished_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED)," \
-	" dj AS (DELETE FROM jobq.job j USING victims v" \
-	" WHERE j.job_id = v.job_id" \
-	" RETURNING j.job_id, j.kind, j.idempotency_key, j.finished_at)," \
+	" AND j.finished_at >= $4 AND (j.finished_at > $4 OR j.ctid > $5)" \
+	" ORDER BY j.finished_at LIMIT $2"
+
+/*
+ * The second goes over the jobs deleted (dj): their attempts go, their
+ * idempotency keys start to expire, and extra (more CTEs over dj) does the
+ * rest.
+ */
+#define JOBQ_PRUNE_AFTER_SQL(extra) \
+	"WITH dj AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[])" \
+	" AS d(job_id, kind, idempotency_key, finished_at))," \
 	" da AS (DELETE FROM jobq.attempt a USING dj WHERE a.job_id = dj.job_id)," \
-	" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $3" \
+	" dk AS (UPDATE jobq.idempotency_key k SET expires_at = dj.finished_at + $5" \
 	" FROM dj WHERE k.kind = dj.kind AND k.key = dj.idempotency_key" \
 	" AND k.job_id = dj.job_id)" extra \
 	" SELECT count(*) FROM dj"
@@ -100,34 +116,124 @@ typedef struct JobqPruneUnit
 	", dd AS (DELETE FROM jobq.dependency d USING dj WHERE d.child_id = dj.job_id)," \
 	" dt AS (DELETE FROM jobq.dependent t USING dj WHERE t.job_id = dj.job_id)"
 
-/* Delete up to u->limit finished jobs of u->queues past retention. */
+/*
+ * After the victims' rows were deleted: their attempts, keys and edges
+ * (JOBQ_PRUNE_AFTER_SQL) for the n of them whose columns are cols[].
+ */
+static void
+PruneAfter(Datum **cols, bool **colnulls, int n, bool depend)
+{
+	static const Oid coltypes[4] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Oid			types[5] = {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+	TIMESTAMPTZARRAYOID, INTERVALOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Interval	key_retention;
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	for (int c = 0; c < 4; c++)
+	{
+		int16		typlen;
+		bool		typbyval;
+		char		typalign;
+
+		get_typlenbyvalalign(coltypes[c], &typlen, &typbyval, &typalign);
+		values[c] = PointerGetDatum(construct_md_array(cols[c], colnulls[c], 1, dims, lbs,
+													   coltypes[c], typlen, typbyval,
+													   typalign));
+	}
+	/* a key's retention of -1 keeps it for ever: its expires_at stays NULL */
+	memset(&key_retention, 0, sizeof(key_retention));
+	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
+	values[4] = IntervalPGetDatum(&key_retention);
+	nulls[4] = jobq_idempotency_retention < 0 ? 'n' : ' ';
+	jobq_spi_exec(jobq_plan(depend ? &plan_prune_after_depend : &plan_prune_after,
+							depend ? JOBQ_PRUNE_AFTER_SQL(JOBQ_PRUNE_DEPEND)
+							: JOBQ_PRUNE_AFTER_SQL(""),
+							5, types),
+				  values, nulls, SPI_OK_SELECT);
+}
+
+/*
+ * Delete up to u->limit finished jobs of u->queues past retention.  Rows
+ * that another transaction holds are passed over and the walk goes on past
+ * them (from the last row seen), as SKIP LOCKED would: jobs a
+ * tenant keeps locked cannot stop the pruning of the others.
+ */
 static void
 PruneQueues(void *arg)
 {
 	JobqPruneUnit *u = (JobqPruneUnit *) arg;
-	Oid			types[4] = {TIMESTAMPTZOID, INT4OID, INTERVALOID, TEXTARRAYOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	Interval	key_retention;
-	bool		isnull;
+	Oid			types[5] = {TIMESTAMPTZOID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID, TIDOID};
+	Datum		values[5];
 	bool		depend = jobq_depend_installed();	/* 0.2.0 on */
+	TimestampTz after = DT_NOBEGIN;
+	ItemPointerData after_tid;
 
-	/* a key's retention of -1 keeps it for ever: its expires_at stays NULL */
-	memset(&key_retention, 0, sizeof(key_retention));
-	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
+	u->deleted = 0;
+	ItemPointerSet(&after_tid, 0, 0);
 	values[0] = TimestampTzGetDatum(u->now);
-	values[1] = Int32GetDatum(u->limit);
-	values[2] = IntervalPGetDatum(&key_retention);
-	nulls[2] = jobq_idempotency_retention < 0 ? 'n' : ' ';
-	values[3] = u->queues;
+	values[2] = u->queues;
+	while (u->deleted < u->limit)
+	{
+		int			want = (int) (u->limit - u->deleted);
+		int			n;
+		int			ndeleted = 0;
+		ItemPointerData *tids;
+		bool	   *deleted;
+		Datum	   *cols[4];
+		bool	   *colnulls[4];
 
-	jobq_spi_exec(jobq_plan(depend ? &plan_prune_jobs_depend : &plan_prune_jobs,
-							depend ? JOBQ_PRUNE_SQL(JOBQ_PRUNE_VICTIM_DEPEND, JOBQ_PRUNE_DEPEND)
-							: JOBQ_PRUNE_SQL("", ""),
-							4, types),
-				  values, nulls, SPI_OK_SELECT);
-	u->deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											 SPI_tuptable->tupdesc, 1, &isnull));
+		values[1] = Int32GetDatum(want);
+		values[3] = TimestampTzGetDatum(after);
+		values[4] = PointerGetDatum(&after_tid);
+		jobq_spi_exec(jobq_plan(depend ? &plan_prune_victims_depend : &plan_prune_victims,
+								depend ? JOBQ_PRUNE_VICTIMS_SQL(JOBQ_PRUNE_VICTIM_DEPEND)
+								: JOBQ_PRUNE_VICTIMS_SQL(""),
+								5, types),
+					  values, NULL, SPI_OK_SELECT);
+		n = (int) SPI_processed;
+		if (n == 0)
+			break;
+		tids = palloc(sizeof(ItemPointerData) * n);
+		deleted = palloc(sizeof(bool) * n);
+		for (int c = 0; c < 4; c++)
+		{
+			cols[c] = palloc(sizeof(Datum) * n);
+			colnulls[c] = palloc(sizeof(bool) * n);
+		}
+		for (int i = 0; i < n; i++)
+		{
+			HeapTuple	row = SPI_tuptable->vals[i];
+			bool		isnull;
+
+			ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(row, SPI_tuptable->tupdesc,
+																		1, &isnull)),
+							&tids[i]);
+			for (int c = 0; c < 4; c++)
+				cols[c][i] = SPI_getbinval(row, SPI_tuptable->tupdesc, c + 2, &colnulls[c][i]);
+		}
+		after = DatumGetTimestampTz(cols[3][n - 1]);
+		after_tid = tids[n - 1];
+		jobq_delete_jobs_nowait(tids, n, deleted);
+		for (int i = 0; i < n; i++)
+		{
+			if (!deleted[i])
+				continue;
+			for (int c = 0; c < 4; c++)
+			{
+				cols[c][ndeleted] = cols[c][i];
+				colnulls[c][ndeleted] = colnulls[c][i];
+			}
+			ndeleted++;
+		}
+		if (ndeleted > 0)
+			PruneAfter(cols, colnulls, ndeleted, depend);
+		u->deleted += ndeleted;
+		if (n < want)
+			break;				/* no more past retention */
+	}
 }
 
 /* Delete up to u->limit idempotency keys past their expiry. */

@@ -295,6 +295,17 @@ CheckSerializable(TM_Result res)
 						res == TM_Updated ? "update" : "delete")));
 }
 
+/* The error for a table of jobq's that is not as jobq made it. */
+static void
+NotAsMade(const char *table)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table \"jobq.%s\" is not as jobq made it", table),
+			 errdetail("jobq's tables are internal: a claim, a completion and pruning write them directly and refuse a table with a trigger, a rule, row-level security, a CHECK constraint, a generated column, or columns or indexes changed."),
+			 errhint("Drop what was added to the table.")));
+}
+
 /*
  * The lease token of a job's claim number attempts: the claim number in
  * the high half, 31 bits of salt (random per claim) and job id below.
@@ -365,11 +376,7 @@ OpenLeaseRels(LeaseRels *lr, bool claim)
 					   lr->ready_procs, lr->ready_order);
 	}
 	if (!ok)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table \"jobq.%s\" is not as jobq made it", odd),
-				 errdetail("jobq's tables are internal: a claim and a completion write them directly and refuse a table with a trigger, a rule, row-level security, a CHECK constraint, a generated column, or columns or indexes changed."),
-				 errhint("Drop what was added to the table.")));
+		NotAsMade(odd);
 
 	/* what the executor checks before a DELETE and an UPDATE */
 	if (claim)
@@ -897,4 +904,67 @@ jobq_complete_direct(const Datum *ids, const bool *id_nulls, const Datum *tokens
 	*queues = list_copy(seen);
 	MemoryContextDelete(cxt);
 	*ncompleted = done;
+}
+
+/*
+ * Delete the job rows at tids[0..n-1] without waiting, as a DELETE of rows
+ * chosen FOR UPDATE SKIP LOCKED would, minus the row lock and its WAL
+ * record (a LOCK record per row, about half of what removing a job
+ * writes): a row another transaction holds, or changed or deleted since it
+ * was read, is passed over (deleted[i] false); one this transaction holds
+ * is deleted.  Under a transaction
+ * snapshot a row changed or deleted since is a serialization failure, as
+ * for FOR UPDATE.  The rows must have been read in this transaction, by
+ * an earlier command.  A DELETE touches no index, so none is opened.
+ */
+void
+jobq_delete_jobs_nowait(ItemPointerData *tids, int n, bool *deleted)
+{
+	Oid			jobid = jobq_relid(JOBQ_REL_JOB);
+	Relation	rel;
+	Snapshot	snap;
+	CommandId	cid;
+	TupleTableSlot *slot = NULL;
+
+	if (!OidIsValid(jobid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"jobq.job\" does not exist")));
+	rel = table_open(jobid, RowExclusiveLock);
+	if (!PlainTable(rel))
+		NotAsMade("job");
+	CheckCmdReplicaIdentity(rel, CMD_DELETE);
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	snap = GetActiveSnapshot();
+	cid = GetCurrentCommandId(true);
+	for (int i = 0; i < n; i++)
+	{
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		res = table_tuple_delete(rel, &tids[i], cid, snap, InvalidSnapshot, false, &tmfd, false);
+		if (res == TM_BeingModified)
+		{
+			/*
+			 * Held by another transaction, or only by this one: a delete that
+			 * does not wait cannot tell which.  A lock that skips what it
+			 * would wait for can, as FOR UPDATE SKIP LOCKED does (and writes
+			 * its record, for such rows only).
+			 */
+			if (slot == NULL)
+				slot = table_slot_create(rel, NULL);
+			res = table_tuple_lock(rel, &tids[i], snap, slot, cid, LockTupleExclusive,
+								   LockWaitSkip, 0, &tmfd);
+			if (res == TM_Ok)
+				res = table_tuple_delete(rel, &tids[i], cid, snap, InvalidSnapshot, true,
+										 &tmfd, false);
+		}
+		CheckSerializable(res);
+		deleted[i] = res == TM_Ok;
+	}
+	if (slot != NULL)
+		ExecDropSingleTupleTableSlot(slot);
+	PopActiveSnapshot();
+	table_close(rel, NoLock);
 }

@@ -61,5 +61,6 @@ extern void jobq_complete_direct(const Datum *ids, const bool *id_nulls,
 								 const Datum *results, const bool *result_nulls,
 								 int n, TimestampTz now, List **queues,
 								 uint64 *ncompleted);
+extern void jobq_delete_jobs_nowait(ItemPointerData *tids, int n, bool *deleted);
 
 #endif							/* JOBQ_JOB_LEASE_H */

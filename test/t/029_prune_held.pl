@@ -1,0 +1,88 @@
+# Pruning never waits for a finished job's row that another transaction
+# holds, and is not stopped by it: it passes over the held rows and prunes
+# the ones after them, however many are held before them, and prunes the
+# held ones once they are let go.  A pruned job's attempts go with it and
+# its idempotency key starts to expire; a held job's stay.
+#
+# jobq.prune_interval is a day here: the background worker prunes once, in
+# its first round, and then not again during the test, so every prune below
+# is the test's own jobq.prune() and the counts it returns are exact.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('prune_held');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'jobq'\njobq.naptime = 100ms\njobq.prune_interval = 86400\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION jobq');
+$node->poll_query_until(
+	'postgres', q{
+	SELECT last_run_at IS NOT NULL FROM jobq.workers
+	 WHERE role = 'worker' AND database = 'postgres'})
+  or die 'the jobq worker does not run its rounds';
+
+# six jobs, each completed in a transaction of its own (so their finish
+# times are in job order), each with an idempotency key and, from a first
+# attempt that failed, an attempt row
+my @id;
+foreach my $n (1 .. 6)
+{
+	push @id, $node->safe_psql('postgres', qq{
+		SELECT job_id FROM jobq.enqueue('k', queue => 'q', idempotency_key => 'key$n')});
+	$node->safe_psql('postgres', qq{
+		SELECT jobq.fail(job_id, lease_token, 'first try', retry_in => '0')
+		  FROM jobq.claim('q', worker_id => 'w')});
+	$node->safe_psql('postgres', qq{
+		SELECT jobq.complete(job_id, lease_token)
+		  FROM jobq.claim('q', worker_id => 'w')});
+}
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM jobq.job j JOIN jobq.attempt a USING (job_id)
+	 WHERE j.status = 'completed'}),
+	'6', 'six completed jobs, each with its attempt');
+$node->safe_psql('postgres', q{SELECT jobq.configure('q', retention_completed => '0')});
+
+# the two that finished first are held by an open transaction
+my $holder = $node->background_psql('postgres', on_error_stop => 0);
+$holder->query_safe('BEGIN');
+is( $holder->query_safe(qq{
+	SELECT count(*) FROM (SELECT FROM jobq.job WHERE job_id IN ($id[0], $id[1]) FOR UPDATE) l}),
+	'2', 'an open transaction holds the rows of the first two');
+
+sub remaining
+{
+	return $node->safe_psql('postgres',
+		q{SELECT string_agg(job_id::text, ',' ORDER BY job_id) FROM jobq.job});
+}
+
+# a statement_timeout turns waiting into a failure
+is( $node->safe_psql('postgres', q{SET statement_timeout = '20s'; SELECT jobq.prune(2)}),
+	'2', 'prune(2) prunes two jobs, past the two held before them, without waiting');
+is(remaining(), "$id[0],$id[1],$id[4],$id[5]", 'the third and the fourth are gone');
+is( $node->safe_psql('postgres', qq{
+	SELECT count(*) FROM jobq.attempt WHERE job_id IN ($id[2], $id[3])}),
+	'0', 'their attempts went with them');
+is( $node->safe_psql('postgres', q{
+	SELECT string_agg(key || ':' || (expires_at IS NOT NULL), ',' ORDER BY key)
+	  FROM jobq.idempotency_key}),
+	'key1:false,key2:false,key3:true,key4:true,key5:false,key6:false',
+	'their keys start to expire; the others stay reserved');
+
+is( $node->safe_psql('postgres', q{SET statement_timeout = '20s'; SELECT jobq.prune(100)}),
+	'2', 'the next prune takes the last two');
+is(remaining(), "$id[0],$id[1]", 'only the held jobs remain');
+is( $node->safe_psql('postgres', q{SET statement_timeout = '20s'; SELECT jobq.prune(100)}),
+	'0', 'and they stay while held');
+
+$holder->query_safe('COMMIT');
+$holder->quit;
+is($node->safe_psql('postgres', q{SELECT jobq.prune(100)}), '2', 'let go, they are pruned');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.job}), '0', 'no job is left');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.attempt}), '0', 'no attempt is left');
+
+$node->stop;
+done_testing();
