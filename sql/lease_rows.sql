@@ -143,6 +143,17 @@ BEGIN READ ONLY;
 SELECT jobq.complete(job_id, 1) FROM jobq.job WHERE queue = 'checked';
 \set VERBOSITY default
 ROLLBACK;
+-- nor does it move a due delayed job to the ready rows: the delayed row stays
+SELECT count(*) FROM jobq.enqueue('k', '{}', queue => 'ro_later',
+                                  run_at => clock_timestamp() + interval '10 ms');
+SELECT pg_sleep(0.05);
+BEGIN READ ONLY;
+\set VERBOSITY terse
+SELECT count(*) FROM jobq.claim('ro_later');
+\set VERBOSITY default
+ROLLBACK;
+SELECT (SELECT count(*) FROM jobq.scheduled WHERE queue = 'ro_later') AS scheduled_rows,
+       (SELECT count(*) FROM jobq.ready WHERE queue = 'ro_later') AS ready_rows;
 
 -- a claim sees what its own transaction did just before, and a later
 -- statement sees the claim

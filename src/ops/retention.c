@@ -75,7 +75,7 @@ typedef struct JobqPruneUnit
  * that applies to each job, in finish time order after ($4, $5): the
  * index holds equal times in row order, which $5 continues.
  * It takes no row lock: the rows are deleted without waiting
- * (jobq_delete_jobs_nowait), which passes over a row another transaction
+ * (jobq_delete_rows_nowait), which passes over a row another transaction
  * holds or changed, as FOR UPDATE SKIP LOCKED would.
  */
 #define JOBQ_PRUNE_VICTIMS_SQL(victim) \
@@ -156,11 +156,42 @@ PruneAfter(Datum **cols, bool **colnulls, int n, bool depend)
 }
 
 /*
- * Delete up to u->limit finished jobs of u->queues past retention.  Rows
+ * Where a prune's walk is, in (time, row) order: the last row it saw.  Rows
  * that another transaction holds are passed over and the walk goes on past
- * them (from the last row seen), as SKIP LOCKED would: jobs a
- * tenant keeps locked cannot stop the pruning of the others.
+ * them, as SKIP LOCKED would: rows a tenant keeps locked cannot stop the
+ * pruning of the others.
  */
+typedef struct PruneWalk
+{
+	TimestampTz after;
+	ItemPointerData after_tid;
+} PruneWalk;
+
+static void
+WalkStart(PruneWalk *w)
+{
+	w->after = DT_NOBEGIN;
+	ItemPointerSet(&w->after_tid, 0, 0);
+}
+
+/*
+ * Move w past the rows of the last SPI statement (ctid first, the walk's
+ * time in column 1 + tcol).
+ */
+static void
+WalkPast(PruneWalk *w, int tcol)
+{
+	HeapTuple	last = SPI_tuptable->vals[SPI_processed - 1];
+	bool		isnull;
+
+	w->after = DatumGetTimestampTz(SPI_getbinval(last, SPI_tuptable->tupdesc, tcol + 1,
+												 &isnull));
+	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(last, SPI_tuptable->tupdesc,
+																1, &isnull)),
+					&w->after_tid);
+}
+
+/* Delete up to u->limit finished jobs of u->queues past retention. */
 static void
 PruneQueues(void *arg)
 {
@@ -168,70 +199,37 @@ PruneQueues(void *arg)
 	Oid			types[5] = {TIMESTAMPTZOID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID, TIDOID};
 	Datum		values[5];
 	bool		depend = jobq_depend_installed();	/* 0.2.0 on */
-	TimestampTz after = DT_NOBEGIN;
-	ItemPointerData after_tid;
+	PruneWalk	w;
 
 	u->deleted = 0;
-	ItemPointerSet(&after_tid, 0, 0);
+	WalkStart(&w);
 	values[0] = TimestampTzGetDatum(u->now);
 	values[2] = u->queues;
 	while (u->deleted < u->limit)
 	{
 		int			want = (int) (u->limit - u->deleted);
-		int			n;
-		int			ndeleted = 0;
-		ItemPointerData *tids;
-		bool	   *deleted;
+		uint64		n;
+		int			ndeleted;
 		Datum	   *cols[4];
 		bool	   *colnulls[4];
 
 		values[1] = Int32GetDatum(want);
-		values[3] = TimestampTzGetDatum(after);
-		values[4] = PointerGetDatum(&after_tid);
+		values[3] = TimestampTzGetDatum(w.after);
+		values[4] = PointerGetDatum(&w.after_tid);
 		jobq_spi_exec(jobq_plan(depend ? &plan_prune_victims_depend : &plan_prune_victims,
 								depend ? JOBQ_PRUNE_VICTIMS_SQL(JOBQ_PRUNE_VICTIM_DEPEND)
 								: JOBQ_PRUNE_VICTIMS_SQL(""),
 								5, types),
 					  values, NULL, SPI_OK_SELECT);
-		n = (int) SPI_processed;
+		n = SPI_processed;
 		if (n == 0)
 			break;
-		tids = palloc(sizeof(ItemPointerData) * n);
-		deleted = palloc(sizeof(bool) * n);
-		for (int c = 0; c < 4; c++)
-		{
-			cols[c] = palloc(sizeof(Datum) * n);
-			colnulls[c] = palloc(sizeof(bool) * n);
-		}
-		for (int i = 0; i < n; i++)
-		{
-			HeapTuple	row = SPI_tuptable->vals[i];
-			bool		isnull;
-
-			ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(row, SPI_tuptable->tupdesc,
-																		1, &isnull)),
-							&tids[i]);
-			for (int c = 0; c < 4; c++)
-				cols[c][i] = SPI_getbinval(row, SPI_tuptable->tupdesc, c + 2, &colnulls[c][i]);
-		}
-		after = DatumGetTimestampTz(cols[3][n - 1]);
-		after_tid = tids[n - 1];
-		jobq_delete_jobs_nowait(tids, n, deleted);
-		for (int i = 0; i < n; i++)
-		{
-			if (!deleted[i])
-				continue;
-			for (int c = 0; c < 4; c++)
-			{
-				cols[c][ndeleted] = cols[c][i];
-				colnulls[c][ndeleted] = colnulls[c][i];
-			}
-			ndeleted++;
-		}
+		WalkPast(&w, 4);
+		ndeleted = jobq_delete_returned(JOBQ_REL_JOB, 4, cols, colnulls);
 		if (ndeleted > 0)
 			PruneAfter(cols, colnulls, ndeleted, depend);
 		u->deleted += ndeleted;
-		if (n < want)
+		if (n < (uint64) want)
 			break;				/* no more past retention */
 	}
 }
@@ -241,19 +239,37 @@ static void
 PruneKeys(void *arg)
 {
 	JobqPruneUnit *u = (JobqPruneUnit *) arg;
-	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
-	Datum		values[2];
+	Oid			types[4] = {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TIDOID};
+	Datum		values[4];
+	PruneWalk	w;
 
+	u->deleted = 0;
+	WalkStart(&w);
 	values[0] = TimestampTzGetDatum(u->now);
-	values[1] = Int32GetDatum(u->limit);
-	/* through idempotency_key_expires_idx: the expired keys only */
-	jobq_spi_exec(jobq_plan_generic(&plan_prune_keys,
-									"DELETE FROM jobq.idempotency_key WHERE ctid = ANY (ARRAY("
-									" SELECT k.ctid FROM jobq.idempotency_key k"
-									" WHERE k.expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))",
-									2, types),
-				  values, NULL, SPI_OK_DELETE);
-	u->deleted = (int64) SPI_processed;
+	while (u->deleted < u->limit)
+	{
+		int			want = (int) (u->limit - u->deleted);
+		uint64		n;
+
+		values[1] = Int32GetDatum(want);
+		values[2] = TimestampTzGetDatum(w.after);
+		values[3] = PointerGetDatum(&w.after_tid);
+		/* through idempotency_key_expires_idx: the expired keys only */
+		jobq_spi_exec(jobq_plan_generic(&plan_prune_keys,
+										"SELECT k.ctid, k.expires_at FROM jobq.idempotency_key k"
+										" WHERE k.expires_at < $1 AND k.expires_at >= $3"
+										" AND (k.expires_at > $3 OR k.ctid > $4)"
+										" ORDER BY k.expires_at LIMIT $2",
+										4, types),
+					  values, NULL, SPI_OK_SELECT);
+		n = SPI_processed;
+		if (n == 0)
+			break;
+		WalkPast(&w, 1);
+		u->deleted += jobq_delete_returned(JOBQ_REL_IDEMPOTENCY_KEY, 0, NULL, NULL);
+		if (n < (uint64) want)
+			break;				/* no more expired */
+	}
 }
 
 /* Delete up to u->limit rows of application workers gone for a day. */

@@ -79,6 +79,7 @@ static TimestampTz claim_retry_at = 0;
 
 /* Saved plans, one per statement. */
 static SPIPlanPtr plan_promote;
+static SPIPlanPtr plan_promote_pick;
 static SPIPlanPtr plan_next_due;
 static SPIPlanPtr plan_pick_per_key;
 static SPIPlanPtr plan_queue_lock;
@@ -93,39 +94,15 @@ static SPIPlanPtr plan_rate_oldest;
  * ---------------------------------------------------------------- */
 
 /*
- * Move up to JOBQ_PROMOTE_BATCH due rows of a queue from jobq.scheduled to
- * jobq.ready, when the queue's next due time says one may be due.  Lowers
- * *start to the least position promoted.
+ * Note the ready rows the last SPI statement returned (neg_priority,
+ * run_at, job_id) in the queue's claim state, and lower *start to the
+ * least of them: a promoted row is ours until commit; this claim sees it.
  */
-static bool
-PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
+static void
+NoteReady(const char *queue, JobqClaimPos *start)
 {
-	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
-	Datum		values[2];
-	uint64		due_epoch;
 	bool		isnull;
 
-	bool		promoted;
-
-	if (!jobq_state_due_probe_needed(relid, queue, now, &due_epoch))
-		return false;
-
-	values[0] = CStringGetTextDatum(queue);
-	values[1] = TimestampTzGetDatum(now);
-	jobq_spi_exec(jobq_plan_generic(&plan_promote,
-									"WITH due AS (DELETE FROM jobq.scheduled s"
-									" WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM jobq.scheduled d"
-									" WHERE d.queue = $1 AND d.run_at <= $2"
-									" ORDER BY d.run_at, d.job_id"
-									" LIMIT " CppAsString2(JOBQ_PROMOTE_BATCH) " FOR UPDATE SKIP LOCKED))"
-									" RETURNING s.queue, s.priority, s.run_at, s.job_id, s.kind, s.concurrency_key)"
-									" INSERT INTO jobq.ready (queue, neg_priority, run_at, job_id, kind,"
-									" concurrency_key)"
-									" SELECT queue, -priority, run_at, job_id, kind, concurrency_key FROM due"
-									" RETURNING neg_priority, run_at, job_id",
-									2, types),
-				  values, NULL, SPI_OK_INSERT_RETURNING);
-	promoted = SPI_processed > 0;
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
@@ -136,12 +113,98 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 		pos.run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 2, &isnull));
 		pos.job_id = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
 		jobq_state_note_ready(queue, &pos);
-		/* a promoted row is ours until commit; let this claim see it */
 		if (pos.neg_priority < start->neg_priority ||
 			(pos.neg_priority == start->neg_priority &&
 			 (pos.run_at < start->run_at ||
 			  (pos.run_at == start->run_at && pos.job_id < start->job_id))))
 			*start = pos;
+	}
+}
+
+/*
+ * Move up to JOBQ_PROMOTE_BATCH due rows of a queue from jobq.scheduled to
+ * jobq.ready, when the queue's next due time says one may be due.  Lowers
+ * *start to the least position promoted.  The due rows are read in due
+ * order without a lock and deleted without waiting (as claims delete ready
+ * rows: no LOCK record each); a row another transaction holds is passed
+ * over and the walk goes on after it, as SKIP LOCKED would.
+ */
+static bool
+PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
+{
+	Oid			types[5] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT4OID};
+	Oid			ins_types[6] = {TEXTOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID,
+	TEXTARRAYOID, TEXTARRAYOID};
+	static const Oid coltypes[5] = {INT4OID, TIMESTAMPTZOID, INT8OID, TEXTOID, TEXTOID};
+	Datum		values[5];
+	uint64		due_epoch;
+	bool		isnull;
+	int			promoted = 0;
+
+	if (!jobq_state_due_probe_needed(relid, queue, now, &due_epoch))
+		return false;
+
+	values[0] = CStringGetTextDatum(queue);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = TimestampTzGetDatum(DT_NOBEGIN);
+	values[3] = Int64GetDatum(0);
+	while (promoted < JOBQ_PROMOTE_BATCH)
+	{
+		int			want = JOBQ_PROMOTE_BATCH - promoted;
+		uint64		n;
+		int			ntaken;
+		HeapTuple	last;
+		Datum	   *cols[5];
+		bool	   *colnulls[5];
+		char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+
+		values[4] = Int32GetDatum(want);
+		jobq_spi_exec(jobq_plan_generic(&plan_promote_pick,
+										"SELECT d.ctid, d.priority, d.run_at, d.job_id, d.kind,"
+										" d.concurrency_key FROM jobq.scheduled d"
+										" WHERE d.queue = $1 AND d.run_at <= $2"
+										" AND (d.run_at, d.job_id) > ($3, $4)"
+										" ORDER BY d.run_at, d.job_id LIMIT $5",
+										5, types),
+					  values, NULL, SPI_OK_SELECT);
+		n = SPI_processed;
+		if (n == 0)
+			break;
+		last = SPI_tuptable->vals[n - 1];
+		values[2] = SPI_getbinval(last, SPI_tuptable->tupdesc, 3, &isnull);
+		values[3] = SPI_getbinval(last, SPI_tuptable->tupdesc, 4, &isnull);
+		ntaken = jobq_delete_returned(JOBQ_REL_SCHEDULED, 5, cols, colnulls);
+		if (ntaken > 0)
+		{
+			Datum		ins[6];
+
+			ins[0] = values[0];
+			for (int c = 0; c < 5; c++)
+			{
+				int			dims[1] = {ntaken};
+				int			lbs[1] = {1};
+				int16		typlen;
+				bool		typbyval;
+				char		typalign;
+
+				get_typlenbyvalalign(coltypes[c], &typlen, &typbyval, &typalign);
+				ins[c + 1] = PointerGetDatum(construct_md_array(cols[c], colnulls[c], 1, dims,
+																lbs, coltypes[c], typlen,
+																typbyval, typalign));
+			}
+			jobq_spi_exec(jobq_plan_generic(&plan_promote,
+											"INSERT INTO jobq.ready (queue, neg_priority, run_at,"
+											" job_id, kind, concurrency_key)"
+											" SELECT $1, -u.p, u.r, u.j, u.k, u.c"
+											" FROM unnest($2, $3, $4, $5, $6) AS u(p, r, j, k, c)"
+											" RETURNING neg_priority, run_at, job_id",
+											6, ins_types),
+						  ins, nulls, SPI_OK_INSERT_RETURNING);
+			NoteReady(queue, start);
+			promoted += ntaken;
+		}
+		if (n < (uint64) want)
+			break;				/* no more due */
 	}
 
 	/* remember when the next scheduled row is due */
@@ -161,7 +224,7 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 		if (next > now)
 			jobq_state_set_next_due(relid, queue, due_epoch, next);
 	}
-	return promoted;
+	return promoted > 0;
 }
 
 /* How many ready rows a claim with a per-key limit looks at. */

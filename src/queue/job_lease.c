@@ -47,6 +47,7 @@
 #include "catalog/pg_type.h"
 #include "common/int.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
 #include "nodes/pg_list.h"
@@ -907,32 +908,35 @@ jobq_complete_direct(const Datum *ids, const bool *id_nulls, const Datum *tokens
 }
 
 /*
- * Delete the job rows at tids[0..n-1] without waiting, as a DELETE of rows
- * chosen FOR UPDATE SKIP LOCKED would, minus the row lock and its WAL
- * record (a LOCK record per row, about half of what removing a job
- * writes): a row another transaction holds, or changed or deleted since it
- * was read, is passed over (deleted[i] false); one this transaction holds
- * is deleted.  Under a transaction
- * snapshot a row changed or deleted since is a serialization failure, as
- * for FOR UPDATE.  The rows must have been read in this transaction, by
- * an earlier command.  A DELETE touches no index, so none is opened.
+ * Delete the rows of jobq table which at tids[0..n-1] without waiting, as a
+ * DELETE of rows chosen FOR UPDATE SKIP LOCKED would, minus the row lock
+ * and its WAL record (a LOCK record per row, about half of what removing a
+ * job writes): a row another transaction holds, or changed or deleted
+ * since it was read, is passed over (deleted[i] false); one this
+ * transaction holds is deleted.  Under a transaction snapshot a row
+ * changed or deleted since is a serialization failure, as for FOR UPDATE.
+ * The rows must have been read in this transaction, by an earlier command.
+ * A DELETE touches no index, so none is opened.
  */
 void
-jobq_delete_jobs_nowait(ItemPointerData *tids, int n, bool *deleted)
+jobq_delete_rows_nowait(JobqRelId which, ItemPointerData *tids, int n, bool *deleted)
 {
-	Oid			jobid = jobq_relid(JOBQ_REL_JOB);
+	Oid			relid = jobq_relid(which);
 	Relation	rel;
 	Snapshot	snap;
 	CommandId	cid;
 	TupleTableSlot *slot = NULL;
 
-	if (!OidIsValid(jobid))
+	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("relation \"jobq.job\" does not exist")));
-	rel = table_open(jobid, RowExclusiveLock);
+				 errmsg("relation \"jobq.%s\" does not exist", jobq_rel_name(which))));
+	/* what the executor checks before a DELETE (a standby is read-only too) */
+	PreventCommandIfReadOnly("DELETE");
+	PreventCommandIfParallelMode("DELETE");
+	rel = table_open(relid, RowExclusiveLock);
 	if (!PlainTable(rel))
-		NotAsMade("job");
+		NotAsMade(jobq_rel_name(which));
 	CheckCmdReplicaIdentity(rel, CMD_DELETE);
 	CommandCounterIncrement();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -967,4 +971,48 @@ jobq_delete_jobs_nowait(ItemPointerData *tids, int n, bool *deleted)
 		ExecDropSingleTupleTableSlot(slot);
 	PopActiveSnapshot();
 	table_close(rel, NoLock);
+}
+
+/*
+ * Delete, without waiting (jobq_delete_rows_nowait), the rows of table
+ * which that the last SPI statement returned, its first column their ctid.
+ * Returns how many were deleted; their next ncols columns go to cols[c]
+ * and colnulls[c] (palloc'd), in the statement's order.
+ */
+int
+jobq_delete_returned(JobqRelId which, int ncols, Datum **cols, bool **colnulls)
+{
+	SPITupleTable *tt = SPI_tuptable;
+	int			n = (int) SPI_processed;
+	int			ndeleted = 0;
+	ItemPointerData *tids = palloc(sizeof(ItemPointerData) * Max(n, 1));
+	bool	   *deleted = palloc(sizeof(bool) * Max(n, 1));
+	bool		isnull;
+
+	for (int c = 0; c < ncols; c++)
+	{
+		cols[c] = palloc(sizeof(Datum) * Max(n, 1));
+		colnulls[c] = palloc(sizeof(bool) * Max(n, 1));
+	}
+	for (int i = 0; i < n; i++)
+	{
+		ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(tt->vals[i], tt->tupdesc,
+																	1, &isnull)),
+						&tids[i]);
+		for (int c = 0; c < ncols; c++)
+			cols[c][i] = SPI_getbinval(tt->vals[i], tt->tupdesc, c + 2, &colnulls[c][i]);
+	}
+	jobq_delete_rows_nowait(which, tids, n, deleted);
+	for (int i = 0; i < n; i++)
+	{
+		if (!deleted[i])
+			continue;
+		for (int c = 0; c < ncols; c++)
+		{
+			cols[c][ndeleted] = cols[c][i];
+			colnulls[c][ndeleted] = colnulls[c][i];
+		}
+		ndeleted++;
+	}
+	return ndeleted;
 }

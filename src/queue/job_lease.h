@@ -17,6 +17,7 @@
 #include "utils/array.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "shmem/shm_queue.h"
 
 /* The columns of a claimed job, as jobq.claim's statement returns them. */
@@ -61,6 +62,8 @@ extern void jobq_complete_direct(const Datum *ids, const bool *id_nulls,
 								 const Datum *results, const bool *result_nulls,
 								 int n, TimestampTz now, List **queues,
 								 uint64 *ncompleted);
-extern void jobq_delete_jobs_nowait(ItemPointerData *tids, int n, bool *deleted);
+extern void jobq_delete_rows_nowait(JobqRelId which, ItemPointerData *tids, int n,
+									bool *deleted);
+extern int	jobq_delete_returned(JobqRelId which, int ncols, Datum **cols, bool **colnulls);
 
 #endif							/* JOBQ_JOB_LEASE_H */

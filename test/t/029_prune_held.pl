@@ -2,7 +2,8 @@
 # holds, and is not stopped by it: it passes over the held rows and prunes
 # the ones after them, however many are held before them, and prunes the
 # held ones once they are let go.  A pruned job's attempts go with it and
-# its idempotency key starts to expire; a held job's stay.
+# its idempotency key starts to expire; a held job's stay.  Expired keys are
+# pruned the same way.
 #
 # jobq.prune_interval is a day here: the background worker prunes once, in
 # its first round, and then not again during the test, so every prune below
@@ -83,6 +84,22 @@ $holder->quit;
 is($node->safe_psql('postgres', q{SELECT jobq.prune(100)}), '2', 'let go, they are pruned');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.job}), '0', 'no job is left');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.attempt}), '0', 'no attempt is left');
+
+# expired idempotency keys go the same way: a held one is passed over
+$node->safe_psql('postgres', q{
+	UPDATE jobq.idempotency_key
+	   SET expires_at = now() - interval '1 hour' + substr(key, 4)::int * interval '1 s'});
+$holder = $node->background_psql('postgres', on_error_stop => 0);
+$holder->query_safe('BEGIN');
+$holder->query_safe(q{SELECT FROM jobq.idempotency_key WHERE key = 'key1' FOR UPDATE});
+is( $node->safe_psql('postgres', q{SET statement_timeout = '20s'; SELECT jobq.prune(1)}),
+	'1', 'prune(1) prunes an expired key, past the held one before it, without waiting');
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(key, ',' ORDER BY key) FROM jobq.idempotency_key}),
+	'key1,key3,key4,key5,key6', 'the second key is gone, the held first one stays');
+$holder->query_safe('COMMIT');
+$holder->quit;
+is($node->safe_psql('postgres', q{SELECT jobq.prune(100)}), '5', 'let go, the rest go');
 
 $node->stop;
 done_testing();
