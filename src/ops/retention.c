@@ -26,7 +26,6 @@
 #include "fmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -129,20 +128,8 @@ PruneAfter(Datum **cols, bool **colnulls, int n, bool depend)
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	Interval	key_retention;
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
 
-	for (int c = 0; c < 4; c++)
-	{
-		int16		typlen;
-		bool		typbyval;
-		char		typalign;
-
-		get_typlenbyvalalign(coltypes[c], &typlen, &typbyval, &typalign);
-		values[c] = PointerGetDatum(construct_md_array(cols[c], colnulls[c], 1, dims, lbs,
-													   coltypes[c], typlen, typbyval,
-													   typalign));
-	}
+	jobq_columns_arrays(4, coltypes, cols, colnulls, n, values);
 	/* a key's retention of -1 keeps it for ever: its expires_at stays NULL */
 	memset(&key_retention, 0, sizeof(key_retention));
 	key_retention.time = (int64) jobq_idempotency_retention * USECS_PER_SEC;

@@ -179,19 +179,7 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 			Datum		ins[6];
 
 			ins[0] = values[0];
-			for (int c = 0; c < 5; c++)
-			{
-				int			dims[1] = {ntaken};
-				int			lbs[1] = {1};
-				int16		typlen;
-				bool		typbyval;
-				char		typalign;
-
-				get_typlenbyvalalign(coltypes[c], &typlen, &typbyval, &typalign);
-				ins[c + 1] = PointerGetDatum(construct_md_array(cols[c], colnulls[c], 1, dims,
-																lbs, coltypes[c], typlen,
-																typbyval, typalign));
-			}
+			jobq_columns_arrays(5, coltypes, cols, colnulls, ntaken, &ins[1]);
 			jobq_spi_exec(jobq_plan_generic(&plan_promote,
 											"INSERT INTO jobq.ready (queue, neg_priority, run_at,"
 											" job_id, kind, concurrency_key)"

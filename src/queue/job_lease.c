@@ -1016,3 +1016,28 @@ jobq_delete_returned(JobqRelId which, int ncols, Datum **cols, bool **colnulls)
 	}
 	return ndeleted;
 }
+
+/*
+ * Make out[c] the one-dimensional array of the n values cols[c][0..n-1]
+ * (NULL where colnulls[c][i]) of type types[c], for each of the ncols
+ * columns jobq_delete_returned() gave: the rows deleted, as parameters of
+ * the statement that follows.
+ */
+void
+jobq_columns_arrays(int ncols, const Oid *types, Datum **cols, bool **colnulls, int n,
+					Datum *out)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	for (int c = 0; c < ncols; c++)
+	{
+		int16		typlen;
+		bool		typbyval;
+		char		typalign;
+
+		get_typlenbyvalalign(types[c], &typlen, &typbyval, &typalign);
+		out[c] = PointerGetDatum(construct_md_array(cols[c], colnulls[c], 1, dims, lbs,
+													types[c], typlen, typbyval, typalign));
+	}
+}

@@ -65,5 +65,7 @@ extern void jobq_complete_direct(const Datum *ids, const bool *id_nulls,
 extern void jobq_delete_rows_nowait(JobqRelId which, ItemPointerData *tids, int n,
 									bool *deleted);
 extern int	jobq_delete_returned(JobqRelId which, int ncols, Datum **cols, bool **colnulls);
+extern void jobq_columns_arrays(int ncols, const Oid *types, Datum **cols, bool **colnulls,
+								int n, Datum *out);
 
 #endif							/* JOBQ_JOB_LEASE_H */
