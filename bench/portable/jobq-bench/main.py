@@ -821,9 +821,13 @@ class Bench:
             self.flushed = True
             last_enq, last_cmp, last_t = self.final
             now = time.time()
-            if now - last_t > 0.05:
-                self.emit_sample(now, now - last_t, self.enqueued - last_enq,
-                                 self.completed - last_cmp)
+            d_enq, d_cmp = self.enqueued - last_enq, self.completed - last_cmp
+            # jobs counted since the last tick are always reported, however
+            # short the window (a stop just after a tick): the harness sums
+            # rate x window into its counts
+            if now - last_t > 0.05 or d_enq or d_cmp:
+                now = max(now, last_t + 0.001)  # a time of its own, after the tick's
+                self.emit_sample(now, now - last_t, d_enq, d_cmp)
         log("stopped: enqueued %d, claimed %d, completed %d, lost leases %d, handed back %d,"
             " enqueue errors %d" % (self.enqueued, self.claimed, self.completed, self.lost,
                                     self.released, self.enqueue_errors))
