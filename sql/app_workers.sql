@@ -36,16 +36,23 @@ SELECT jobq.register_worker('web-1:9', ARRAY['aw_b']);
 SELECT jobq.register_worker('web-1:9', ARRAY['aw_a', 'nowhere']);
 SELECT count(*) AS rows FROM jobq.app_workers;
 
--- bob sees no worker of alice's, and cannot take over or remove her id
+-- bob sees no worker of alice's.  Worker ids are per role: the same id is
+-- bob's own worker, another row, which leaves alice's as it was (so he cannot
+-- take her id first to keep her worker out); his unregister removes his only
 SET ROLE regress_aw_bob;
 SELECT count(*) AS bob_sees FROM jobq.app_workers;
-SELECT jobq.register_worker('web-1:4242', ARRAY['aw_b']);
+SELECT jobq.register_worker('web-1:4242', ARRAY['aw_b'], '{"host": "bob"}');
+SELECT worker_id, queues, info->>'host' AS host FROM jobq.app_workers;
+RESET ROLE;
+SELECT worker_id, registered_by::regrole AS role, queues, info->>'concurrency' AS concurrency
+  FROM jobq.app_worker ORDER BY worker_id, registered_by::regrole::text;
+SET ROLE regress_aw_bob;
 SELECT jobq.unregister_worker('web-1:4242') AS bob_unregisters;
 SELECT jobq.register_worker('api-2:7', ARRAY['aw_b']);
 SELECT worker_id FROM jobq.app_workers;
 RESET ROLE;
--- the superuser sees both
-SELECT worker_id, queues FROM jobq.app_workers ORDER BY worker_id;
+-- the superuser sees both roles' workers; alice's as she registered it
+SELECT worker_id, queues, info->>'concurrency' AS concurrency FROM jobq.app_workers ORDER BY worker_id;
 
 -- bad input: clear errors, nothing kept
 SET ROLE regress_aw_alice;
@@ -76,6 +83,51 @@ SELECT jobq.unregister_worker('web-1:4242') AS unregistered;
 SELECT jobq.unregister_worker('web-1:4242') AS again;
 SELECT count(*) AS alice_rows FROM jobq.app_workers;
 RESET ROLE;
+
+-- at most jobq.max_app_workers rows per role (a superuser's setting): a new
+-- worker beyond takes the place of the role's worker gone longest, and is
+-- refused while all are alive; a heartbeat at the cap is no new worker; one
+-- role's workers do not count against another's
+SET ROLE regress_aw_alice;
+SET jobq.max_app_workers = 2;
+RESET ROLE;
+SET jobq.max_app_workers = 2;
+SET ROLE regress_aw_alice;
+SELECT jobq.register_worker('cap-1', ARRAY['aw_a']);
+SELECT jobq.register_worker('cap-2', ARRAY['aw_a']);
+SELECT jobq.register_worker('cap-3', ARRAY['aw_a']);
+SELECT jobq.register_worker('cap-2', ARRAY['aw_a'], '{"beat": 2}');
+RESET ROLE;
+UPDATE jobq.app_worker SET last_seen_at = now() - interval '3 minutes' WHERE worker_id = 'cap-1';
+UPDATE jobq.app_worker SET last_seen_at = now() - interval '2 minutes' WHERE worker_id = 'cap-2';
+SET ROLE regress_aw_alice;
+SELECT jobq.register_worker('cap-3', ARRAY['aw_a']);
+SELECT worker_id, gone FROM jobq.app_workers ORDER BY worker_id;
+SET ROLE regress_aw_bob;
+SELECT jobq.register_worker('bob-2', ARRAY['aw_b']);
+SELECT jobq.register_worker('bob-3', ARRAY['aw_b']);
+SELECT worker_id FROM jobq.app_workers ORDER BY worker_id;
+RESET ROLE;
+-- lowered below what a role has: as many of its gone workers make way
+UPDATE jobq.app_worker SET last_seen_at = now() - interval '2 minutes' WHERE worker_id = 'bob-2';
+SET jobq.max_app_workers = 1;
+SET ROLE regress_aw_bob;
+SELECT jobq.register_worker('bob-3', ARRAY['aw_b']);
+RESET ROLE;
+UPDATE jobq.app_worker SET last_seen_at = now() - interval '2 minutes' WHERE worker_id = 'api-2:7';
+SET ROLE regress_aw_bob;
+SELECT jobq.register_worker('bob-3', ARRAY['aw_b']);
+SELECT worker_id FROM jobq.app_workers ORDER BY worker_id;
+RESET ROLE;
+RESET jobq.max_app_workers;
+
+-- jobs in hand: the running jobs of the worker's id in the queues it named,
+-- all of them, and none of another queue
+SELECT count(*) FROM generate_series(1, 3) q, jobq.enqueue('k', '{}', queue => 'aw_m' || q);
+SELECT jobq.register_worker('multi', ARRAY['aw_m1', 'aw_m2']);
+SELECT count(*) AS claimed FROM generate_series(1, 3) q, jobq.claim('aw_m' || q, 'multi');
+SELECT worker_id, jobs_in_hand FROM jobq.app_workers WHERE worker_id = 'multi';
+SELECT jobq.unregister_worker('multi');
 
 -- fail's details: the stack trace kept with the attempt, cut at
 -- jobq.max_details_length on a character boundary

@@ -30,6 +30,9 @@ int			jobq_max_error_length = 8192;
 int			jobq_max_details_length = 16384;
 int			jobq_worker_gone_after_s = 60;
 
+/* jobq.max_app_workers: most application workers one role may register */
+int			jobq_max_app_workers = 1000;
+
 /* jobq.max_name_length / max_key_length: longest names and keys (bytes) */
 int			jobq_max_name_length = JOBQ_MAX_NAME_LEN;
 int			jobq_max_key_length = JOBQ_MAX_KEY_LEN;
@@ -110,6 +113,13 @@ jobq_guc_init(void)
 							&jobq_worker_gone_after_s,
 							60, 1, 86400,
 							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("jobq.max_app_workers",
+							"Most application workers one role may have in jobq.app_workers, per database.",
+							"Beyond it a new worker takes the place of the role's worker gone longest, or is refused when none is gone.",
+							&jobq_max_app_workers,
+							1000, 1, 1000000,
+							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("jobq.max_name_length",
 							"Longest kind, queue, worker id or schedule name.",

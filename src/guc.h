@@ -14,6 +14,7 @@ extern int	jobq_max_result_size;
 extern int	jobq_max_error_length;
 extern int	jobq_max_details_length;
 extern int	jobq_worker_gone_after_s;
+extern int	jobq_max_app_workers;
 extern int	jobq_max_name_length;
 extern int	jobq_max_key_length;
 extern int	jobq_max_cron_length;

@@ -283,13 +283,16 @@ COMMENT ON COLUMN jobq.settle_deferred.retried IS
  * The application's workers: a registry they keep with a heartbeat
  * ------------------------------------------------------------------- */
 
+-- Keyed by role, then worker id: a worker id is the role's own, so no role
+-- can take another's id first (0.3.2; the key was worker_id alone).
 CREATE TABLE jobq.app_worker (
-    worker_id    text PRIMARY KEY,
+    worker_id    text NOT NULL,
     registered_by oid NOT NULL,
     queues       text[] NOT NULL,
     info         jsonb NOT NULL DEFAULT '{}',
     started_at   timestamptz NOT NULL,
-    last_seen_at timestamptz NOT NULL
+    last_seen_at timestamptz NOT NULL,
+    CONSTRAINT app_worker_pkey PRIMARY KEY (registered_by, worker_id)
 );
 COMMENT ON TABLE jobq.app_worker IS
     'the application''s worker processes, as they registered (jobq.register_worker) and last heartbeat; pruned a day after they were last seen';

@@ -36,7 +36,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # every release users may have installed, oldest first
-my @released = ('0.1.0', '0.2.0', '0.3.0');
+my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
