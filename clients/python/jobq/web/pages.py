@@ -213,7 +213,9 @@ SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.
             return None, {}
         rows = db.rows(Q_APP_WORKERS)
         held = {}
-        ids = [r["worker_id"] for r in rows]
+        # ids are per role: two roles' workers may share one (their held
+        # jobs are looked up once)
+        ids = sorted({r["worker_id"] for r in rows})
         if ids:
             for j in db.rows(Q_HELD, (ids,)):
                 held.setdefault(j["worker_id"], []).append(j)
