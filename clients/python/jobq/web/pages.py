@@ -208,22 +208,26 @@ SELECT s.schedule_id, s.name, s.cron, s.timezone, s.misfire, s.kind, s.queue, s.
         self.render("schedules.html", "Schedules", "/schedules", s, rows=rows, admin=admin, fires=fires)
 
     def app_workers(self, db):
-        """The application's workers (jobq.app_workers), with the jobs each holds."""
+        """The application's workers (jobq.app_workers), each with the jobs it
+        holds ("held": running under its id in the queues it named, as its
+        jobs_in_hand counts them)."""
         if not self.app.has_app_workers:
-            return None, {}
+            return None
         rows = db.rows(Q_APP_WORKERS)
-        held = {}
-        # ids are per role: two roles' workers may share one (their held
-        # jobs are looked up once)
+        by_id = {}
+        # ids are per role: two roles' workers may share one, so the jobs
+        # are looked up once per id and shared out by the queues each named
         ids = sorted({r["worker_id"] for r in rows})
         if ids:
             for j in db.rows(Q_HELD, (ids,)):
-                held.setdefault(j["worker_id"], []).append(j)
-        return rows, held
+                by_id.setdefault(j["worker_id"], []).append(j)
+        for r in rows:
+            r["held"] = [j for j in by_id.get(r["worker_id"], []) if j["queue"] in (r["queues"] or [])]
+        return rows
 
     def page_workers(self, s, params):
         with Db(self.app.pool) as db:
-            apps, held = self.app_workers(db)
+            apps = self.app_workers(db)
             workers = db.rows("SELECT w.* FROM jobq.workers w ORDER BY w.database, w.role, w.pid")
             procs = db.rows("""
 SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_event,
@@ -245,7 +249,7 @@ SELECT a.pid, a.backend_type, a.datname, a.state, a.wait_event_type, a.wait_even
             rest = {k: v for k, v in info.items()
                     if k not in ("host", "pid", "concurrency", "library", "version")}
             w["rest"] = json.dumps(rest, ensure_ascii=False, sort_keys=True) if rest else ""
-        self.render("workers.html", "Workers and health", "/workers", s, apps=apps, held=held,
+        self.render("workers.html", "Workers and health", "/workers", s, apps=apps,
                     workers=workers, procs=procs, service=service, health=health, herr=herr)
 
     def page_workflows(self, s, params):

@@ -58,8 +58,8 @@ SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at, w.jobs_in_ha
   FROM jobq.app_workers w ORDER BY w.gone, w.worker_id LIMIT 500"""
 
 Q_HELD = """
-SELECT h.worker_id, h.job_id, h.kind FROM pg_catalog.unnest(%s::text[]) AS w(id),
-  LATERAL (SELECT j.worker_id, j.job_id, j.kind FROM jobq.jobs j
+SELECT h.worker_id, h.queue, h.job_id, h.kind FROM pg_catalog.unnest(%s::text[]) AS w(id),
+  LATERAL (SELECT j.worker_id, j.queue, j.job_id, j.kind FROM jobq.jobs j
             WHERE j.lease_expires_at IS NOT NULL AND j.worker_id = w.id
             ORDER BY j.job_id LIMIT 20) h"""
 
