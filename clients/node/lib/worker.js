@@ -298,6 +298,7 @@ class Worker {
     this._features = null // the server's encoding and what it offers, as seen at start (_detect)
     this._registered = false // a heartbeat went through
     this._registryRefused = false // register_worker refused: no more heartbeats
+    this._registryFull = false // refused for the role's cap: tried again at each heartbeat
     this._beating = false
   }
 
@@ -470,7 +471,10 @@ class Worker {
 
   // Register, or refresh the registry's row (a heartbeat), where the server
   // has the registry.  A refusal (a queue this role may not work on, say)
-  // is logged once and ends the heartbeats; the worker runs on.
+  // is logged once and ends the heartbeats; the worker runs on.  A refusal
+  // for the role's cap (54000: jobq.max_app_workers of its workers alive) is
+  // logged once and tried again at every heartbeat, since room comes back
+  // when the role's other workers stop.
   async _heartbeat () {
     if (!this._features || this._registryRefused) return
     try {
@@ -478,10 +482,17 @@ class Worker {
         ? ['SELECT jobq.register_worker($1::text, $2::text[], $3::jsonb)',
             [this.workerId, this.queues, JSON.stringify(this._info())]]
         : null)
+      if (this._registryFull) this.log.info(`${this.workerId}: registered in jobq.app_workers`)
       this._registered = true
+      this._registryFull = false
     } catch (e) {
       if (isTransient(e)) {
         this._outage(e, 'heartbeat')
+      } else if (e.code === '54000') {
+        if (!this._registryFull) {
+          this.log.warn(`${this.workerId}: jobq.register_worker failed: ${e.message}; the worker runs on unregistered and tries again at every heartbeat`)
+        }
+        this._registryFull = true
       } else {
         this.log.warn(`${this.workerId}: jobq.register_worker failed: ${e.message}; the worker runs on unregistered`)
         this._registryRefused = true

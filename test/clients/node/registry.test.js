@@ -161,6 +161,42 @@ test('the heartbeat refreshes last_seen_at on the renewal timer, idle or busy', 
   assert.equal(await seen(), undefined)
 })
 
+test('a registration refused for the role\'s cap (54000) is logged once and tried again at each heartbeat, and goes through once the role has room', async () => {
+  const queue = queueName('cap')
+  const role = `jobq_node_cap_${via}`
+  await q(`DO $$ BEGIN CREATE ROLE ${role} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$`)
+  await q(`ALTER ROLE ${role} SET jobq.max_app_workers = 1`)
+  await q('SELECT jobq.configure($1)', [queue])
+  await q('SELECT jobq.grant($1, $2, \'work\')', [queue, role])
+  // the role's one place: another worker of its own, alive
+  const own = new pg.Pool({ port: Number(process.env.PGPORT), user: role, max: 4 })
+  own.on('error', () => {})
+  const decoy = `decoy-${via}-${process.pid}`
+  await own.query('SELECT jobq.register_worker($1, ARRAY[$2])', [decoy, queue])
+  const rows = async () => (await q('SELECT worker_id FROM jobq.app_worker WHERE registered_by = $1::regrole ORDER BY 1',
+    [role])).map((r) => r.worker_id)
+  const workerId = `cap-${via}-${process.pid}`
+  const refusals = (w) => w.lines.filter((l) => /too many workers registered by role/.test(l)).length
+  const w = worker(queue, { pool: own, workerId, lease: 0.6 }).handle('x', async () => ({})) // the timer every 0.2 s
+  try {
+    const done = w.run()
+    await poll(async () => refusals(w) > 0, 20000, 'the refusal logged')
+    await new Promise((resolve) => setTimeout(resolve, 1000)) // five heartbeats or so, all refused
+    assert.deepEqual(await rows(), [decoy])
+    // the other worker goes quiet: a later heartbeat takes its place
+    await q('UPDATE jobq.app_worker SET last_seen_at = now() - interval \'1 hour\' WHERE worker_id = $1', [decoy])
+    await poll(async () => (await rows()).includes(workerId), 20000, 'the worker registered once there was room')
+    assert.deepEqual(await rows(), [workerId])
+    assert.equal(refusals(w), 1, 'the refusal logged once')
+    assert.ok(w.lines.some((l) => l === `info ${workerId}: registered in jobq.app_workers`), w.lines.join('\n'))
+    await w.stop()
+    await done
+    assert.deepEqual(await rows(), [])
+  } finally {
+    await own.end()
+  }
+})
+
 test('on a server without them (jobq 0.2.0) the worker sends no details and does not register; its failures are recorded as before', async () => {
   const db = 'jobq_node_020'
   const check = new pg.Pool({ database: db, max: 2 })
