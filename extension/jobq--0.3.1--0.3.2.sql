@@ -15,7 +15,10 @@
 -- jobq.app_worker is keyed by (registered_by, worker_id): a worker id is
 -- its role's own, so that no role can register another's id first and keep
 -- that role's worker out of the registry.  Every existing row stays (the
--- old key was unique, so the new one is).
+-- old key was unique, so the new one is).  registered_by becomes a regrole,
+-- as jobq.permission.role is, so that a dump names the role rather than an
+-- oid that another cluster may give to another role.
 ALTER TABLE jobq.app_worker DROP CONSTRAINT app_worker_pkey;
 ALTER TABLE jobq.app_worker ALTER COLUMN worker_id SET NOT NULL;
+ALTER TABLE jobq.app_worker ALTER COLUMN registered_by TYPE regrole;
 ALTER TABLE jobq.app_worker ADD CONSTRAINT app_worker_pkey PRIMARY KEY (registered_by, worker_id);

@@ -46,6 +46,11 @@ SELECT worker_id, queues, info->>'host' AS host FROM jobq.app_workers;
 RESET ROLE;
 SELECT worker_id, registered_by::regrole AS role, queues, info->>'concurrency' AS concurrency
   FROM jobq.app_worker ORDER BY worker_id, registered_by::regrole::text;
+-- a superuser's unregister removes its own worker of that id only (a
+-- library connected as one must not remove a tenant's at its stop)
+SELECT jobq.register_worker('web-1:4242', ARRAY['aw_a']);
+SELECT jobq.unregister_worker('web-1:4242') AS superuser_unregisters;
+SELECT worker_id, registered_by::regrole AS role FROM jobq.app_worker ORDER BY worker_id, registered_by::regrole::text;
 SET ROLE regress_aw_bob;
 SELECT jobq.unregister_worker('web-1:4242') AS bob_unregisters;
 SELECT jobq.register_worker('api-2:7', ARRAY['aw_b']);
@@ -64,7 +69,12 @@ SELECT jobq.register_worker('w', ARRAY[]::text[]);
 SELECT jobq.register_worker('w', ARRAY['aw_a', NULL]);
 SELECT jobq.register_worker('w', ARRAY['aw_a'], '[1, 2]');
 SELECT jobq.register_worker('w', ARRAY[''] );
+SELECT jobq.register_worker('w', ARRAY['aw_a', repeat('q', 129)]);
 SELECT count(*) AS alice_rows FROM jobq.app_workers;
+-- the queues kept once each, counted from 1, whatever the array was
+SELECT jobq.register_worker('norm', '[0:2]={aw_a,aw_a,aw_a}');
+SELECT queues, array_lower(queues, 1) AS lower FROM jobq.app_workers WHERE worker_id = 'norm';
+SELECT jobq.unregister_worker('norm');
 
 -- gone after jobq.worker_gone_after
 RESET ROLE;
@@ -120,6 +130,22 @@ SELECT jobq.register_worker('bob-3', ARRAY['aw_b']);
 SELECT worker_id FROM jobq.app_workers ORDER BY worker_id;
 RESET ROLE;
 RESET jobq.max_app_workers;
+
+-- a worker of alice's on her own queue and on one she shares with bob:
+-- bob sees it with the shared queue only (her other queue's name is not his
+-- to read), and its jobs in hand there; alice sees both
+SELECT jobq.grant(q, 'regress_aw_alice', 'work') FROM unnest(ARRAY['aw_p', 'aw_s']) q;
+SELECT jobq.grant('aw_s', 'regress_aw_bob', 'work');
+SELECT count(*) FROM generate_series(1, 2) i, unnest(ARRAY['aw_p', 'aw_s']) q, jobq.enqueue('k', jsonb_build_object('i', i), queue => q);
+SET ROLE regress_aw_alice;
+SELECT jobq.register_worker('both', ARRAY['aw_p', 'aw_s']);
+SELECT count(*) AS claimed FROM unnest(ARRAY['aw_p', 'aw_p', 'aw_s']) q, jobq.claim(q, 'both');
+SELECT worker_id, queues, jobs_in_hand FROM jobq.app_workers WHERE worker_id = 'both';
+SET ROLE regress_aw_bob;
+SELECT worker_id, queues, jobs_in_hand FROM jobq.app_workers;
+SET ROLE regress_aw_alice;
+SELECT jobq.unregister_worker('both');
+RESET ROLE;
 
 -- jobs in hand: the running jobs of the worker's id in the queues it named,
 -- all of them, and none of another queue

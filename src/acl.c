@@ -37,6 +37,7 @@
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
@@ -66,6 +67,7 @@ static bool acl_callback_registered = false;
 static const char *const capability_names[] = {"enqueue", "work", "administer"};
 
 static SPIPlanPtr plan_permissions;
+static SPIPlanPtr plan_all_permissions;
 static SPIPlanPtr plan_grant;
 static SPIPlanPtr plan_revoke;
 
@@ -407,6 +409,43 @@ AskingRole(void)
 	if (!AllPowerful(role))
 		return role;
 	return OidIsValid(handler_role) ? handler_role : GetOuterUserId();
+}
+
+/*
+ * The queues the asking role may use (what jobq.may_use_queue answers true
+ * for: it holds a capability on them, itself or through a role whose
+ * privileges it has), as a text[]; NULL when it may use every queue (a
+ * superuser, the owner, a capability on '*').  For a view that would ask
+ * jobq.may_use_queue of a great many names.  SPI connected, as the owner.
+ */
+ArrayType  *
+jobq_usable_queues(void)
+{
+	Oid			role = AskingRole();
+	Datum	   *names;
+	int			n = 0;
+
+	if (AllPowerful(role))
+		return NULL;
+	jobq_spi_exec(jobq_plan(&plan_all_permissions,
+							"SELECT DISTINCT queue, role FROM jobq.permission",
+							0, NULL),
+				  NULL, NULL, SPI_OK_SELECT);
+	names = palloc(sizeof(Datum) * Max(SPI_processed, 1));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		queue = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+		Oid			holder = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 2, &isnull));
+
+		if (!has_privs_of_role(role, holder))
+			continue;
+		if (strcmp(TextDatumGetCString(queue), "*") == 0)
+			return NULL;
+		names[n++] = queue;
+	}
+	return construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT);
 }
 
 /* jobq.may(queue, capability) -> does the asking role hold it? */

@@ -284,10 +284,11 @@ COMMENT ON COLUMN jobq.settle_deferred.retried IS
  * ------------------------------------------------------------------- */
 
 -- Keyed by role, then worker id: a worker id is the role's own, so no role
--- can take another's id first (0.3.2; the key was worker_id alone).
+-- can take another's id first (0.3.2; the key was worker_id alone).  The
+-- role is a regrole, as in jobq.permission, so that a dump names it.
 CREATE TABLE jobq.app_worker (
     worker_id    text NOT NULL,
-    registered_by oid NOT NULL,
+    registered_by regrole NOT NULL,
     queues       text[] NOT NULL,
     info         jsonb NOT NULL DEFAULT '{}',
     started_at   timestamptz NOT NULL,

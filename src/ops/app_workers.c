@@ -24,13 +24,16 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -38,6 +41,7 @@
 #include "acl.h"
 #include "args.h"
 #include "guc.h"
+#include "jobq_limits.h"
 #include "spi.h"
 #include "ops/app_workers.h"
 
@@ -55,6 +59,9 @@ PG_FUNCTION_INFO_V1(jobq_app_worker_rows);
  */
 #define JOBQ_LOCKTAG_APP_WORKERS	0x6a71
 
+/* The longest a new registration waits for another of its role's */
+#define JOBQ_APP_WORKER_LOCK_WAIT_MS	5000
+
 /* A row is pruned this long after its worker was last seen. */
 #define JOBQ_APP_WORKER_KEEP_US	((int64) 24 * 3600 * USECS_PER_SEC)
 
@@ -64,58 +71,141 @@ static SPIPlanPtr plan_make_room;
 static SPIPlanPtr plan_register;
 static SPIPlanPtr plan_unregister;
 static SPIPlanPtr plan_rows;
+static SPIPlanPtr plan_rows_of;
+static SPIPlanPtr plan_held;
+static SPIPlanPtr plan_held_all;
 static SPIPlanPtr plan_prune;
+
+/*
+ * The queues a worker named, each once, in the order first named, as a
+ * text[] counted from 1 (what jobq.app_workers shows, whatever bounds or
+ * repeats the caller's array had).
+ */
+static ArrayType *
+DistinctQueues(Datum *elems, int n)
+{
+	Datum	   *kept = palloc(sizeof(Datum) * n);
+	int			nkept = 0;
+	HASHCTL		ctl;
+	HTAB	   *seen;
+
+	ctl.keysize = JOBQ_MAX_NAME_LEN + 1;
+	ctl.entrysize = JOBQ_MAX_NAME_LEN + 1;
+	ctl.hcxt = CurrentMemoryContext;
+	seen = hash_create("jobq worker queues", Max(n, 1), &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	for (int i = 0; i < n; i++)
+	{
+		bool		found;
+
+		hash_search(seen, TextDatumGetCString(elems[i]), HASH_ENTER, &found);
+		if (!found)
+			kept[nkept++] = elems[i];
+	}
+	hash_destroy(seen);
+	return construct_array(kept, nkept, TEXTOID, -1, false, TYPALIGN_INT);
+}
+
+/*
+ * Take the lock of (database, role) that serialises the role's new
+ * registrations, to the end of the transaction.  Another session of the
+ * same role holds it only while its own new registration's transaction is
+ * open: wait for that at most JOBQ_APP_WORKER_LOCK_WAIT_MS (the session's
+ * lock_timeout, if shorter), so that a session of the role left idle in a
+ * transaction does not stall the role's workers for ever.  No other role
+ * can take this lock.
+ */
+static void
+LockRoleRegistrations(Oid role)
+{
+	LOCKTAG		tag;
+	int			saved_timeout = LockTimeout;
+	int			wait_ms = (LockTimeout <= 0 || LockTimeout > JOBQ_APP_WORKER_LOCK_WAIT_MS) ?
+	JOBQ_APP_WORKER_LOCK_WAIT_MS : LockTimeout;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, role, 0, JOBQ_LOCKTAG_APP_WORKERS);
+	LockTimeout = wait_ms;
+	PG_TRY();
+	{
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		LockTimeout = saved_timeout;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not register a new worker of role \"%s\": another session of the role is registering one",
+						GetUserNameFromId(role, false)),
+				 errdetail("Waited %d ms for that session's transaction to end.", wait_ms),
+				 errhint("Register workers outside long transactions, and try again.")));
+	}
+	PG_END_TRY();
+	LockTimeout = saved_timeout;
+}
 
 /*
  * Make room for one more worker of role: at jobq.max_app_workers rows, its
  * workers not seen for longest make way (only gone ones: not seen since
- * gone_before); when too few of its workers are gone, refuse.  Under a lock
- * of (database, role) held to the end of the transaction, so that
- * registrations of one role in concurrent sessions count each other; other
- * roles' registrations do not wait.  SPI connected.
+ * gone_before); when too few of its workers are gone, refuse.  Under the
+ * role's registration lock, counting what is committed (not the
+ * transaction's snapshot: under REPEATABLE READ that would miss the rows
+ * the sessions it waited for just added).  A gone worker's heartbeat can
+ * bring it back between the count and the delete (its row is then not
+ * deleted): count again.  SPI connected.
  */
 static void
 MakeRoomFor(Oid role, TimestampTz gone_before)
 {
-	LOCKTAG		tag;
 	Oid			types[3] = {OIDOID, TIMESTAMPTZOID, INT8OID};
 	Datum		values[3];
-	bool		isnull;
-	int64		have;
-	int64		gone;
-	int64		excess;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, role, 0, JOBQ_LOCKTAG_APP_WORKERS);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-
+	LockRoleRegistrations(role);
 	values[0] = ObjectIdGetDatum(role);
 	values[1] = TimestampTzGetDatum(gone_before);
-	jobq_spi_exec(jobq_plan(&plan_count,
-							"SELECT count(*), count(*) FILTER (WHERE last_seen_at < $2)"
-							" FROM jobq.app_worker WHERE registered_by = $1",
-							2, types),
-				  values, NULL, SPI_OK_SELECT);
-	have = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	gone = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-	excess = have - jobq_max_app_workers + 1;
-	if (excess <= 0)
-		return;
-	if (gone < excess)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("too many workers registered by role \"%s\"", GetUserNameFromId(role, false)),
-				 errdetail_plural("The role has %lld registered worker seen within jobq.worker_gone_after; jobq.max_app_workers is %d per role.",
-								  "The role has %lld registered workers seen within jobq.worker_gone_after; jobq.max_app_workers is %d per role.",
-								  have - gone, (long long) (have - gone), jobq_max_app_workers),
-				 errhint("Unregister workers that stopped (jobq.unregister_worker), reuse worker ids, or ask a superuser to raise jobq.max_app_workers.")));
-	values[2] = Int64GetDatum(excess);
-	jobq_spi_exec(jobq_plan_generic(&plan_make_room,
-									"DELETE FROM jobq.app_worker WHERE ctid = ANY (ARRAY("
-									" SELECT w.ctid FROM jobq.app_worker w"
-									" WHERE w.registered_by = $1 AND w.last_seen_at < $2"
-									" ORDER BY w.last_seen_at LIMIT $3))",
-									3, types),
-				  values, NULL, SPI_OK_DELETE);
+	for (int round = 0;; round++)
+	{
+		bool		isnull;
+		int64		have;
+		int64		gone;
+		int64		excess;
+
+		jobq_spi_exec_latest(jobq_plan(&plan_count,
+									   "SELECT count(*), count(*) FILTER (WHERE last_seen_at < $2)"
+									   " FROM jobq.app_worker WHERE registered_by = $1",
+									   2, types),
+							 values, NULL, SPI_OK_SELECT);
+		have = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		gone = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		excess = have - jobq_max_app_workers + 1;
+		if (excess <= 0)
+			return;
+		if (gone < excess || round >= 10)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("too many workers registered by role \"%s\"", GetUserNameFromId(role, false)),
+					 errdetail_plural("The role has %lld registered worker seen within jobq.worker_gone_after; jobq.max_app_workers is %d per role.",
+									  "The role has %lld registered workers seen within jobq.worker_gone_after; jobq.max_app_workers is %d per role.",
+									  have - gone, (long long) (have - gone), jobq_max_app_workers),
+					 errhint("Unregister workers that stopped (jobq.unregister_worker), reuse worker ids, or ask a superuser to raise jobq.max_app_workers.")));
+		values[2] = Int64GetDatum(excess);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_make_room,
+											   "DELETE FROM jobq.app_worker WHERE ctid = ANY (ARRAY("
+											   " SELECT w.ctid FROM jobq.app_worker w"
+											   " WHERE w.registered_by = $1 AND w.last_seen_at < $2"
+											   " ORDER BY w.last_seen_at LIMIT $3))"
+											   " AND last_seen_at < $2",
+											   3, types),
+							 values, NULL, SPI_OK_DELETE);
+		if ((int64) SPI_processed >= excess)
+			return;
+	}
 }
 
 /*
@@ -172,18 +262,25 @@ jobq_register_worker(PG_FUNCTION_ARGS)
 	for (int i = 0; i < n; i++)
 	{
 		char	   *queue = TextDatumGetCString(elems[i]);
+		int			len = strlen(queue);
 
-		if (strlen(queue) == 0 || strlen(queue) > (size_t) jobq_max_name_length)
+		/* the element's place counts from 1, whatever the array's bounds */
+		if (len == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("queues[%d] is not a queue name", i + 1),
-					 errdetail("A queue name is 1 to %d bytes long.", jobq_max_name_length)));
+					 errmsg("queues[%d] must not be empty", i + 1)));
+		if (len > jobq_max_name_length)
+			ereport(ERROR,
+					(errcode(ERRCODE_NAME_TOO_LONG),
+					 errmsg("queues[%d] is too long", i + 1),
+					 errdetail("It is %d bytes long; the limit is %d bytes.", len, jobq_max_name_length),
+					 errhint("The limit is set by jobq.max_name_length.")));
 		/* work, or administer, which includes it */
 		jobq_require(saved.caller, queue, JOBQ_CAP_WORK);
 	}
 	values[0] = CStringGetTextDatum(worker_id);
 	values[1] = ObjectIdGetDatum(saved.caller);
-	values[2] = PG_GETARG_DATUM(1);
+	values[2] = PointerGetDatum(DistinctQueues(elems, n));
 	values[3] = info != NULL ? JsonbPGetDatum(info) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
 	values[4] = TimestampTzGetDatum(now);
 	values[5] = TimestampTzGetDatum(gone_before);
@@ -213,94 +310,312 @@ jobq_register_worker(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* jobq.unregister_worker(worker_id) -> did the caller's worker of that id go? */
+/*
+ * jobq.unregister_worker(worker_id) -> did the caller's worker of that id
+ * go?  The caller's own only, a superuser's too: another role's worker of
+ * the same id is another worker (a library connected as a superuser that
+ * unregisters host:pid at its stop must not remove a tenant's).
+ */
 Datum
 jobq_unregister_worker(PG_FUNCTION_ARGS)
 {
 	const char *worker_id = jobq_name_arg(fcinfo, 0, "worker_id", jobq_max_name_length, false);
-	Oid			types[3] = {TEXTOID, OIDOID, BOOLOID};
-	Datum		values[3];
+	Oid			types[2] = {TEXTOID, OIDOID};
+	Datum		values[2];
 	JobqSavedUser saved;
 	bool		done;
 
 	jobq_owner_begin(&saved);
 	values[0] = CStringGetTextDatum(worker_id);
 	values[1] = ObjectIdGetDatum(saved.caller);
-	values[2] = BoolGetDatum(superuser_arg(saved.caller));
 	jobq_spi_exec(jobq_plan_generic(&plan_unregister,
 									"DELETE FROM jobq.app_worker"
-									" WHERE worker_id = $1 AND (registered_by = $2 OR $3)",
-									3, types),
+									" WHERE registered_by = $2 AND worker_id = $1",
+									2, types),
 				  values, NULL, SPI_OK_DELETE);
 	done = SPI_processed > 0;
 	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }
 
-/* May the asking role use any of the queues of text[] datum queues? */
+/* A queue name or worker id as a hash key (at most JOBQ_MAX_NAME_LEN bytes) */
+typedef struct NameKey
+{
+	char		name[JOBQ_MAX_NAME_LEN + 1];
+}			NameKey;
+
+/* A queue the asking role may use, and the last row that listed it */
+typedef struct QueueEntry
+{
+	NameKey		key;
+	int			last_row;
+}			QueueEntry;
+
+/* The rows of one worker id (one per role that registered it) */
+typedef struct IdEntry
+{
+	NameKey		key;
+	int			first;			/* a row of visible[], the next in next[] */
+}			IdEntry;
+
+/* One row of jobq.app_workers, with the queues the caller may see */
+typedef struct VisibleWorker
+{
+	Datum		values[7];
+	bool		nulls[7];
+	Datum	   *queues;			/* NULL: all of them (the caller sees all) */
+	int			nqueues;
+	int			next;			/* the next row of the same id, or -1 */
+}			VisibleWorker;
+
+static HTAB *
+NewHash(const char *name, Size entrysize)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(NameKey);
+	ctl.entrysize = entrysize;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, 256, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+}
+
+/* Text datum t as a key; false when too long to be a name */
 static bool
-MayUseAny(Datum queues)
+ToKey(NameKey * key, Datum t)
+{
+	text	   *v = DatumGetTextPP(t);
+	int			len = VARSIZE_ANY_EXHDR(v);
+
+	memset(key, 0, sizeof(NameKey));
+	if (len > JOBQ_MAX_NAME_LEN)
+		return false;
+	memcpy(key->name, VARDATA_ANY(v), len);
+	return true;
+}
+
+/*
+ * The queues of row `row` (text[] datum queues) that the asking role may
+ * use (usable: their names), each once, moved to the front of *out; returns
+ * how many.  One hash look-up per name named.
+ */
+static int
+UsableQueues(Datum queues, int row, HTAB *usable, Datum **out)
 {
 	Datum	   *elems;
 	bool	   *enulls;
 	int			n;
+	int			kept = 0;
 
 	deconstruct_array(DatumGetArrayTypeP(queues), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &enulls, &n);
+	*out = elems;
 	for (int i = 0; i < n; i++)
-		if (!enulls[i] && DatumGetBool(DirectFunctionCall1(jobq_may_use_queue, elems[i])))
+	{
+		NameKey		key;
+		QueueEntry *entry;
+
+		if (enulls[i] || !ToKey(&key, elems[i]) ||
+			(entry = hash_search(usable, &key, HASH_FIND, NULL)) == NULL ||
+			entry->last_row == row)
+			continue;
+		entry->last_row = row;
+		elems[kept++] = elems[i];
+	}
+	return kept;
+}
+
+/* Does row v list queue (among those the caller sees)? */
+static bool
+Lists(VisibleWorker * v, Datum queue)
+{
+	Datum	   *elems = v->queues;
+	int			n = v->nqueues;
+
+	if (elems == NULL)
+	{
+		bool	   *enulls;
+
+		deconstruct_array(DatumGetArrayTypeP(v->values[1]), TEXTOID, -1, false, TYPALIGN_INT,
+						  &elems, &enulls, &n);
+	}
+	for (int i = 0; i < n; i++)
+		if (DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, elems[i], queue)))
 			return true;
 	return false;
 }
 
 /*
  * jobq.app_worker_rows() -> the rows of jobq.app_workers: the workers of
- * the queues the caller may use, each with the jobs running under its id in
- * its queues, and whether it is gone.  The running jobs are read once,
- * through the running-lease index, and counted per queue and worker id
- * (not once per worker: for 1,000 workers over 10,000 running jobs, that
- * took 450-570 ms, this 13-19 ms, with 300,000 more jobs kept).
+ * the queues the caller may use, each shown with those of its queues only
+ * (another tenant's queue names are not the caller's to read), the jobs
+ * running under its id in them, and whether it is gone.
+ *
+ * What one tenant registers must cost another's view little: the queues
+ * the caller may use are read once from jobq.permission, the executor keeps
+ * the rows that name one of them (an overlap test, in C), and only those
+ * rows' lists are read here, one hash look-up per name; a caller that sees
+ * every queue (a superuser, a holder of '*') reads no list at all.  (Asking
+ * jobq.may_use_queue per name cost another tenant's view 11-14.5 s when one
+ * role had 1,000 workers naming 1,000 queues each.)  The running jobs are
+ * read once, through the running-lease index, in the queues the caller sees
+ * and of the ids shown, and counted per id and queue (not once per worker:
+ * for 1,000 workers over 10,000 running jobs, that took 450-570 ms).
  */
 Datum
 jobq_app_worker_rows(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Oid			types[1] = {TIMESTAMPTZOID};
-	Datum		values[1];
+	Oid			row_types[2] = {TIMESTAMPTZOID, TEXTARRAYOID};
+	Datum		row_values[2];
+	ArrayType  *usable;
+	Oid			types[2] = {TEXTARRAYOID, TEXTARRAYOID};
+	Datum		values[2];
 	TimestampTz now = GetCurrentTimestamp();
 	JobqSavedUser saved;
 	SPITupleTable *rows;
 	uint64		n;
+	bool		sees_all;
+	HTAB	   *known;
+	HTAB	   *ids;
+	VisibleWorker *visible;
+	int			nvisible = 0;
+	int64	   *in_hand;
 
 	InitMaterializedSRF(fcinfo, 0);
-	values[0] = TimestampTzGetDatum(jobq_timestamp_add(now, -(int64) jobq_worker_gone_after_s * USECS_PER_SEC));
+	row_values[0] = TimestampTzGetDatum(jobq_timestamp_add(now, -(int64) jobq_worker_gone_after_s * USECS_PER_SEC));
+	known = NewHash("jobq usable queues", sizeof(QueueEntry));
+	ids = NewHash("jobq worker ids", sizeof(IdEntry));
+
 	jobq_owner_begin(&saved);
-	jobq_spi_exec(jobq_plan(&plan_rows,
-							"WITH h AS MATERIALIZED ("
-							" SELECT j.queue, j.worker_id, count(*) AS n FROM jobq.job j"
-							" WHERE j.lease_expires_at IS NOT NULL AND j.status = 'running'"
-							" GROUP BY j.queue, j.worker_id)"
-							" SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at,"
-							" COALESCE(sum(h.n), 0)::bigint, w.last_seen_at < $1"
-							" FROM jobq.app_worker w"
-							" LEFT JOIN h ON h.worker_id = w.worker_id AND h.queue = ANY (w.queues)"
-							" GROUP BY w.registered_by, w.worker_id"
-							" ORDER BY w.worker_id, w.registered_by",
-							1, types),
-				  values, NULL, SPI_OK_SELECT);
+	usable = jobq_usable_queues();
+	sees_all = usable == NULL;
+	if (sees_all)
+		jobq_spi_exec(jobq_plan(&plan_rows,
+								"SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at,"
+								" 0::bigint, w.last_seen_at < $1"
+								" FROM jobq.app_worker w ORDER BY w.worker_id, w.registered_by",
+								1, row_types),
+					  row_values, NULL, SPI_OK_SELECT);
+	else
+	{
+		Datum	   *names;
+		bool	   *nnulls;
+		int			nnames;
+
+		/*
+		 * the rows that name one of the caller's queues, filtered in the
+		 * executor
+		 */
+		deconstruct_array(usable, TEXTOID, -1, false, TYPALIGN_INT, &names, &nnulls, &nnames);
+		for (int i = 0; i < nnames; i++)
+		{
+			NameKey		key;
+			QueueEntry *entry;
+
+			if (!ToKey(&key, names[i]))
+				continue;
+			entry = hash_search(known, &key, HASH_ENTER, NULL);
+			entry->last_row = -1;
+		}
+		row_values[1] = PointerGetDatum(usable);
+		jobq_spi_exec(jobq_plan(&plan_rows_of,
+								"SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at,"
+								" 0::bigint, w.last_seen_at < $1"
+								" FROM jobq.app_worker w WHERE w.queues && $2"
+								" ORDER BY w.worker_id, w.registered_by",
+								2, row_types),
+					  row_values, NULL, SPI_OK_SELECT);
+	}
 	rows = SPI_tuptable;
 	n = SPI_processed;
-	/* before SPI_finish frees the rows; the look-ups keep them (SPI nests) */
+	visible = palloc(sizeof(VisibleWorker) * Max(n, 1));
+	/* the rows stay until SPI_finish: the look-ups below nest */
 	for (uint64 i = 0; i < n; i++)
 	{
-		Datum		out[7];
-		bool		nulls[7];
+		VisibleWorker *v = &visible[nvisible];
+		NameKey		key;
+		IdEntry    *id;
+		bool		found;
 
 		for (int c = 0; c < 7; c++)
-			out[c] = SPI_getbinval(rows->vals[i], rows->tupdesc, c + 1, &nulls[c]);
-		if (!MayUseAny(out[1]))
+			v->values[c] = SPI_getbinval(rows->vals[i], rows->tupdesc, c + 1, &v->nulls[c]);
+		if (!ToKey(&key, v->values[0]))
+			continue;			/* no worker id is so long */
+		if (sees_all)
+			v->queues = NULL;
+		else if ((v->nqueues = UsableQueues(v->values[1], nvisible, known, &v->queues)) == 0)
 			continue;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+		id = hash_search(ids, &key, HASH_ENTER, &found);
+		v->next = found ? id->first : -1;
+		id->first = nvisible++;
+	}
+
+	in_hand = palloc0(sizeof(int64) * Max(nvisible, 1));
+	if (nvisible > 0)
+	{
+		/* the running jobs of the ids shown, in the queues the caller sees */
+		Datum	   *list = palloc(sizeof(Datum) * Max(hash_get_num_entries(ids), hash_get_num_entries(known)));
+		int			count = 0;
+		HASH_SEQ_STATUS it;
+		IdEntry    *id;
+		QueueEntry *q;
+
+		hash_seq_init(&it, ids);
+		while ((id = hash_seq_search(&it)) != NULL)
+			list[count++] = CStringGetTextDatum(id->key.name);
+		values[1] = PointerGetDatum(construct_array(list, count, TEXTOID, -1, false, TYPALIGN_INT));
+		if (sees_all)
+			jobq_spi_exec(jobq_plan(&plan_held_all,
+									"SELECT j.worker_id, j.queue, count(*) FROM jobq.job j"
+									" WHERE j.lease_expires_at IS NOT NULL"
+									" AND j.status = 'running' AND j.worker_id = ANY ($1)"
+									" GROUP BY j.worker_id, j.queue",
+									1, &types[1]),
+						  &values[1], NULL, SPI_OK_SELECT);
+		else
+		{
+			count = 0;
+			hash_seq_init(&it, known);
+			while ((q = hash_seq_search(&it)) != NULL)
+				if (q->last_row >= 0)
+					list[count++] = CStringGetTextDatum(q->key.name);
+			values[0] = PointerGetDatum(construct_array(list, count, TEXTOID, -1, false, TYPALIGN_INT));
+			jobq_spi_exec(jobq_plan(&plan_held,
+									"SELECT j.worker_id, j.queue, count(*) FROM jobq.job j"
+									" WHERE j.queue = ANY ($1) AND j.lease_expires_at IS NOT NULL"
+									" AND j.status = 'running' AND j.worker_id = ANY ($2)"
+									" GROUP BY j.worker_id, j.queue",
+									2, types),
+						  values, NULL, SPI_OK_SELECT);
+		}
+		/* each (id, queue) to the rows of that id that list the queue */
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			NameKey		key;
+			bool		isnull;
+			Datum		queue = SPI_getbinval(tup, desc, 2, &isnull);
+			int64		jobs = DatumGetInt64(SPI_getbinval(tup, desc, 3, &isnull));
+
+			if (!ToKey(&key, SPI_getbinval(tup, desc, 1, &isnull)) ||
+				(id = hash_search(ids, &key, HASH_FIND, NULL)) == NULL)
+				continue;
+			for (int r = id->first; r >= 0; r = visible[r].next)
+				if (Lists(&visible[r], queue))
+					in_hand[r] += jobs;
+		}
+	}
+
+	for (int i = 0; i < nvisible; i++)
+	{
+		VisibleWorker *v = &visible[i];
+
+		if (v->queues != NULL)
+			v->values[1] = PointerGetDatum(construct_array(v->queues, v->nqueues, TEXTOID, -1, false, TYPALIGN_INT));
+		v->values[5] = Int64GetDatum(in_hand[i]);
+		v->nulls[5] = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v->values, v->nulls);
 	}
 	jobq_owner_end(&saved);
 	return (Datum) 0;

@@ -472,9 +472,10 @@ class Worker {
   // Register, or refresh the registry's row (a heartbeat), where the server
   // has the registry.  A refusal (a queue this role may not work on, say)
   // is logged once and ends the heartbeats; the worker runs on.  A refusal
-  // for the role's cap (54000: jobq.max_app_workers of its workers alive) is
-  // logged once and tried again at every heartbeat, since room comes back
-  // when the role's other workers stop.
+  // for the role's cap (54000: jobq.max_app_workers of its workers alive),
+  // or because another session of the role held its registrations up
+  // (55P03), is logged once and tried again at every heartbeat, since room
+  // comes back when the role's other workers stop.
   async _heartbeat () {
     if (!this._features || this._registryRefused) return
     try {
@@ -488,7 +489,7 @@ class Worker {
     } catch (e) {
       if (isTransient(e)) {
         this._outage(e, 'heartbeat')
-      } else if (e.code === '54000') {
+      } else if (e.code === '54000' || e.code === '55P03') {
         if (!this._registryFull) {
           this.log.warn(`${this.workerId}: jobq.register_worker failed: ${e.message}; the worker runs on unregistered and tries again at every heartbeat`)
         }
