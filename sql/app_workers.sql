@@ -143,6 +143,24 @@ SELECT count(*) AS claimed FROM unnest(ARRAY['aw_p', 'aw_p', 'aw_s']) q, jobq.cl
 SELECT worker_id, queues, jobs_in_hand FROM jobq.app_workers WHERE worker_id = 'both';
 SET ROLE regress_aw_bob;
 SELECT worker_id, queues, jobs_in_hand FROM jobq.app_workers;
+-- the same for bob with many queues (his rows are then sorted out by a
+-- hash look-up per name instead of an array overlap)
+RESET ROLE;
+SELECT count(jobq.grant('aw_x' || i, 'regress_aw_bob', 'work')) FROM generate_series(1, 20) i;
+SET ROLE regress_aw_bob;
+SELECT worker_id, queues, jobs_in_hand FROM jobq.app_workers;
+-- inside a SECURITY DEFINER function of bob's, the view is bob's whoever
+-- calls it: alice calling it does not see her own workers through it
+RESET ROLE;
+CREATE SCHEMA aw_bob AUTHORIZATION regress_aw_bob;
+SET ROLE regress_aw_bob;
+CREATE FUNCTION aw_bob.peek() RETURNS TABLE (worker_id text, queues text[]) LANGUAGE sql SECURITY DEFINER
+    AS $$ SELECT worker_id, queues FROM jobq.app_workers $$;
+GRANT USAGE ON SCHEMA aw_bob TO regress_aw_alice;
+SET ROLE regress_aw_alice;
+SELECT * FROM aw_bob.peek() ORDER BY worker_id;
+RESET ROLE;
+DROP SCHEMA aw_bob CASCADE;
 SET ROLE regress_aw_alice;
 SELECT jobq.unregister_worker('both');
 RESET ROLE;

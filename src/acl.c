@@ -412,16 +412,28 @@ AskingRole(void)
 }
 
 /*
- * The queues the asking role may use (what jobq.may_use_queue answers true
- * for: it holds a capability on them, itself or through a role whose
- * privileges it has), as a text[]; NULL when it may use every queue (a
- * superuser, the owner, a capability on '*').  For a view that would ask
- * jobq.may_use_queue of a great many names.  SPI connected, as the owner.
+ * The role whose rights jobq.may_use_queue would ask about now (see
+ * AskingRole): for a function that must ask before it switches to the
+ * owner, as inside a SECURITY DEFINER function of another role's the
+ * current user is that role, not the session's.
+ */
+Oid
+jobq_asking_role(void)
+{
+	return AskingRole();
+}
+
+/*
+ * The queues role (from jobq_asking_role) may use: what
+ * jobq.may_use_queue answers true for, a capability on them held by the
+ * role or by a role whose privileges it has; as a text[]; NULL when it may
+ * use every queue (a superuser, the owner, a capability on '*').  For a
+ * view that would ask jobq.may_use_queue of a great many names.  SPI
+ * connected, as the owner.
  */
 ArrayType  *
-jobq_usable_queues(void)
+jobq_usable_queues(Oid role)
 {
-	Oid			role = AskingRole();
 	Datum	   *names;
 	int			n = 0;
 

@@ -35,7 +35,8 @@ extern void jobq_acl_set_handler_role(Oid role);
 
 /* jobq.may_use_queue(queue) and jobq.may(queue, capability), for C callers too */
 extern Datum jobq_may_use_queue(PG_FUNCTION_ARGS);
-extern ArrayType *jobq_usable_queues(void);
+extern Oid	jobq_asking_role(void);
+extern ArrayType *jobq_usable_queues(Oid role);
 extern Datum jobq_may_sql(PG_FUNCTION_ARGS);
 
 #endif							/* JOBQ_ACL_H */

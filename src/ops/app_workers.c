@@ -59,6 +59,14 @@ PG_FUNCTION_INFO_V1(jobq_app_worker_rows);
  */
 #define JOBQ_LOCKTAG_APP_WORKERS	0x6a71
 
+/*
+ * A caller of jobq.app_workers with at most this many queues has the rows
+ * that name none of them left by an array overlap in the executor (its cost
+ * is a row's names times the caller's); one with more, by a hash look-up
+ * per name here.
+ */
+#define JOBQ_OVERLAP_MAX	16
+
 /* The longest a new registration waits for another of its role's */
 #define JOBQ_APP_WORKER_LOCK_WAIT_MS	5000
 
@@ -342,21 +350,21 @@ jobq_unregister_worker(PG_FUNCTION_ARGS)
 typedef struct NameKey
 {
 	char		name[JOBQ_MAX_NAME_LEN + 1];
-}			NameKey;
+} NameKey;
 
 /* A queue the asking role may use, and the last row that listed it */
 typedef struct QueueEntry
 {
 	NameKey		key;
 	int			last_row;
-}			QueueEntry;
+} QueueEntry;
 
 /* The rows of one worker id (one per role that registered it) */
 typedef struct IdEntry
 {
 	NameKey		key;
 	int			first;			/* a row of visible[], the next in next[] */
-}			IdEntry;
+} IdEntry;
 
 /* One row of jobq.app_workers, with the queues the caller may see */
 typedef struct VisibleWorker
@@ -365,8 +373,9 @@ typedef struct VisibleWorker
 	bool		nulls[7];
 	Datum	   *queues;			/* NULL: all of them (the caller sees all) */
 	int			nqueues;
+	bool		all;			/* queues: all of them, expanded by Lists */
 	int			next;			/* the next row of the same id, or -1 */
-}			VisibleWorker;
+} VisibleWorker;
 
 static HTAB *
 NewHash(const char *name, Size entrysize)
@@ -381,7 +390,7 @@ NewHash(const char *name, Size entrysize)
 
 /* Text datum t as a key; false when too long to be a name */
 static bool
-ToKey(NameKey * key, Datum t)
+ToKey(NameKey *key, Datum t)
 {
 	text	   *v = DatumGetTextPP(t);
 	int			len = VARSIZE_ANY_EXHDR(v);
@@ -426,20 +435,19 @@ UsableQueues(Datum queues, int row, HTAB *usable, Datum **out)
 
 /* Does row v list queue (among those the caller sees)? */
 static bool
-Lists(VisibleWorker * v, Datum queue)
+Lists(VisibleWorker *v, Datum queue)
 {
-	Datum	   *elems = v->queues;
-	int			n = v->nqueues;
-
-	if (elems == NULL)
+	if (v->queues == NULL)
 	{
+		/* all its queues (the caller sees all): expanded once */
 		bool	   *enulls;
 
 		deconstruct_array(DatumGetArrayTypeP(v->values[1]), TEXTOID, -1, false, TYPALIGN_INT,
-						  &elems, &enulls, &n);
+						  &v->queues, &enulls, &v->nqueues);
+		v->all = true;
 	}
-	for (int i = 0; i < n; i++)
-		if (DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, elems[i], queue)))
+	for (int i = 0; i < v->nqueues; i++)
+		if (DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, v->queues[i], queue)))
 			return true;
 	return false;
 }
@@ -451,10 +459,11 @@ Lists(VisibleWorker * v, Datum queue)
  * running under its id in them, and whether it is gone.
  *
  * What one tenant registers must cost another's view little: the queues
- * the caller may use are read once from jobq.permission, the executor keeps
- * the rows that name one of them (an overlap test, in C), and only those
- * rows' lists are read here, one hash look-up per name; a caller that sees
- * every queue (a superuser, a holder of '*') reads no list at all.  (Asking
+ * the caller may use are read once from jobq.permission; for a caller with
+ * a few, the executor keeps the rows that name one of them (an array
+ * overlap); the lists of the rows kept cost a hash look-up per name; a
+ * caller that sees every queue (a superuser, a holder of '*') reads no list
+ * but those of the workers holding jobs, once each.  (Asking
  * jobq.may_use_queue per name cost another tenant's view 11-14.5 s when one
  * role had 1,000 workers naming 1,000 queues each.)  The running jobs are
  * read once, through the running-lease index, in the queues the caller sees
@@ -480,32 +489,27 @@ jobq_app_worker_rows(PG_FUNCTION_ARGS)
 	VisibleWorker *visible;
 	int			nvisible = 0;
 	int64	   *in_hand;
+	Oid			asker;
+	int			nnames = 0;
 
 	InitMaterializedSRF(fcinfo, 0);
 	row_values[0] = TimestampTzGetDatum(jobq_timestamp_add(now, -(int64) jobq_worker_gone_after_s * USECS_PER_SEC));
 	known = NewHash("jobq usable queues", sizeof(QueueEntry));
 	ids = NewHash("jobq worker ids", sizeof(IdEntry));
 
+	/*
+	 * who asks: before the switch to the owner (a SECURITY DEFINER caller's
+	 * role)
+	 */
+	asker = jobq_asking_role();
 	jobq_owner_begin(&saved);
-	usable = jobq_usable_queues();
+	usable = jobq_usable_queues(asker);
 	sees_all = usable == NULL;
-	if (sees_all)
-		jobq_spi_exec(jobq_plan(&plan_rows,
-								"SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at,"
-								" 0::bigint, w.last_seen_at < $1"
-								" FROM jobq.app_worker w ORDER BY w.worker_id, w.registered_by",
-								1, row_types),
-					  row_values, NULL, SPI_OK_SELECT);
-	else
+	if (usable != NULL)
 	{
 		Datum	   *names;
 		bool	   *nnulls;
-		int			nnames;
 
-		/*
-		 * the rows that name one of the caller's queues, filtered in the
-		 * executor
-		 */
 		deconstruct_array(usable, TEXTOID, -1, false, TYPALIGN_INT, &names, &nnulls, &nnames);
 		for (int i = 0; i < nnames; i++)
 		{
@@ -517,6 +521,13 @@ jobq_app_worker_rows(PG_FUNCTION_ARGS)
 			entry = hash_search(known, &key, HASH_ENTER, NULL);
 			entry->last_row = -1;
 		}
+	}
+	if (usable != NULL && nnames <= JOBQ_OVERLAP_MAX)
+	{
+		/*
+		 * A few queues: the executor leaves the rows that name none of them
+		 * (an array overlap costs a row's names times these few).
+		 */
 		row_values[1] = PointerGetDatum(usable);
 		jobq_spi_exec(jobq_plan(&plan_rows_of,
 								"SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at,"
@@ -524,6 +535,16 @@ jobq_app_worker_rows(PG_FUNCTION_ARGS)
 								" FROM jobq.app_worker w WHERE w.queues && $2"
 								" ORDER BY w.worker_id, w.registered_by",
 								2, row_types),
+					  row_values, NULL, SPI_OK_SELECT);
+	}
+	else
+	{
+		/* every row; those that name none of the caller's queues go below */
+		jobq_spi_exec(jobq_plan(&plan_rows,
+								"SELECT w.worker_id, w.queues, w.info, w.started_at, w.last_seen_at,"
+								" 0::bigint, w.last_seen_at < $1"
+								" FROM jobq.app_worker w ORDER BY w.worker_id, w.registered_by",
+								1, row_types),
 					  row_values, NULL, SPI_OK_SELECT);
 	}
 	rows = SPI_tuptable;
@@ -541,6 +562,7 @@ jobq_app_worker_rows(PG_FUNCTION_ARGS)
 			v->values[c] = SPI_getbinval(rows->vals[i], rows->tupdesc, c + 1, &v->nulls[c]);
 		if (!ToKey(&key, v->values[0]))
 			continue;			/* no worker id is so long */
+		v->all = false;
 		if (sees_all)
 			v->queues = NULL;
 		else if ((v->nqueues = UsableQueues(v->values[1], nvisible, known, &v->queues)) == 0)
@@ -611,7 +633,7 @@ jobq_app_worker_rows(PG_FUNCTION_ARGS)
 	{
 		VisibleWorker *v = &visible[i];
 
-		if (v->queues != NULL)
+		if (v->queues != NULL && !v->all)
 			v->values[1] = PointerGetDatum(construct_array(v->queues, v->nqueues, TEXTOID, -1, false, TYPALIGN_INT));
 		v->values[5] = Int64GetDatum(in_hand[i]);
 		v->nulls[5] = false;
