@@ -173,6 +173,22 @@ SELECT count(*) AS claimed FROM generate_series(1, 3) q, jobq.claim('aw_m' || q,
 SELECT worker_id, jobs_in_hand FROM jobq.app_workers WHERE worker_id = 'multi';
 SELECT jobq.unregister_worker('multi');
 
+-- a dropped role's capabilities and workers go at the next prune: a role
+-- made later with its oid (the counter wraps), or a restore elsewhere (a
+-- dump names a dropped role by its number), must not inherit them
+CREATE ROLE regress_aw_gone;
+SELECT jobq.grant('aw_a', 'regress_aw_gone', 'work');
+SET ROLE regress_aw_gone;
+SELECT jobq.register_worker('gone-1', ARRAY['aw_a']);
+RESET ROLE;
+SELECT 'regress_aw_gone'::regrole::oid AS gone_oid \gset
+DROP OWNED BY regress_aw_gone;
+DROP ROLE regress_aw_gone;
+SELECT jobq.prune() >= 0 AS pruned;
+SELECT count(*) AS grants_left FROM jobq.permission WHERE role::oid = :gone_oid;
+SELECT count(*) AS workers_left FROM jobq.app_worker WHERE registered_by::oid = :gone_oid;
+SELECT count(*) > 0 AS others_kept FROM jobq.permission;
+
 -- fail's details: the stack trace kept with the attempt, cut at
 -- jobq.max_details_length on a character boundary
 SET jobq.max_details_length = 64;

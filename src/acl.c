@@ -68,6 +68,7 @@ static const char *const capability_names[] = {"enqueue", "work", "administer"};
 
 static SPIPlanPtr plan_permissions;
 static SPIPlanPtr plan_all_permissions;
+static SPIPlanPtr plan_prune_grants;
 static SPIPlanPtr plan_grant;
 static SPIPlanPtr plan_revoke;
 
@@ -458,6 +459,32 @@ jobq_usable_queues(Oid role)
 		names[n++] = queue;
 	}
 	return construct_array(names, n, TEXTOID, -1, false, TYPALIGN_INT);
+}
+
+/*
+ * Delete up to batch capabilities held by roles that were dropped since:
+ * they hold for no one now, but a role made later with the same oid (the
+ * counter wraps), or a restore elsewhere (a dump names a dropped role by
+ * its number), would inherit them.  Returns how many.  SPI connected, as
+ * the owner.
+ */
+int64
+jobq_prune_dropped_grants(int batch)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1];
+
+	values[0] = Int32GetDatum(batch);
+	jobq_spi_exec(jobq_plan_generic(&plan_prune_grants,
+									"DELETE FROM jobq.permission WHERE ctid = ANY (ARRAY("
+									" SELECT p.ctid FROM jobq.permission p"
+									" WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = p.role)"
+									" LIMIT $1 FOR UPDATE SKIP LOCKED))",
+									1, types),
+				  values, NULL, SPI_OK_DELETE);
+	if (SPI_processed > 0)
+		acl_generation++;
+	return (int64) SPI_processed;
 }
 
 /* jobq.may(queue, capability) -> does the asking role hold it? */

@@ -37,6 +37,7 @@ extern void jobq_acl_set_handler_role(Oid role);
 extern Datum jobq_may_use_queue(PG_FUNCTION_ARGS);
 extern Oid	jobq_asking_role(void);
 extern ArrayType *jobq_usable_queues(Oid role);
+extern int64 jobq_prune_dropped_grants(int batch);
 extern Datum jobq_may_sql(PG_FUNCTION_ARGS);
 
 #endif							/* JOBQ_ACL_H */

@@ -644,8 +644,10 @@ jobq_app_worker_rows(PG_FUNCTION_ARGS)
 }
 
 /*
- * Delete up to batch rows of workers last seen more than a day ago; returns
- * how many.  A database before 0.3.0 has none.  SPI connected.
+ * Delete up to batch rows of workers last seen more than a day ago, or
+ * registered by a role that was dropped since (a dump would name it by a
+ * number, which another cluster may give to another role); returns how
+ * many.  A database before 0.3.0 has none.  SPI connected.
  */
 int64
 jobq_prune_app_workers(int batch, TimestampTz now)
@@ -660,6 +662,7 @@ jobq_prune_app_workers(int batch, TimestampTz now)
 	jobq_spi_exec(jobq_plan_generic(&plan_prune,
 									"DELETE FROM jobq.app_worker WHERE ctid = ANY (ARRAY("
 									" SELECT w.ctid FROM jobq.app_worker w WHERE w.last_seen_at < $1"
+									" OR NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = w.registered_by)"
 									" LIMIT $2 FOR UPDATE SKIP LOCKED))",
 									2, types),
 				  values, NULL, SPI_OK_DELETE);

@@ -259,13 +259,25 @@ PruneKeys(void *arg)
 	}
 }
 
-/* Delete up to u->limit rows of application workers gone for a day. */
+/*
+ * Delete up to u->limit rows of application workers gone for a day, and up
+ * to as many capabilities and workers of roles dropped since.
+ */
 static void
 PruneAppWorkers(void *arg)
 {
 	JobqPruneUnit *u = (JobqPruneUnit *) arg;
 
 	u->deleted = jobq_prune_app_workers(u->limit, u->now);
+}
+
+/* Delete up to u->limit capabilities held by roles dropped since. */
+static void
+PruneDroppedGrants(void *arg)
+{
+	JobqPruneUnit *u = (JobqPruneUnit *) arg;
+
+	u->deleted = jobq_prune_dropped_grants(u->limit);
 }
 
 /* A text[] datum of the n names. */
@@ -331,6 +343,7 @@ jobq_prune_finished(int batch, bool *more)
 	List	   *failing = NIL;
 	int64		jobs = 0;
 	int64		keys;
+	int64		workers;
 	int			nqueues;
 	int			nhealthy = 0;
 	char	  **queues;
@@ -394,9 +407,12 @@ jobq_prune_finished(int batch, bool *more)
 	keys = u.deleted;
 	u.deleted = 0;
 	(void) jobq_run_unit("pruning application workers gone for a day", PruneAppWorkers, &u);
+	workers = u.deleted;
+	u.deleted = 0;
+	(void) jobq_run_unit("removing the capabilities of dropped roles", PruneDroppedGrants, &u);
 
-	*more = jobs >= batch || keys >= batch || u.deleted >= batch;
-	return jobs + keys + u.deleted;
+	*more = jobs >= batch || keys >= batch || workers >= batch || u.deleted >= batch;
+	return jobs + keys + workers + u.deleted;
 }
 
 /* jobq.prune(batch) -> rows deleted */
