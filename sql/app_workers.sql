@@ -176,10 +176,15 @@ SELECT jobq.unregister_worker('multi');
 -- a dropped role's capabilities and workers go at the next prune: a role
 -- made later with its oid (the counter wraps), or a restore elsewhere (a
 -- dump names a dropped role by its number), must not inherit them
+-- (and its handlers: the function here is not the role's, so dropping the
+-- role leaves it)
 CREATE ROLE regress_aw_gone;
 SELECT jobq.grant('aw_a', 'regress_aw_gone', 'work');
+SELECT jobq.grant('aw_h', 'regress_aw_gone', 'administer');
+CREATE FUNCTION public.aw_gone_handler(payload jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT payload $$;
 SET ROLE regress_aw_gone;
 SELECT jobq.register_worker('gone-1', ARRAY['aw_a']);
+SELECT jobq.register_handler('aw.gone', 'public.aw_gone_handler(jsonb)', 'aw_h');
 RESET ROLE;
 SELECT 'regress_aw_gone'::regrole::oid AS gone_oid \gset
 DROP OWNED BY regress_aw_gone;
@@ -187,7 +192,9 @@ DROP ROLE regress_aw_gone;
 SELECT jobq.prune() >= 0 AS pruned;
 SELECT count(*) AS grants_left FROM jobq.permission WHERE role::oid = :gone_oid;
 SELECT count(*) AS workers_left FROM jobq.app_worker WHERE registered_by::oid = :gone_oid;
+SELECT count(*) AS handlers_left FROM jobq.handler WHERE run_as::oid = :gone_oid;
 SELECT count(*) > 0 AS others_kept FROM jobq.permission;
+DROP FUNCTION public.aw_gone_handler(jsonb);
 
 -- fail's details: the stack trace kept with the attempt, cut at
 -- jobq.max_details_length on a character boundary

@@ -180,7 +180,11 @@ PermanentError(int sqlerrcode)
 		strncmp(state, "54", 2) == 0 || strcmp(state, "P0004") == 0;
 }
 
-/* Read the handlers (in a transaction, SPI connected) into cxt. */
+/*
+ * Read the handlers (in a transaction, SPI connected) into cxt: those whose
+ * function and role exist (a dropped role's handler runs as no one; pruning
+ * removes it).
+ */
 static List *
 LoadHandlers(MemoryContext cxt)
 {
@@ -190,6 +194,7 @@ LoadHandlers(MemoryContext cxt)
 							"SELECT h.kind, h.queue, p.oid, p.pronargs, h.run_as,"
 							" h.allow_superuser FROM jobq.handler h"
 							" JOIN pg_catalog.pg_proc p ON p.oid = to_regprocedure(h.handler)"
+							" JOIN pg_catalog.pg_roles r ON r.oid = h.run_as"
 							" ORDER BY h.queue, h.kind",
 							0, NULL),
 				  NULL, NULL, SPI_OK_SELECT);

@@ -38,6 +38,7 @@ PG_FUNCTION_INFO_V1(jobq_unregister_handler);
 static SPIPlanPtr plan_register;
 static SPIPlanPtr plan_handler_owner;
 static SPIPlanPtr plan_unregister;
+static SPIPlanPtr plan_prune_dropped;
 
 /*
  * A kind's handler may be replaced or removed only by the role it runs as,
@@ -160,4 +161,27 @@ jobq_unregister_handler(PG_FUNCTION_ARGS)
 	done = SPI_processed > 0;
 	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
+}
+
+/*
+ * Delete up to batch handlers whose role (run_as) was dropped since: their
+ * jobs must run as no one (the executors skip them already), and a role
+ * made later with the same oid must not become theirs.  Returns how many.
+ * SPI connected, as the owner.
+ */
+int64
+jobq_prune_dropped_handlers(int batch)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1];
+
+	values[0] = Int32GetDatum(batch);
+	jobq_spi_exec(jobq_plan_generic(&plan_prune_dropped,
+									"DELETE FROM jobq.handler WHERE ctid = ANY (ARRAY("
+									" SELECT h.ctid FROM jobq.handler h"
+									" WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = h.run_as)"
+									" LIMIT $1 FOR UPDATE SKIP LOCKED))",
+									1, types),
+				  values, NULL, SPI_OK_DELETE);
+	return (int64) SPI_processed;
 }

@@ -35,6 +35,7 @@
 #include "guc.h"
 #include "spi.h"
 #include "ops/app_workers.h"
+#include "ops/handler_registry.h"
 #include "ops/retention.h"
 #include "queue/job_lease.h"
 #include "workflow/settle.h"
@@ -271,13 +272,14 @@ PruneAppWorkers(void *arg)
 	u->deleted = jobq_prune_app_workers(u->limit, u->now);
 }
 
-/* Delete up to u->limit capabilities held by roles dropped since. */
+/* Delete up to u->limit capabilities and handlers of roles dropped since. */
 static void
 PruneDroppedGrants(void *arg)
 {
 	JobqPruneUnit *u = (JobqPruneUnit *) arg;
 
 	u->deleted = jobq_prune_dropped_grants(u->limit);
+	u->deleted += jobq_prune_dropped_handlers(u->limit);
 }
 
 /* A text[] datum of the n names. */
