@@ -197,6 +197,7 @@ class Job {
 class Pace {
   constructor () {
     this.roundTrip = 0 // seconds, a moving average
+    this.held = 0 // seconds a job holds its slot, a moving average
     this._rate = 0 // jobs finished per second, decaying with a memory of TAU
     this._at = performance.now()
     this._backlog = false // the last claim got all it asked for
@@ -217,17 +218,23 @@ class Pace {
     return this._rate * Math.exp(-(now - this._at) / 1000 / Pace.TAU)
   }
 
-  // A job gave its slot back.
-  finished () {
+  // A job gave its slot back after holding it held seconds.
+  finished (held) {
     const now = performance.now()
     this._rate = this._decayed(now) + 1 / Pace.TAU
     this._at = now
+    this.held = this.held === 0 ? held : 0.8 * this.held + 0.2 * held
   }
 
   // The jobs finished during one round trip, rounded up from a tenth of a
-  // job (a slot idle a tenth of the time is worth one job ahead).
+  // job (a slot idle a tenth of the time is worth one job ahead).  The rate
+  // is at most each of the most slots finishing a job once per time a job
+  // holds one: right after a finish the decaying rate reads about 1/TAU
+  // whatever the jobs' length, and would have claimed ahead of jobs far
+  // longer than a claim over a slow link (10 s jobs, a claim of 0.2 s).
   ahead (most) {
-    const rate = this._decayed(performance.now())
+    let rate = this._decayed(performance.now())
+    if (this.held > 0) rate = Math.min(rate, most / this.held)
     return Math.max(0, Math.min(most, Math.ceil(rate * this.roundTrip - 0.1)))
   }
 }
@@ -538,9 +545,9 @@ class Worker {
     return this.concurrency + this.ahead - this._running.size - this._reserved - this._waiting.length
   }
 
-  // A job gave its slot back: the next waiting job takes it.
-  _slotBack () {
-    this._pace.finished()
+  // A job gave its slot back after held seconds: the next waiting job takes it.
+  _slotBack (held) {
+    this._pace.finished(held)
     while (this._waiting.length && this._running.size < this.concurrency && !this._stopping) {
       const w = this._waiting.shift()
       if (w.lost) {
@@ -719,7 +726,7 @@ class Worker {
       const ms = Date.now() - rj.t0
       if (rj.state !== 'handedBack') {
         this._running.delete(job.id)
-        this._slotBack()
+        this._slotBack(ms / 1000)
       }
       const e = rj.error
       this._hook('onFinish', job, outcome, ms, { error: e === undefined ? null : errorText(e), thrown: e })
@@ -1046,4 +1053,4 @@ function detailsOf (e) {
   return fitBytes(s, DETAILS_MAX_BYTES)
 }
 
-module.exports = { Worker, Job, errorText, detailsOf, DETAILS_MAX_BYTES }
+module.exports = { Worker, Job, Pace, errorText, detailsOf, DETAILS_MAX_BYTES }

@@ -218,6 +218,7 @@ class _JobBase:
         self._phase = "claimed"         # claimed, running, reporting, done
         self._handed_back = False       # released at shutdown
         self._slot_freed = False        # its completion is sent without a slot
+        self._slot_t0 = 0.0             # when it took a slot (monotonic)
         self._thread: Optional[int] = None  # the thread running a plain handler
 
     @property
@@ -290,6 +291,7 @@ class _Pace:
 
     def __init__(self) -> None:
         self.round_trip = 0.0           # seconds, a moving average
+        self.held = 0.0                 # seconds a job holds its slot, a moving average
         self._rate = 0.0                # jobs finished per second, decaying
         self._at = time.monotonic()     # when _rate was last brought up to date
         self._backlog = False           # the last claim got all it asked for
@@ -309,16 +311,24 @@ class _Pace:
     def _decayed(self, now: float) -> float:
         return self._rate * math.exp(-(now - self._at) / self.TAU)
 
-    def finished(self) -> None:
-        """A job gave its slot back."""
+    def finished(self, held: float) -> None:
+        """A job gave its slot back after holding it held seconds."""
         now = time.monotonic()
         self._rate = self._decayed(now) + 1.0 / self.TAU
         self._at = now
+        self.held = held if self.held == 0.0 else 0.8 * self.held + 0.2 * held
 
     def ahead(self, most: int) -> int:
         """The jobs finished during one round trip, rounded up from a tenth
-        of a job (a slot idle a tenth of the time is worth one job ahead)."""
+        of a job (a slot idle a tenth of the time is worth one job ahead).
+        The rate is at most each of the most slots finishing a job once per
+        time a job holds one: right after a finish the decaying rate reads
+        about 1/TAU whatever the jobs' length, and would have claimed ahead
+        of jobs far longer than a claim over a slow link (10 s jobs, a
+        claim of 0.2 s: one job claimed ahead)."""
         rate = self._decayed(time.monotonic())
+        if self.held > 0.0:
+            rate = min(rate, most / self.held)
         return max(0, min(most, math.ceil(rate * self.round_trip - 0.1)))
 
 
@@ -800,14 +810,15 @@ class Worker:
         st = self._state
         assert st is not None
         st.running += 1
+        job._slot_t0 = time.monotonic()
         st.tasks[job.id] = asyncio.ensure_future(self._run_job(job, reg))
 
-    async def _free_slot(self) -> None:
+    async def _free_slot(self, job: AnyJob) -> None:
         """A job is done with its slot: the next job waiting takes it."""
         st = self._state
         assert st is not None
         st.running -= 1
-        st.pace.finished()
+        st.pace.finished(time.monotonic() - job._slot_t0)
         freed = 1
         while st.waiting and st.running < self.concurrency and not st.stop.is_set():
             job, reg = st.waiting.popleft()
@@ -927,7 +938,7 @@ class Worker:
                     del st.jobs[job.id]
                     st.tasks.pop(job.id, None)
                 if not job._slot_freed:
-                    await self._free_slot()
+                    await self._free_slot(job)
 
     def _log_outcome(self, job: AnyJob, out: "_Outcome", duration: float) -> None:
         """One line per finished attempt: failures with their error, at
@@ -1002,7 +1013,7 @@ class Worker:
             # completions wait so, more keep their slot
             job._slot_freed = True
             st.reporting += 1
-            await self._free_slot()
+            await self._free_slot(job)
         try:
             done = await self._complete(job, text)
         finally:

@@ -4,8 +4,9 @@
 
 const { test, after, before } = require('node:test')
 const assert = require('node:assert/strict')
+const path = require('path')
 const {
-  jobq, pg, libConfig, direct, queueName, q, poll, sleep, memLogger, ledgerTable, ledgerStart, maxOverlap
+  jobq, pg, PKG, libConfig, direct, queueName, q, poll, sleep, memLogger, ledgerTable, ledgerStart, maxOverlap
 } = require('./helpers')
 
 const producer = new jobq.Producer(new pg.Pool(libConfig))
@@ -146,8 +147,10 @@ test('at stop() the jobs claimed ahead go back at once (pending, no retry spent)
   for (const id of ids.slice(1)) assert.deepEqual([(await statusOf(id)).status, (await statusOf(id)).retry_count], ['pending', 0])
 })
 
-test('by default the worker claims ahead what its handlers finish during a claim round trip: >0 for no-op jobs, 0 for 0.3 s jobs', async () => {
-  for (const [kind, n, ms, concurrency] of [['noop', 600, 0, 4], ['slow', 8, 300, 2]]) {
+test('by default the worker claims ahead what its handlers finish during a claim round trip: >0 for no-op jobs, 0 for 3 s jobs', async () => {
+  // 3 s jobs on two slots: one finishes every 1.5 s, so a claim would have
+  // to take 0.15 s for one job to be worth claiming ahead
+  for (const [kind, n, ms, concurrency] of [['noop', 600, 0, 4], ['slow', 4, 3000, 2]]) {
     const queue = queueName(`measured_${kind}`)
     const w = worker(queue, { concurrency })
       .handle(kind, async (job) => {
@@ -176,6 +179,21 @@ test('by default the worker claims ahead what its handlers finish during a claim
                                   AND l.started_at <= j.claimed_at AND l.finished_at > j.claimed_at) >= $2`, [queue, concurrency])
     assert.equal(r[0].n, 0, `${ms} ms jobs were claimed ahead`)
   }
+})
+
+test('the measured number claimed ahead (Pace, no database): 0 for jobs far longer than a claim however slow the link, up to the slots for jobs far shorter', () => {
+  const { Pace } = require(path.join(PKG, 'lib', 'worker'))
+  // claims of 0.2 s, jobs of 10 s: right after two finish the decaying rate
+  // alone said 2 a second, one job ahead
+  const long = new Pace()
+  for (let i = 0; i < 3; i++) long.claimed(0.2, true)
+  long.finished(10)
+  long.finished(10)
+  assert.equal(long.ahead(2), 0)
+  const short = new Pace()
+  for (let i = 0; i < 3; i++) short.claimed(0.2, true)
+  for (let i = 0; i < 10; i++) short.finished(0.001)
+  assert.equal(short.ahead(2), 2)
 })
 
 test('an idle worker sleeps in its claim: no busy loop, and a new job is picked up by the claim waiting for it', async () => {

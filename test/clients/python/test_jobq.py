@@ -568,9 +568,10 @@ class Workers(Base):
     def test_prefetch_measured(self):
         """by default the worker claims ahead what its handlers finish during a claim's round
         trip: for no-op jobs Worker.ahead rises above 0, and no more than concurrency handlers
-        run at once; for jobs much longer than a claim (0.3 s) it stays 0, and no job is claimed
-        while every slot runs a handler"""
-        for kind, n, seconds, concurrency in (("noop", 600, 0, 4), ("slow", 8, 0.3, 2)):
+        run at once; for jobs much longer than a claim (3 s: two slots finish one every 1.5 s,
+        so a claim would have to take 0.15 s for one to be worth claiming ahead) it stays 0,
+        and no job is claimed while every slot runs a handler"""
+        for kind, n, seconds, concurrency in (("noop", 600, 0, 4), ("slow", 4, 3.0, 2)):
             w = self.worker(concurrency=concurrency)
             ran = {}                    # job id: (handler start, end), this host's clock
 
@@ -775,6 +776,28 @@ class Workers(Base):
                            " WHERE queue = %s AND finished IS NOT NULL", (self.queue,)),
                          [(26, 26)])
         self.assertEqual(len(fast) + len(slow), 26)
+
+
+class PaceEstimate(unittest.TestCase):
+    """The measured number of jobs claimed ahead (jobq.worker._Pace), without a database."""
+
+    def test_long_jobs_over_a_slow_link(self):
+        """jobs far longer than a claim are not claimed ahead however slow the link (claims of
+        0.2 s, jobs of 10 s: right after two finish, the decaying rate alone said 2 a second,
+        one job ahead); jobs far shorter are, up to the slots"""
+        from jobq.worker import _Pace
+        long_jobs = _Pace()
+        for _ in range(3):
+            long_jobs.claimed(0.2, True)
+        long_jobs.finished(10.0)
+        long_jobs.finished(10.0)
+        self.assertEqual(long_jobs.ahead(2), 0)
+        short = _Pace()
+        for _ in range(3):
+            short.claimed(0.2, True)
+        for _ in range(10):
+            short.finished(0.001)
+        self.assertEqual(short.ahead(2), 2)
 
 
 class Failures(Base):
