@@ -20,7 +20,8 @@
 // `concurrency`; `worker.ahead` is the number now): none for jobs much
 // longer than a claim, which are never held back from other workers.
 // prefetch 0 turns it off.  At stop() the waiting jobs are handed back at
-// once; they are not counted in handedBack.
+// once, and so are the jobs of a claim that comes back after it; they are
+// not counted in handedBack (they never started).
 //
 // Leases.  Every lease * renewEvery seconds (every 15 s at least) one
 // statement extends the lease of every running job.  A NULL from jobq.extend (or false from
@@ -607,7 +608,8 @@ class Worker {
         this._reserved -= n
       }
       if (this._stopping) {
-        if (rows.length) await this._release(rows, 'claimed after stop')
+        // a claim that came back as stop() came: never started, not counted
+        if (rows.length) await this._release(rows, 'claimed after stop', false)
         break
       }
       idle = rows.length === 0
