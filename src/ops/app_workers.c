@@ -84,6 +84,37 @@ static SPIPlanPtr plan_held;
 static SPIPlanPtr plan_held_all;
 static SPIPlanPtr plan_prune;
 
+/* A queue name or worker id as a hash key (at most JOBQ_MAX_NAME_LEN bytes) */
+typedef struct NameKey
+{
+	char		name[JOBQ_MAX_NAME_LEN + 1];
+} NameKey;
+
+static HTAB *
+NewHash(const char *name, Size entrysize)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(NameKey);
+	ctl.entrysize = entrysize;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, 256, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+}
+
+/* Text datum t as a key; false when too long to be a name */
+static bool
+ToKey(NameKey *key, Datum t)
+{
+	text	   *v = DatumGetTextPP(t);
+	int			len = VARSIZE_ANY_EXHDR(v);
+
+	memset(key, 0, sizeof(NameKey));
+	if (len > JOBQ_MAX_NAME_LEN)
+		return false;
+	memcpy(key->name, VARDATA_ANY(v), len);
+	return true;
+}
+
 /*
  * The queues a worker named, each once, in the order first named, as a
  * text[] counted from 1 (what jobq.app_workers shows, whatever bounds or
@@ -94,18 +125,16 @@ DistinctQueues(Datum *elems, int n)
 {
 	Datum	   *kept = palloc(sizeof(Datum) * n);
 	int			nkept = 0;
-	HASHCTL		ctl;
-	HTAB	   *seen;
+	HTAB	   *seen = NewHash("jobq worker queues", sizeof(NameKey));
 
-	ctl.keysize = JOBQ_MAX_NAME_LEN + 1;
-	ctl.entrysize = JOBQ_MAX_NAME_LEN + 1;
-	ctl.hcxt = CurrentMemoryContext;
-	seen = hash_create("jobq worker queues", Max(n, 1), &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	for (int i = 0; i < n; i++)
 	{
+		NameKey		key;
 		bool		found;
 
-		hash_search(seen, TextDatumGetCString(elems[i]), HASH_ENTER, &found);
+		if (!ToKey(&key, elems[i]))
+			continue;			/* refused before: no queue has such a name */
+		hash_search(seen, &key, HASH_ENTER, &found);
 		if (!found)
 			kept[nkept++] = elems[i];
 	}
@@ -346,12 +375,6 @@ jobq_unregister_worker(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(done);
 }
 
-/* A queue name or worker id as a hash key (at most JOBQ_MAX_NAME_LEN bytes) */
-typedef struct NameKey
-{
-	char		name[JOBQ_MAX_NAME_LEN + 1];
-} NameKey;
-
 /* A queue the asking role may use, and the last row that listed it */
 typedef struct QueueEntry
 {
@@ -376,31 +399,6 @@ typedef struct VisibleWorker
 	bool		all;			/* queues: all of them, expanded by Lists */
 	int			next;			/* the next row of the same id, or -1 */
 } VisibleWorker;
-
-static HTAB *
-NewHash(const char *name, Size entrysize)
-{
-	HASHCTL		ctl;
-
-	ctl.keysize = sizeof(NameKey);
-	ctl.entrysize = entrysize;
-	ctl.hcxt = CurrentMemoryContext;
-	return hash_create(name, 256, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-}
-
-/* Text datum t as a key; false when too long to be a name */
-static bool
-ToKey(NameKey *key, Datum t)
-{
-	text	   *v = DatumGetTextPP(t);
-	int			len = VARSIZE_ANY_EXHDR(v);
-
-	memset(key, 0, sizeof(NameKey));
-	if (len > JOBQ_MAX_NAME_LEN)
-		return false;
-	memcpy(key->name, VARDATA_ANY(v), len);
-	return true;
-}
 
 /*
  * The queues of row `row` (text[] datum queues) that the asking role may
