@@ -347,6 +347,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	const JobqClaimPos *island_last = NULL;
 	bool		island_done = false;
 	uint64		island_rows = 0;
+	bool		kinds_passed = false;
 	uint64		epoch;
 	Oid			pick_types[7] = {TEXTOID, INT4OID, TEXTARRAYOID, INT4OID,
 	TIMESTAMPTZOID, INT8OID, INT4OID};
@@ -466,7 +467,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		/* the leases start after what the choice saw: a job finished then */
 		dc.now = GetCurrentTimestamp();
 	}
-	jobq_claim_direct(&dc, &claimed, &nrows, &island_rows);
+	jobq_claim_direct(&dc, &claimed, &nrows, &island_rows, &kinds_passed);
 	island_done = two_pass && island_rows < (uint64) batch;
 
 	rows = palloc(sizeof(JobqClaimed) * Max(nrows, 1));
@@ -484,10 +485,13 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		jobq_bgw_note_lease(DatumGetTimestampTz(rows[0].row->values[9]));
 
 	/*
-	 * Move the queue's position past what this claim consumed.  Not with a
-	 * kinds filter or a per-key limit (rows were passed over, not consumed),
-	 * and not under a transaction snapshot, which may predate rows that were
-	 * committed before this claim began.
+	 * Move the queue's position past what this claim consumed.  Not when its
+	 * kinds filter passed over a row, nor with a per-key limit (rows were
+	 * passed over, not consumed), and not under a transaction snapshot, which
+	 * may predate rows that were committed before this claim began. A kinds
+	 * filter that passed over nothing took what a claim of any kind would
+	 * have (the workers of jobq's libraries always name their kinds: without
+	 * this their claims walked every row claimed since the last vacuum).
 	 */
 	if (two_pass && island_rows > 0)
 		island_last = &rows[island_rows - 1].pos;
@@ -500,7 +504,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	}
 	else if (!two_pass && island.valid)
 		island_done = true;
-	if ((nrows > 0 || island.valid) && kinds == NULL && !per_key && !IsolationUsesXactSnapshot())
+	if ((nrows > 0 || island.valid) && !kinds_passed && !per_key && !IsolationUsesXactSnapshot())
 		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done,
 							 nrows > island_rows ? &rows[nrows - 1].pos : NULL);
 	if (limited && q.rate_limit > 0 && nrows > 0)

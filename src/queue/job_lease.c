@@ -606,6 +606,8 @@ typedef struct KindFilter
 	Datum	   *kinds;
 	bool	   *nulls;
 	int			n;
+	bool		passed;			/* a visible row of another kind was passed
+								 * over */
 } KindFilter;
 
 
@@ -615,7 +617,7 @@ typedef struct KindFilter
  */
 static bool
 NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexScanDesc scan,
-		  TupleTableSlot *rslot, const KindFilter *kf, JobqReadyRow *f)
+		  TupleTableSlot *rslot, KindFilter *kf, JobqReadyRow *f)
 {
 	bool		isnull;
 
@@ -633,7 +635,10 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 			continue;
 		if (kf->kinds && !KindWanted(slot_getattr(rslot, lr->r[R_KIND] + 1, &isnull),
 									 kf->kinds, kf->nulls, kf->n))
+		{
+			kf->passed = true;
 			continue;
+		}
 		f->tid = rslot->tts_tid;
 		f->key.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
 		f->key.neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1,
@@ -687,11 +692,13 @@ SetStart(ScanKeyData *row, const JobqClaimPos *key)
  * (allocated in the current memory context) and *nrows: with c->picked,
  * those ready rows (c->npicked of them, in claim order); else first from
  * its island, if it has one (*nisland of them), then from its claim
- * position on.
+ * position on.  *kinds_passed tells whether c->kinds made it pass over a
+ * visible row of another kind (without, it took what a claim of any kind
+ * would have taken).
  */
 void
 jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows,
-				  uint64 *nisland)
+				  uint64 *nisland, bool *kinds_passed)
 {
 	MemoryContext outcxt = CurrentMemoryContext;
 	MemoryContext cxt;
@@ -816,6 +823,7 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	memcpy(*rows, out, sizeof(JobqClaimedRow) * n);
 	MemoryContextDelete(cxt);
 	*nrows = n;
+	*kinds_passed = kf.passed;
 }
 
 /* What a completion writes into a running job's row. */

@@ -56,7 +56,7 @@ typedef struct JobqDirectClaim
 } JobqDirectClaim;
 
 extern void jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows,
-							  uint64 *nrows, uint64 *nisland);
+							  uint64 *nrows, uint64 *nisland, bool *kinds_passed);
 extern void jobq_complete_direct(const Datum *ids, const bool *id_nulls,
 								 const Datum *tokens, const bool *token_nulls,
 								 const Datum *results, const bool *result_nulls,

@@ -121,6 +121,45 @@ for my $way ('direct')
 		'10106/10106', "$way: all 10,106 jobs of the queue are running, none left pending");
 }
 
+# A claim that names kinds (as the workers of jobq's libraries always do)
+# moves the position too when it passed over no row of another kind: it took
+# what a claim of any kind would have.  One that passed over such a row
+# leaves the position where it was, so that row is still claimed.
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('kinds');
+	SELECT jobq.enqueue('other', '{"other": 1}', queue => 'kinds', priority => 5);
+	SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[10100]), queue => 'kinds');
+});
+{
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+	$holder->query_safe('SELECT count(*) FROM jobq.job');
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FROM jobq.claim('kinds', batch => 500, kinds => ARRAY['k'])"),
+		'500', 'kinds: a claim of kind k passes over the job of kind other');
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(kind, ',') FROM jobq.claim('kinds', batch => 1)"),
+		'other', 'kinds: a claim of any kind after it still gets the job it passed over');
+	for (1 .. 19)
+	{
+		$node->safe_psql('postgres',
+			"SELECT count(*) FROM jobq.claim('kinds', batch => 500, kinds => ARRAY['k', 'x'])");
+	}
+	my $before = entries_read();
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FROM jobq.claim('kinds', kinds => ARRAY['k'])"),
+		'1', 'kinds: the 21st claim of kind k gets a job');
+	my $read = entries_read() - $before;
+	cmp_ok($read, '<=', 10,
+		"kinds: it read $read index entries, not the 10,000 dead ones its kinds' claims left");
+	$holder->query_safe('COMMIT');
+	$holder->quit;
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FILTER (WHERE status = 'pending') || '/' || count(*)"
+			  . " FROM jobq.job WHERE queue = 'kinds'"),
+		'99/10101', 'kinds: 10,002 of the 10,101 jobs claimed, each once');
+}
+
 # An island of the backlog's own priority: a claim that rolls back after
 # another moved the position past its row gives that row back before the
 # position.  The next claims scan the island and stop at its end, however
