@@ -11,10 +11,9 @@
  * Every claim takes its rows through job_lease.c, which deletes the ready
  * rows and marks the jobs running with no statement.  Statements remain
  * where their semantics are a query's: the promotion of due scheduled jobs
- * (a batch moved between tables), a limited queue's lock and counts
- * (ClaimAllowance, RateSpend), and the choice of rows under a per-key limit
- * (a window over the head of the queue, joined to the running counts),
- * whose rows are then taken as any claim takes them.
+ * (a batch moved between tables) and a limited queue's lock and counts
+ * (ClaimAllowance, RateSpend, and under a per-key limit the running jobs
+ * by key, with which the claim's scan passes over the rows of full keys).
  *
  *-------------------------------------------------------------------------
  */
@@ -81,7 +80,7 @@ static TimestampTz claim_retry_at = 0;
 static SPIPlanPtr plan_promote;
 static SPIPlanPtr plan_promote_pick;
 static SPIPlanPtr plan_next_due;
-static SPIPlanPtr plan_pick_per_key;
+static SPIPlanPtr plan_running_keys;
 static SPIPlanPtr plan_queue_lock;
 static SPIPlanPtr plan_count_running;
 static SPIPlanPtr plan_rate_trim;
@@ -215,9 +214,6 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 	return promoted > 0;
 }
 
-/* How many ready rows a claim with a per-key limit looks at. */
-#define JOBQ_KEY_SCAN	10000
-
 /*
  * For a queue with limits: lock its row, so its claims run one at a time,
  * and return how many of batch jobs the limits allow now.  The counts are
@@ -347,14 +343,10 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	const JobqClaimPos *island_last = NULL;
 	bool		island_done = false;
 	uint64		island_rows = 0;
-	bool		kinds_passed = false;
+	JobqClaimPassed passed;
+	const JobqClaimPos *last = NULL;
 	uint64		epoch;
-	Oid			pick_types[7] = {TEXTOID, INT4OID, TEXTARRAYOID, INT4OID,
-	TIMESTAMPTZOID, INT8OID, INT4OID};
-	Datum		pick_values[7];
-	char		pick_nulls[7];
 	bool		limited;
-	bool		per_key;
 	JobqDirectClaim dc;
 	JobqClaimedRow *claimed = NULL;
 	JobqClaimed *rows;
@@ -382,10 +374,9 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	 * With an island (claimable rows before the position, shmem/shm_queue.c)
 	 * the claim scans it first, then goes on from the position.  A claim that
 	 * also starts before the position (rows its own transaction made ready)
-	 * and a per-key claim scan once, from the least of them.
+	 * scans once, from the least of them.
 	 */
-	two_pass = island.valid && q.max_per_key == 0 &&
-		jobq_claim_pos_compare(&start, &island.pos) >= 0;
+	two_pass = island.valid && jobq_claim_pos_compare(&start, &island.pos) >= 0;
 	if (island.valid && !two_pass && jobq_claim_pos_compare(&island.lo, &start) < 0)
 		start = island.lo;
 
@@ -394,24 +385,6 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 						  !jobq_interval_in_range(&q.lease)))
 		lease = jobq_interval_from_usecs(Max(Min(jobq_interval_usecs(&q.lease),
 												 JOBQ_MAX_INTERVAL_US), 1));
-	memset(pick_nulls, ' ', sizeof(pick_nulls));
-	pick_values[0] = CStringGetTextDatum(queue);
-	pick_values[1] = Int32GetDatum(batch);
-	pick_values[2] = kinds ? PointerGetDatum(kinds) : (Datum) 0;
-	pick_nulls[2] = kinds ? ' ' : 'n';
-	pick_values[3] = Int32GetDatum(start.neg_priority);
-	pick_values[4] = TimestampTzGetDatum(start.run_at);
-	pick_values[5] = Int64GetDatum(start.job_id);
-	pick_values[6] = Int32GetDatum(q.max_per_key);
-
-	/*
-	 * Without a per-key limit the claim takes the first unlocked rows. With
-	 * one, a statement looks at the first JOBQ_KEY_SCAN ready rows (claims of
-	 * a limited queue are serialized by ClaimAllowance, so none are locked by
-	 * another claim) and picks, in claim order, those whose key has room;
-	 * they are taken as any claim takes rows (job_lease.c).
-	 */
-	per_key = q.max_per_key > 0;
 	jobq_state_claim_begin(queue, two_pass ? &island.lo : &start);
 	dc.queue = queue;
 	dc.batch = batch;
@@ -425,50 +398,39 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	dc.has_island = two_pass;
 	dc.island_lo = island.lo;
 	dc.island_hi = island.hi;
-	dc.picked = NULL;
-	dc.npicked = 0;
-	if (per_key)
+	dc.max_per_key = q.max_per_key;
+	dc.key_counts = NULL;
+	if (q.max_per_key > 0)
 	{
-		JobqReadyRow *picked;
+		/*
+		 * The running jobs by key, read after the queue's lock (so with every
+		 * claim before this one); the scan passes over the rows of keys at
+		 * the limit, counting those it takes.
+		 */
+		Oid			type = TEXTOID;
+		Datum		name = CStringGetTextDatum(queue);
 
-		jobq_spi_exec(jobq_plan_generic(&plan_pick_per_key,
-										"WITH running AS (SELECT j.concurrency_key AS k, count(*) AS n"
-										" FROM jobq.job j WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
-										" AND j.status = 'running'"
-										" AND j.concurrency_key IS NOT NULL GROUP BY 1),"
-										" cand AS (SELECT c.ctid, c.concurrency_key, c.neg_priority, c.run_at,"
-										" c.job_id, row_number() OVER (PARTITION BY c.concurrency_key"
-										" ORDER BY c.neg_priority, c.run_at, c.job_id) AS rn"
-										" FROM (SELECT r.ctid, r.* FROM jobq.ready r"
-										" WHERE r.queue = $1 AND (r.neg_priority, r.run_at, r.job_id) >= ($4, $5, $6)"
-										" AND ($3 IS NULL OR r.kind = ANY ($3))"
-										" ORDER BY r.neg_priority, r.run_at, r.job_id"
-										" LIMIT " CppAsString2(JOBQ_KEY_SCAN) ") c)"
-										" SELECT c.ctid, c.neg_priority, c.run_at, c.job_id FROM cand c"
-										" LEFT JOIN running ru ON ru.k = c.concurrency_key"
-										" WHERE c.concurrency_key IS NULL OR c.rn + COALESCE(ru.n, 0) <= $7"
-										" ORDER BY c.neg_priority, c.run_at, c.job_id LIMIT $2",
-										7, pick_types),
-					  pick_values, pick_nulls, SPI_OK_SELECT);
-		picked = palloc(sizeof(JobqReadyRow) * Max(SPI_processed, 1));
+		jobq_spi_exec(jobq_plan_generic(&plan_running_keys,
+										"SELECT j.concurrency_key, count(*) FROM jobq.job j"
+										" WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
+										" AND j.status = 'running' AND j.concurrency_key IS NOT NULL"
+										" GROUP BY 1",
+										1, &type),
+					  &name, NULL, SPI_OK_SELECT);
+		dc.key_counts = jobq_key_counts_create();
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
 			HeapTuple	tup = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
 			bool		isnull;
 
-			picked[i].tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
-			picked[i].key.neg_priority = DatumGetInt32(SPI_getbinval(tup, desc, 2, &isnull));
-			picked[i].key.run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 3, &isnull));
-			picked[i].key.job_id = DatumGetInt64(SPI_getbinval(tup, desc, 4, &isnull));
+			jobq_key_counts_add(dc.key_counts,
+								DatumGetTextPP(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull)),
+								DatumGetInt64(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)));
 		}
-		dc.picked = picked;
-		dc.npicked = (int) SPI_processed;
-		/* the leases start after what the choice saw: a job finished then */
+		/* the leases start after what the count saw: a job finished then */
 		dc.now = GetCurrentTimestamp();
 	}
-	jobq_claim_direct(&dc, &claimed, &nrows, &island_rows, &kinds_passed);
-	island_done = two_pass && island_rows < (uint64) batch;
+	jobq_claim_direct(&dc, &claimed, &nrows, &island_rows, &passed);
 
 	rows = palloc(sizeof(JobqClaimed) * Max(nrows, 1));
 	for (uint64 i = 0; i < nrows; i++)
@@ -485,28 +447,39 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		jobq_bgw_note_lease(DatumGetTimestampTz(rows[0].row->values[9]));
 
 	/*
-	 * Move the queue's position past what this claim consumed.  Not when its
-	 * kinds filter passed over a row, nor with a per-key limit (rows were
-	 * passed over, not consumed), and not under a transaction snapshot, which
-	 * may predate rows that were committed before this claim began. A kinds
-	 * filter that passed over nothing took what a claim of any kind would
-	 * have (the workers of jobq's libraries always name their kinds: without
-	 * this their claims walked every row claimed since the last vacuum).
+	 * Move the queue's position (and its island's start) past what this claim
+	 * consumed, up to the first row it passed over (of a kind it did not ask
+	 * for, or of a key at its limit): that row is still to be claimed.  Not
+	 * under a transaction snapshot, which may predate rows that were
+	 * committed before this claim began.  (The workers of jobq's libraries
+	 * always name their kinds: a claim that passed over a row had to leave
+	 * the position where it was, and then claims walked every row claimed
+	 * since the last vacuum.)
 	 */
-	if (two_pass && island_rows > 0)
-		island_last = &rows[island_rows - 1].pos;
-	else if (!two_pass && island.valid && nrows > 0)
+	if (passed.after)
+		last = &passed.at;
+	else if (nrows > island_rows)
+		last = &rows[nrows - 1].pos;
+	if (two_pass)
+	{
+		island_done = !passed.in_island && island_rows < (uint64) batch;
+		if (passed.in_island)
+			island_last = &passed.island_at;
+		else if (island_rows > 0)
+			island_last = &rows[island_rows - 1].pos;
+	}
+	else if (island.valid)
 	{
 		/* one scan from the island's lo (or before) on */
-		island_last = &rows[nrows - 1].pos;
-		island_done = nrows < (uint64) batch ||
-			jobq_claim_pos_compare(island_last, &island.hi) >= 0;
+		island_last = last;
+		if (passed.after)
+			island_done = jobq_claim_pos_compare(&passed.at, &island.hi) > 0;
+		else
+			island_done = nrows < (uint64) batch ||
+				jobq_claim_pos_compare(last, &island.hi) >= 0;
 	}
-	else if (!two_pass && island.valid)
-		island_done = true;
-	if ((nrows > 0 || island.valid) && !kinds_passed && !per_key && !IsolationUsesXactSnapshot())
-		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done,
-							 nrows > island_rows ? &rows[nrows - 1].pos : NULL);
+	if ((last != NULL || island.valid) && !IsolationUsesXactSnapshot())
+		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done, last);
 	if (limited && q.rate_limit > 0 && nrows > 0)
 		RateSpend(queue, (int) nrows, now);
 

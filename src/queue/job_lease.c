@@ -45,6 +45,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "common/int.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -54,6 +55,7 @@
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -72,6 +74,7 @@ enum
 	R_RUN_AT,
 	R_JOB_ID,
 	R_KIND,
+	R_CONCURRENCY_KEY,
 	R_NCOLS
 };
 
@@ -88,6 +91,7 @@ static const LeaseColumn ready_cols[R_NCOLS] = {
 	{"run_at", TIMESTAMPTZOID},
 	{"job_id", INT8OID},
 	{"kind", TEXTOID},
+	{"concurrency_key", TEXTOID},
 };
 
 enum
@@ -600,24 +604,129 @@ EntryPastIsland(const JobqDirectClaim *c, IndexScanDesc scan)
 	return jobq_claim_pos_compare(&key, &c->island_hi) > 0;
 }
 
-/* A claim's kinds filter, deconstructed (kinds NULL: any kind). */
-typedef struct KindFilter
+/*
+ * What a claim passes over: rows of kinds it did not ask for (kinds NULL:
+ * any kind), and under a per-key limit rows whose key has no room left.
+ */
+typedef struct ClaimFilter
 {
 	Datum	   *kinds;
 	bool	   *nulls;
 	int			n;
-	bool		passed;			/* a visible row of another kind was passed
-								 * over */
-} KindFilter;
+	int32		max_per_key;	/* 0: none */
+	JobqKeyCounts *keys;
+	uint64		read;			/* visible rows of its kinds read, per key */
+	bool		passed;			/* a visible row was passed over, */
+	JobqClaimPos first;			/* the first one */
+} ClaimFilter;
+
+/* A concurrency key of jobq.ready, as a JobqKeyCounts key. */
+typedef struct KeyRef
+{
+	const char *data;
+	int			len;
+} KeyRef;
+
+typedef struct KeyCount
+{
+	KeyRef		key;			/* hash key: must be first */
+	int64		n;
+} KeyCount;
+
+struct JobqKeyCounts
+{
+	HTAB	   *counts;			/* KeyCount by KeyRef */
+	MemoryContext cxt;			/* the counts' and their keys' */
+};
+
+static uint32
+KeyRefHash(const void *key, Size keysize)
+{
+	const KeyRef *k = key;
+
+	return hash_bytes((const unsigned char *) k->data, k->len);
+}
+
+static int
+KeyRefMatch(const void *a, const void *b, Size keysize)
+{
+	const KeyRef *x = a;
+	const KeyRef *y = b;
+
+	return x->len == y->len && memcmp(x->data, y->data, x->len) == 0 ? 0 : 1;
+}
+
+/* An empty count of running jobs by key, in the current memory context. */
+JobqKeyCounts *
+jobq_key_counts_create(void)
+{
+	JobqKeyCounts *kc = palloc(sizeof(JobqKeyCounts));
+	HASHCTL		ctl;
+
+	kc->cxt = CurrentMemoryContext;
+	ctl.keysize = sizeof(KeyRef);
+	ctl.entrysize = sizeof(KeyCount);
+	ctl.hash = KeyRefHash;
+	ctl.match = KeyRefMatch;
+	ctl.hcxt = kc->cxt;
+	kc->counts = hash_create("jobq running jobs by key", 256, &ctl,
+							 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	return kc;
+}
+
+/* The count of key's running jobs (0 when new; key is copied then). */
+static int64 *
+KeyCountOf(JobqKeyCounts *counts, text *key)
+{
+	KeyRef		ref = {VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key)};
+	bool		found;
+	KeyCount   *e = hash_search(counts->counts, &ref, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		char	   *copy = MemoryContextAlloc(counts->cxt, Max(ref.len, 1));
+
+		memcpy(copy, ref.data, ref.len);
+		e->key.data = copy;
+		e->key.len = ref.len;
+		e->n = 0;
+	}
+	return &e->n;
+}
+
+/* Add n running jobs of key. */
+void
+jobq_key_counts_add(JobqKeyCounts *counts, text *key, int64 n)
+{
+	*KeyCountOf(counts, key) += n;
+}
+
+/* Note the scan's row as passed over (the first one's key). */
+static void
+NotePassed(ClaimFilter *cf, const LeaseRels *lr, TupleTableSlot *rslot)
+{
+	bool		isnull;
+
+	if (cf->passed)
+		return;
+	cf->passed = true;
+	cf->first.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
+	cf->first.neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1,
+														&isnull));
+	cf->first.run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
+}
 
 
 /*
  * index_getnext_slot() for a claim, a look at each key: the next visible row
- * of a wanted kind into *f; false at the end, or past c's island in_island.
+ * the claim's filter lets through into *f; false at the end, past c's island
+ * in_island, or after JOBQ_KEY_SCAN rows under a per-key limit.  A row with
+ * a concurrency key is counted running from here on (TakeReady gives it back
+ * if it is not taken).
  */
 static bool
 NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexScanDesc scan,
-		  TupleTableSlot *rslot, KindFilter *kf, JobqReadyRow *f)
+		  TupleTableSlot *rslot, ClaimFilter *cf, JobqReadyRow *f)
 {
 	bool		isnull;
 
@@ -633,11 +742,32 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 		}
 		if (!index_fetch_heap(scan, rslot))
 			continue;
-		if (kf->kinds && !KindWanted(slot_getattr(rslot, lr->r[R_KIND] + 1, &isnull),
-									 kf->kinds, kf->nulls, kf->n))
+		if (cf->kinds && !KindWanted(slot_getattr(rslot, lr->r[R_KIND] + 1, &isnull),
+									 cf->kinds, cf->nulls, cf->n))
 		{
-			kf->passed = true;
+			NotePassed(cf, lr, rslot);
 			continue;
+		}
+		f->key_count = NULL;
+		if (cf->max_per_key > 0)
+		{
+			Datum		key;
+
+			if (cf->read++ >= JOBQ_KEY_SCAN)
+				return false;
+			key = slot_getattr(rslot, lr->r[R_CONCURRENCY_KEY] + 1, &isnull);
+			if (!isnull)
+			{
+				int64	   *count = KeyCountOf(cf->keys, DatumGetTextPP(key));
+
+				if (*count >= cf->max_per_key)
+				{
+					NotePassed(cf, lr, rslot);
+					continue;
+				}
+				(*count)++;
+				f->key_count = count;
+			}
 		}
 		f->tid = rslot->tts_tid;
 		f->key.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
@@ -646,6 +776,14 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 		f->key.run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
 		return true;
 	}
+}
+
+/* A row NextReady found is not taken after all: its key's count goes back. */
+static void
+Untaken(JobqReadyRow *f)
+{
+	if (f->key_count != NULL)
+		(*f->key_count)--;
 }
 
 /* Delete the ready row found and claim its job into *out; false: passed over. */
@@ -666,12 +804,16 @@ TakeReady(LeaseRels *lr, JobqReadyRow *f, ClaimChangeArg *arg, MemoryContext out
 	{
 		/* FOR UPDATE calls a deleted row a concurrent update too */
 		CheckSerializable(res == TM_Deleted ? TM_Updated : res);
+		Untaken(f);
 		return false;
 	}
 	/* a job that is not pending loses its stale ready row all the same */
 	arg->job_id = f->key.job_id;
 	if (!UpdateJob(lr, arg->job_id, ClaimChange, arg))
+	{
+		Untaken(f);
 		return false;
+	}
 	ClaimedColumns(lr, arg, outcxt, out);
 	out->values[10] = Int32GetDatum(f->key.neg_priority);
 	out->values[11] = TimestampTzGetDatum(f->key.run_at);
@@ -689,16 +831,16 @@ SetStart(ScanKeyData *row, const JobqClaimPos *key)
 
 /*
  * Claim up to c->batch jobs of c->queue, in claim order, into *rows
- * (allocated in the current memory context) and *nrows: with c->picked,
- * those ready rows (c->npicked of them, in claim order); else first from
- * its island, if it has one (*nisland of them), then from its claim
- * position on.  *kinds_passed tells whether c->kinds made it pass over a
- * visible row of another kind (without, it took what a claim of any kind
- * would have taken).
+ * (allocated in the current memory context) and *nrows: first from its
+ * island, if it has one (*nisland of them), then from its claim position
+ * on.  Rows of kinds other than c->kinds and, under c->max_per_key, rows
+ * whose concurrency key has that many jobs running or taken here are
+ * passed over; *passed tells where the first of them was (without one, the
+ * claim took what a claim of any kind without limits would have taken).
  */
 void
 jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows,
-				  uint64 *nisland, bool *kinds_passed)
+				  uint64 *nisland, JobqClaimPassed *passed)
 {
 	MemoryContext outcxt = CurrentMemoryContext;
 	MemoryContext cxt;
@@ -709,11 +851,12 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	TupleTableSlot *rslot;
 	ClaimChangeArg arg;
 	JobqClaimedRow *out;
-	KindFilter	kf = {0};
+	ClaimFilter cf = {0};
 	JobqReadyRow f;
 	uint64		n = 0;
 
 	*nisland = 0;
+	memset(passed, 0, sizeof(JobqClaimPassed));
 	PreventCommandIfReadOnly("DELETE");
 	PreventCommandIfParallelMode("DELETE");
 
@@ -721,8 +864,10 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	MemoryContextSwitchTo(cxt);
 	OpenLeaseRels(&lr, true);
 	if (c->kinds)
-		deconstruct_array(c->kinds, TEXTOID, -1, false, TYPALIGN_INT, &kf.kinds, &kf.nulls,
-						  &kf.n);
+		deconstruct_array(c->kinds, TEXTOID, -1, false, TYPALIGN_INT, &cf.kinds, &cf.nulls,
+						  &cf.n);
+	cf.max_per_key = c->max_per_key;
+	cf.keys = c->key_counts;
 	arg.c = c;
 	arg.status_running = CStringGetTextDatum("running");
 	arg.lease_expires_at = DirectFunctionCall2(timestamptz_pl_interval,
@@ -758,17 +903,7 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	/* in cxt: a waiting claim's empty attempts must leave nothing behind */
 	out = palloc0(sizeof(JobqClaimedRow) * Max(c->batch, 1));
 	rslot = table_slot_create(lr.ready, NULL);
-	if (c->picked)
-	{
-		for (int i = 0; i < c->npicked && n < (uint64) c->batch; i++)
-		{
-			CHECK_FOR_INTERRUPTS();
-			f = c->picked[i];
-			if (TakeReady(&lr, &f, &arg, outcxt, &out[n]))
-				n++;
-		}
-	}
-	else if (c->has_island)
+	if (c->has_island)
 	{
 		/*
 		 * The island: index keys stop the scan past its end, dead or not (a
@@ -789,9 +924,13 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 			scan->xs_want_itup = true;
 			index_rescan(scan, keys, 2, NULL, 0);
 			while (nf < (uint64) c->batch - n &&
-				   NextReady(c, true, &lr, scan, rslot, &kf, &found[nf]))
+				   NextReady(c, true, &lr, scan, rslot, &cf, &found[nf]))
+			{
 				if (!resumed || found[nf].key.job_id != last_id)
 					nf++;
+				else
+					Untaken(&found[nf]);	/* taken in the last round */
+			}
 			index_endscan(scan);
 			more = nf > 0 && nf == (uint64) c->batch - n;
 			for (uint64 i = 0; i < nf; i++)
@@ -805,13 +944,16 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 			}
 		}
 		*nisland = n;
+		passed->in_island = cf.passed;
+		passed->island_at = cf.first;
+		cf.passed = false;
 	}
-	if (c->picked == NULL && n < (uint64) c->batch)
+	if (n < (uint64) c->batch)
 	{
 		SetStart(row, &c->start);
 		scan = index_beginscan_compat(lr.ready, lr.ready_idx, lr.snap, 2, 0);
 		index_rescan(scan, keys, 2, NULL, 0);
-		while (n < (uint64) c->batch && NextReady(c, false, &lr, scan, rslot, &kf, &f))
+		while (n < (uint64) c->batch && NextReady(c, false, &lr, scan, rslot, &cf, &f))
 			if (TakeReady(&lr, &f, &arg, outcxt, &out[n]))
 				n++;
 		index_endscan(scan);
@@ -823,7 +965,8 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	memcpy(*rows, out, sizeof(JobqClaimedRow) * n);
 	MemoryContextDelete(cxt);
 	*nrows = n;
-	*kinds_passed = kf.passed;
+	passed->after = cf.passed;
+	passed->at = cf.first;
 }
 
 /* What a completion writes into a running job's row. */

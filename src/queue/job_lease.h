@@ -30,12 +30,40 @@ typedef struct JobqClaimedRow
 	bool		nulls[JOBQ_CLAIMED_NCOLS];
 } JobqClaimedRow;
 
-/* A ready row a claim found: where it is, and its key. */
+/*
+ * A ready row a claim found: where it is, its key, and the running count of
+ * its concurrency key under a per-key limit (NULL: none), which counts it
+ * already.
+ */
 typedef struct JobqReadyRow
 {
 	ItemPointerData tid;
 	JobqClaimPos key;
+	int64	   *key_count;
 } JobqReadyRow;
+
+/*
+ * The running jobs of a queue by concurrency key (queue/job_lease.c), for a
+ * claim under a per-key limit.
+ */
+typedef struct JobqKeyCounts JobqKeyCounts;
+
+/* How many visible ready rows of its kinds a claim under a per-key limit reads at most. */
+#define JOBQ_KEY_SCAN	10000
+
+/*
+ * Where a claim first passed over a visible ready row it did not take (one
+ * of a kind it did not ask for, or of a concurrency key at its limit): in
+ * its island's scan, and from its start on.  Its queue's position may move
+ * up to that row, not past it.
+ */
+typedef struct JobqClaimPassed
+{
+	bool		in_island;
+	JobqClaimPos island_at;
+	bool		after;
+	JobqClaimPos at;
+} JobqClaimPassed;
 
 /* What a claim asks for. */
 typedef struct JobqDirectClaim
@@ -51,12 +79,14 @@ typedef struct JobqDirectClaim
 	Interval   *lease;
 	Datum		worker_id;		/* text, or (Datum) 0 for NULL */
 	int64		token_salt;		/* 31 random bits */
-	const JobqReadyRow *picked; /* the rows to take (NULL: scan the queue) */
-	int			npicked;
+	int32		max_per_key;	/* 0: no per-key limit */
+	JobqKeyCounts *key_counts;	/* with one: the running jobs by key */
 } JobqDirectClaim;
 
+extern JobqKeyCounts *jobq_key_counts_create(void);
+extern void jobq_key_counts_add(JobqKeyCounts *counts, text *key, int64 n);
 extern void jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows,
-							  uint64 *nrows, uint64 *nisland, bool *kinds_passed);
+							  uint64 *nrows, uint64 *nisland, JobqClaimPassed *passed);
 extern void jobq_complete_direct(const Datum *ids, const bool *id_nulls,
 								 const Datum *tokens, const bool *token_nulls,
 								 const Datum *results, const bool *result_nulls,

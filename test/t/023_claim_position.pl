@@ -124,7 +124,7 @@ for my $way ('direct')
 # A claim that names kinds (as the workers of jobq's libraries always do)
 # moves the position too when it passed over no row of another kind: it took
 # what a claim of any kind would have.  One that passed over such a row
-# leaves the position where it was, so that row is still claimed.
+# moves it up to that row, not past it, so that row is still claimed.
 $node->safe_psql('postgres', q{
 	SELECT jobq.configure('kinds');
 	SELECT jobq.enqueue('other', '{"other": 1}', queue => 'kinds', priority => 5);
@@ -158,6 +158,110 @@ $node->safe_psql('postgres', q{
 			"SELECT count(*) FILTER (WHERE status = 'pending') || '/' || count(*)"
 			  . " FROM jobq.job WHERE queue = 'kinds'"),
 		'99/10101', 'kinds: 10,002 of the 10,101 jobs claimed, each once');
+}
+
+# Three kinds, each served by its own claims: every claim passes over rows
+# of the other kinds.  Each moves the position up to the first row it passed
+# over, so the claims of all three move it along and none walks the rows
+# the others claimed before.
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('three');
+	DO $$ BEGIN FOR i IN 0..6299 LOOP
+		PERFORM jobq.enqueue((ARRAY['a', 'b', 'c'])[i % 3 + 1], '{}', queue => 'three');
+	END LOOP; END $$;
+});
+{
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+	$holder->query_safe('SELECT count(*) FROM jobq.job');
+	my $got = '';
+	for my $round (1 .. 20)
+	{
+		for my $kind ('a', 'b', 'c')
+		{
+			$got .= $node->safe_psql('postgres',
+				"SELECT count(*) FROM jobq.claim('three', batch => 100, kinds => ARRAY['$kind'])")
+			  . ',';
+		}
+	}
+	is($got, '100,' x 60, 'three kinds: 60 claims of 100, each of one kind, each get 100');
+	my $before = entries_read();
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(kind, ',') FROM jobq.claim('three', kinds => ARRAY['a'])"),
+		'a', 'three kinds: the 61st claim gets a job of its kind');
+	my $read = entries_read() - $before;
+	cmp_ok($read, '<=', 10,
+		"three kinds: it read $read index entries, not the 6,000 the claims before it left");
+	$holder->query_safe('COMMIT');
+	$holder->quit;
+	$node->safe_psql('postgres', "SELECT count(*) FROM jobq.claim('three', batch => 1000)");
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FILTER (WHERE status = 'running') || '/' || count(*)"
+			  . " FROM jobq.job WHERE queue = 'three'"),
+		'6300/6300', 'three kinds: all 6,300 jobs claimed, none left pending');
+}
+
+# Under a per-key limit a claim passes over the rows of keys at the limit
+# and reads only as far as it must: not the first 10,000 ready rows of the
+# queue (as a statement choosing among them did), and under a held snapshot
+# not the rows claimed before it either.  A full key's rows wait and are
+# claimed, first in order, once it has room again.
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('perkey', max_per_key => 2);
+	DO $$ BEGIN FOR i IN 0..11999 LOOP
+		PERFORM jobq.enqueue('k', jsonb_build_object('key', i % 50), queue => 'perkey',
+		                     concurrency_key => 'c' || (i % 50));
+	END LOOP; END $$;
+	CREATE FUNCTION take(n int, OUT keys text, OUT jobs bigint) LANGUAGE sql AS $$
+		WITH c AS (SELECT * FROM jobq.claim('perkey', batch => n) WITH ORDINALITY),
+		     d AS (SELECT jobq.complete_many(array_agg(job_id), array_agg(lease_token)) FROM c)
+		SELECT string_agg(payload->>'key', ',' ORDER BY ordinality), count(*) FROM c, d
+	$$;
+});
+{
+	my $before = entries_read();
+	is($node->safe_psql('postgres', "SELECT keys FROM take(10)"), '0,1,2,3,4,5,6,7,8,9',
+		'per key: a claim of 10 gets the first job of each of 10 keys');
+	my $read = entries_read() - $before;
+	cmp_ok($read, '<=', 20, "per key: it read $read index entries of the 12,000 ready rows");
+
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+	$holder->query_safe('SELECT count(*) FROM jobq.job');
+	is( join(',', map { $node->safe_psql('postgres', "SELECT jobs FROM take(100)") } 1 .. 40),
+		join(',', ('100') x 40), 'per key: 40 claims of 100 (two of each key) get 100 each');
+	$before = entries_read();
+	is($node->safe_psql('postgres', "SELECT jobs FROM take(1)"), '1',
+		'per key: the 41st claim gets a job');
+	$read = entries_read() - $before;
+	cmp_ok($read, '<=', 10,
+		"per key: it read $read index entries, not the 4,010 the claims before it left");
+	$holder->query_safe('COMMIT');
+	$holder->quit;
+
+	# c0 and c1 full: 100 claimed, those of other keys completed
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM jobq.claim('perkey', batch => 100);
+		SELECT jobq.complete_many(array_agg(job_id), array_agg(lease_token)) FROM jobq.job
+		 WHERE queue = 'perkey' AND status = 'running' AND concurrency_key NOT IN ('c0', 'c1');
+	});
+	my @keys = map { split /,/, $node->safe_psql('postgres', "SELECT keys FROM take(96)") } 1 .. 10;
+	is( scalar(grep { $_ eq '0' || $_ eq '1' } @keys) . '/' . scalar(@keys),
+		'0/960', 'per key: 10 claims of 96 get 960 jobs, none of the two full keys');
+	$node->safe_psql('postgres', q{
+		SELECT jobq.complete_many(array_agg(job_id), array_agg(lease_token)) FROM jobq.job
+		 WHERE queue = 'perkey' AND status = 'running'});
+	is($node->safe_psql('postgres', "SELECT keys FROM take(4)"), '0,1,0,1',
+		'per key: once c0 and c1 have room, their waiting jobs come first, two each');
+	my $left;
+	do
+	{
+		$left = $node->safe_psql('postgres', "SELECT jobs FROM take(100)");
+	} while ($left > 0);
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FILTER (WHERE status = 'completed') || '/' || count(*)"
+			  . " FROM jobq.job WHERE queue = 'perkey'"),
+		'12000/12000', 'per key: every job claimed and completed once');
 }
 
 # An island of the backlog's own priority: a claim that rolls back after
