@@ -217,8 +217,10 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 /*
  * For a queue with limits: lock its row, so its claims run one at a time,
  * and return how many of batch jobs the limits allow now.  The counts are
- * read after the lock is taken, so they include every claim that held it
- * before.
+ * read after the lock is taken and from the latest committed state, so they
+ * include every claim that held it before (a REPEATABLE READ or SERIALIZABLE
+ * transaction's snapshot may predate them: counted with it, a claim could
+ * take what another took meanwhile the room for).
  */
 static int32
 ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz now)
@@ -239,11 +241,11 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 
 	if (q->max_concurrency > 0 || q->throttled)
 	{
-		jobq_spi_exec(jobq_plan_generic(&plan_count_running,
-										"SELECT count(*) FROM jobq.job WHERE queue = $1"
-										" AND lease_expires_at IS NOT NULL AND status = 'running'",
-										1, types),
-					  values, NULL, SPI_OK_SELECT);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_count_running,
+											   "SELECT count(*) FROM jobq.job WHERE queue = $1"
+											   " AND lease_expires_at IS NOT NULL AND status = 'running'",
+											   1, types),
+							 values, NULL, SPI_OK_SELECT);
 		running = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		if (q->max_concurrency > 0)
 			batch = (int32) Max(0, Min(batch, q->max_concurrency - running));
@@ -258,19 +260,19 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 										"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
 										2, types),
 					  values, NULL, SPI_OK_DELETE);
-		jobq_spi_exec(jobq_plan_generic(&plan_rate_count,
-										"SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
-										1, types),
-					  values, NULL, SPI_OK_SELECT);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_rate_count,
+											   "SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
+											   1, types),
+							 values, NULL, SPI_OK_SELECT);
 		used = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 		batch = (int32) Max(0, Min(batch, q->rate_limit - used));
 		if (batch == 0)
 		{
 			/* the window frees a claim when its oldest one leaves it */
-			jobq_spi_exec(jobq_plan_generic(&plan_rate_oldest,
-											"SELECT min(claimed_at) FROM jobq.rate_window WHERE queue = $1",
-											1, types),
-						  values, NULL, SPI_OK_SELECT);
+			jobq_spi_exec_latest(jobq_plan_generic(&plan_rate_oldest,
+												   "SELECT min(claimed_at) FROM jobq.rate_window WHERE queue = $1",
+												   1, types),
+								 values, NULL, SPI_OK_SELECT);
 			claim_retry_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															   SPI_tuptable->tupdesc, 1, &isnull));
 			if (isnull)
@@ -345,6 +347,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	uint64		island_rows = 0;
 	JobqClaimPassed passed;
 	const JobqClaimPos *last = NULL;
+	MemoryContext keys_cxt = NULL;
 	uint64		epoch;
 	bool		limited;
 	JobqDirectClaim dc;
@@ -403,20 +406,25 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	if (q.max_per_key > 0)
 	{
 		/*
-		 * The running jobs by key, read after the queue's lock (so with every
-		 * claim before this one); the scan passes over the rows of keys at
-		 * the limit, counting those it takes.
+		 * The running jobs by key, read after the queue's lock as
+		 * ClaimAllowance reads its counts; the scan passes over the rows of
+		 * keys at the limit, counting those it takes.  In a context of this
+		 * attempt's: a waiting claim makes many.
 		 */
 		Oid			type = TEXTOID;
 		Datum		name = CStringGetTextDatum(queue);
+		MemoryContext old;
 
-		jobq_spi_exec(jobq_plan_generic(&plan_running_keys,
-										"SELECT j.concurrency_key, count(*) FROM jobq.job j"
-										" WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
-										" AND j.status = 'running' AND j.concurrency_key IS NOT NULL"
-										" GROUP BY 1",
-										1, &type),
-					  &name, NULL, SPI_OK_SELECT);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_running_keys,
+											   "SELECT j.concurrency_key, count(*) FROM jobq.job j"
+											   " WHERE j.queue = $1 AND j.lease_expires_at IS NOT NULL"
+											   " AND j.status = 'running' AND j.concurrency_key IS NOT NULL"
+											   " GROUP BY 1",
+											   1, &type),
+							 &name, NULL, SPI_OK_SELECT);
+		keys_cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq running jobs by key",
+										 ALLOCSET_DEFAULT_SIZES);
+		old = MemoryContextSwitchTo(keys_cxt);
 		dc.key_counts = jobq_key_counts_create();
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
@@ -427,10 +435,20 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 								DatumGetTextPP(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull)),
 								DatumGetInt64(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull)));
 		}
+		MemoryContextSwitchTo(old);
 		/* the leases start after what the count saw: a job finished then */
 		dc.now = GetCurrentTimestamp();
 	}
 	jobq_claim_direct(&dc, &claimed, &nrows, &island_rows, &passed);
+	if (keys_cxt != NULL)
+		MemoryContextDelete(keys_cxt);
+
+	/*
+	 * A key at its limit gets room when one of its jobs ends, which wakes no
+	 * waiting claim: look again soon, as while max_concurrency holds.
+	 */
+	if (passed.full_key && nrows < (uint64) batch)
+		claim_retry_at = TimestampTzPlusMilliseconds(now, JOBQ_LIMITED_POLL_MS);
 
 	rows = palloc(sizeof(JobqClaimed) * Max(nrows, 1));
 	for (uint64 i = 0; i < nrows; i++)

@@ -618,6 +618,7 @@ typedef struct ClaimFilter
 	uint64		read;			/* visible rows of its kinds read, per key */
 	bool		passed;			/* a visible row was passed over, */
 	JobqClaimPos first;			/* the first one */
+	bool		full_key;		/* one for its key's limit */
 } ClaimFilter;
 
 /* A concurrency key of jobq.ready, as a JobqKeyCounts key. */
@@ -754,7 +755,11 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 			Datum		key;
 
 			if (cf->read++ >= JOBQ_KEY_SCAN)
+			{
+				/* not the end: this row and those after it wait */
+				NotePassed(cf, lr, rslot);
 				return false;
+			}
 			key = slot_getattr(rslot, lr->r[R_CONCURRENCY_KEY] + 1, &isnull);
 			if (!isnull)
 			{
@@ -763,6 +768,7 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 				if (*count >= cf->max_per_key)
 				{
 					NotePassed(cf, lr, rslot);
+					cf->full_key = true;
 					continue;
 				}
 				(*count)++;
@@ -967,6 +973,7 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	*nrows = n;
 	passed->after = cf.passed;
 	passed->at = cf.first;
+	passed->full_key = cf.full_key;
 }
 
 /* What a completion writes into a running job's row. */

@@ -53,9 +53,10 @@ typedef struct JobqKeyCounts JobqKeyCounts;
 
 /*
  * Where a claim first passed over a visible ready row it did not take (one
- * of a kind it did not ask for, or of a concurrency key at its limit): in
- * its island's scan, and from its start on.  Its queue's position may move
- * up to that row, not past it.
+ * of a kind it did not ask for, of a concurrency key at its limit, or the
+ * row at which it stopped after JOBQ_KEY_SCAN rows): in its island's scan,
+ * and from its start on.  Its queue's position may move up to that row, not
+ * past it.
  */
 typedef struct JobqClaimPassed
 {
@@ -63,6 +64,7 @@ typedef struct JobqClaimPassed
 	JobqClaimPos island_at;
 	bool		after;
 	JobqClaimPos at;
+	bool		full_key;		/* one of them for its key's limit */
 } JobqClaimPassed;
 
 /* What a claim asks for. */

@@ -71,6 +71,28 @@ my $late = $node->safe_psql('postgres',
 cmp_ok($late, '>=', 0, 'not before its run_at');
 diag("delayed job due -> claim with wait: ${late}s");
 
+# 2b. a key at its limit: the job of that key waiting in the queue is
+# claimed once the key's running job ends (which wakes no claim: a claim
+# held back by a full key looks again every 100 ms)
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('perkey', max_per_key => 1);
+	SELECT count(*) FROM jobq.enqueue_many('k', ARRAY[jsonb_build_object('n', 1), jsonb_build_object('n', 2)],
+	                                       queue => 'perkey', concurrency_key => 'K');
+	SELECT count(*) FROM jobq.claim('perkey', lease => '1 h');
+});
+($h, $out, $err) = start_waiter(
+	q{SELECT payload->>'n' FROM jobq.claim('perkey', wait => '30 s')});
+$node->safe_psql('postgres', q{
+	SELECT jobq.complete(job_id, lease_token) FROM jobq.job WHERE queue = 'perkey' AND status = 'running'});
+$h->finish;
+chomp $$out;
+is($$out, '2', 'waiting claim got the job of a full key once the key had room');
+my $room = $node->safe_psql('postgres', q{
+	SELECT extract(epoch FROM (SELECT claimed_at FROM jobq.job WHERE queue = 'perkey' AND payload->>'n' = '2')
+	                        - (SELECT finished_at FROM jobq.job WHERE queue = 'perkey' AND payload->>'n' = '1'))});
+cmp_ok($room, '>=', 0, 'not before the first job of its key ended');
+diag("full key gets room -> claim with wait: ${room}s (without looking again: up to 5 s)");
+
 # 3. nothing arrives: ends at the deadline with no rows
 my $t = $node->safe_psql('postgres', q{
 	SELECT count(*) || ' ' || extract(epoch FROM clock_timestamp() - statement_timestamp())

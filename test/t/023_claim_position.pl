@@ -22,6 +22,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('claim_position');
 $node->init;
@@ -262,6 +263,72 @@ $node->safe_psql('postgres', q{
 			"SELECT count(*) FILTER (WHERE status = 'completed') || '/' || count(*)"
 			  . " FROM jobq.job WHERE queue = 'perkey'"),
 		'12000/12000', 'per key: every job claimed and completed once');
+}
+
+# A per-key claim stops after 10,000 rows of its kinds; where it stops is
+# not the end of its queue's island: the island's other rows are claimed
+# next.  (A claim of 20,000 needs jobq.max_batch raised.)
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('isl', max_per_key => 1);
+	SELECT jobq.enqueue('a', queue => 'isl');
+	SELECT count(*) FROM jobq.claim('isl', lease => '1 h');
+	SELECT count(*) FROM jobq.enqueue_many('b', array_fill('{}'::jsonb, ARRAY[15000]), queue => 'isl',
+	                                       priority => 10);
+});
+is( $node->safe_psql('postgres',
+		"SET jobq.max_batch = 20000; SELECT count(*) FROM jobq.claim('isl', batch => 20000, lease => '1 h')"),
+	'10000', 'per-key island: a claim of 20,000 stops after 10,000 rows');
+$node->safe_psql('postgres', "SELECT jobq.enqueue('c', queue => 'isl')");
+{
+	my ($got, $n) = (0, 0);
+	do
+	{
+		$n = $node->safe_psql('postgres',
+			"SELECT count(*) FROM jobq.claim('isl', batch => 1000, lease => '1 h')");
+		$got += $n;
+	} while ($n > 0);
+	is($got, 5001, 'per-key island: the next claims get the island\'s other 5,000 jobs and the new one');
+}
+
+# A waiting per-key claim makes an attempt at every wake-up (each commit
+# that enqueues into its queue) and every 100 ms while keys are full; each
+# counts the running jobs by key afresh, in memory of its own.
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('mem', max_per_key => 1);
+	DO $$ BEGIN FOR i IN 1..500 LOOP
+		PERFORM jobq.enqueue('k', '{}', queue => 'mem', concurrency_key => lpad(i::text, 480, 'x'));
+	END LOOP; END $$;
+	SELECT count(*) FROM jobq.claim('mem', batch => 1000, lease => '1 h');
+});
+{
+	my $waiter = $node->background_psql('postgres');
+	my $pid = $waiter->query_safe('SELECT pg_backend_pid()');
+	$waiter->query_until(qr/waiting/,
+		"\\echo waiting\nSELECT count(*) FROM jobq.claim('mem', wait => '6 s');\n");
+	$node->safe_psql('postgres', q{
+		DO $$ BEGIN FOR i IN 1..300 LOOP
+			PERFORM jobq.enqueue('k', '{}', queue => 'mem', concurrency_key => lpad('1', 480, 'x'));
+			COMMIT;
+			PERFORM pg_sleep(0.005);
+		END LOOP; END $$;
+	});
+	my $offset = -s $node->logfile;
+	$node->safe_psql('postgres', "SELECT pg_log_backend_memory_contexts($pid)");
+	my $total;
+	for (1 .. 100)
+	{
+		my $log = slurp_file($node->logfile, $offset);
+		if ($log =~ /\[$pid\].*Grand total: (\d+) bytes/)
+		{
+			$total = $1;
+			last;
+		}
+		usleep(50_000);
+	}
+	ok(defined $total, 'per-key wait: the waiting claim logged its memory');
+	cmp_ok($total // 1e12, '<', 8_000_000,
+		"per-key wait: after 300 wake-ups its memory is $total bytes, not 300 copies of 500 keys");
+	$waiter->quit;
 }
 
 # An island of the backlog's own priority: a claim that rolls back after
