@@ -52,6 +52,17 @@ UPDATE jobq.rate_window SET claimed_at = claimed_at - interval '61 minutes'
 SELECT count(*) AS next_window FROM jobq.claim('rl', batch => 10);
 SELECT count(*) AS after_next_window FROM jobq.claim('rl', batch => 10);
 
+-- a claim's record in the window has its jobs' claimed_at (with a per-key
+-- limit the leases start after the running jobs by key were counted): the
+-- record leaves the window no earlier than a period after its jobs' claims
+SELECT jobq.configure('rlk', rate_limit => 4, rate_period => '1 hour', max_per_key => 1);
+SELECT count(*) AS enqueued FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[3]), 'rlk',
+                                                   concurrency_key => 'x');
+SELECT count(*) AS claimed FROM jobq.claim('rlk', batch => 3);
+SELECT (SELECT array_agg(claimed_at) FROM jobq.rate_window WHERE queue = 'rlk')
+     = (SELECT array_agg(claimed_at) FROM jobq.job WHERE queue = 'rlk' AND status = 'running')
+       AS window_at_claimed_at;
+
 -- circuit breaker: 2 consecutive failures -> one at a time -> paused
 SELECT jobq.configure('br', breaker_threshold => 2, max_retries => 0);
 SELECT count(*) AS enqueued FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[10]), 'br');

@@ -256,10 +256,10 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 	{
 		int64		used;
 
-		jobq_spi_exec(jobq_plan_generic(&plan_rate_trim,
-										"DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
-										2, types),
-					  values, NULL, SPI_OK_DELETE);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_rate_trim,
+											   "DELETE FROM jobq.rate_window WHERE queue = $1 AND claimed_at <= $2",
+											   2, types),
+							 values, NULL, SPI_OK_DELETE);
 		jobq_spi_exec_latest(jobq_plan_generic(&plan_rate_count,
 											   "SELECT count(*) FROM jobq.rate_window WHERE queue = $1",
 											   1, types),
@@ -289,7 +289,11 @@ ClaimAllowance(const char *queue, const JobqQueue *q, int32 batch, TimestampTz n
 	return batch;
 }
 
-/* Record n claims of a rate-limited queue at now (sliding window). */
+/*
+ * Record n claims of a rate-limited queue at now (sliding window): the time
+ * their leases start (their jobs' claimed_at), so that no claim leaves the
+ * window before its job's claimed_at is a period old.
+ */
 static void
 RateSpend(const char *queue, int n, TimestampTz now)
 {
@@ -499,7 +503,7 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	if ((last != NULL || island.valid) && !IsolationUsesXactSnapshot())
 		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done, last);
 	if (limited && q.rate_limit > 0 && nrows > 0)
-		RateSpend(queue, (int) nrows, now);
+		RateSpend(queue, (int) nrows, dc.now);
 
 	for (uint64 i = 0; i < nrows; i++)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rows[i].row->values,

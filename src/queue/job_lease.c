@@ -619,6 +619,8 @@ typedef struct ClaimFilter
 	bool		passed;			/* a visible row was passed over, */
 	JobqClaimPos first;			/* the first one */
 	bool		full_key;		/* one for its key's limit */
+	bool		skip;			/* a row this claim took already: */
+	int64		skip_job_id;	/* not read again */
 } ClaimFilter;
 
 /* A concurrency key of jobq.ready, as a JobqKeyCounts key. */
@@ -742,6 +744,9 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 				return false;
 		}
 		if (!index_fetch_heap(scan, rslot))
+			continue;
+		if (cf->skip &&
+			DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull)) == cf->skip_job_id)
 			continue;
 		if (cf->kinds && !KindWanted(slot_getattr(rslot, lr->r[R_KIND] + 1, &isnull),
 									 cf->kinds, cf->nulls, cf->n))
@@ -918,8 +923,6 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 		 */
 		JobqReadyRow *found = palloc(sizeof(JobqReadyRow) * Max(c->batch, 1));
 		bool		more = true;
-		bool		resumed = false;
-		int64		last_id = 0;
 
 		SetStart(row, &c->island_lo);
 		while (more && n < (uint64) c->batch)
@@ -931,12 +934,7 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 			index_rescan(scan, keys, 2, NULL, 0);
 			while (nf < (uint64) c->batch - n &&
 				   NextReady(c, true, &lr, scan, rslot, &cf, &found[nf]))
-			{
-				if (!resumed || found[nf].key.job_id != last_id)
-					nf++;
-				else
-					Untaken(&found[nf]);	/* taken in the last round */
-			}
+				nf++;
 			index_endscan(scan);
 			more = nf > 0 && nf == (uint64) c->batch - n;
 			for (uint64 i = 0; i < nf; i++)
@@ -944,11 +942,13 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 					n++;
 			if (more)
 			{
+				/* on from the last row found, which the next round passes */
 				SetStart(row, &found[nf - 1].key);
-				last_id = found[nf - 1].key.job_id;
-				resumed = true;
+				cf.skip = true;
+				cf.skip_job_id = found[nf - 1].key.job_id;
 			}
 		}
+		cf.skip = false;
 		*nisland = n;
 		passed->in_island = cf.passed;
 		passed->island_at = cf.first;
