@@ -161,10 +161,11 @@ $node->safe_psql('postgres', q{
 		'99/10101', 'kinds: 10,002 of the 10,101 jobs claimed, each once');
 }
 
-# Three kinds, each served by its own claims: every claim passes over rows
-# of the other kinds.  Each moves the position up to the first row it passed
-# over, so the claims of all three move it along and none walks the rows
-# the others claimed before.
+# Three kinds, each served by its own claims, under a held snapshot: the
+# claims of all three keep the position moving, so none walks the rows the
+# others claimed before.  (A regression check: it held before claims moved
+# the position up to the first row they passed over too, since the claims
+# of the kind that trails pass over nothing.)
 $node->safe_psql('postgres', q{
 	SELECT jobq.configure('three');
 	DO $$ BEGIN FOR i IN 0..6299 LOOP
