@@ -215,7 +215,9 @@ suite_packages() {
 			cron) printf '%s\n' clang libclang-rt-dev python3 tzdata ;;
 			cli) printf '%s\n' python3 python3-psycopg ;;
 			examples) printf '%s\n' python3 python3-psycopg python3-yaml nodejs npm pgbouncer ;;
-			clients) printf '%s\n' python3 python3-psycopg nodejs npm pgbouncer ;;
+			# clients: also jobq web's modules, whose missing-module messages
+			# it checks one module at a time (the others present)
+			clients) printf '%s\n' python3 python3-psycopg python3-waitress python3-jinja2 nodejs npm pgbouncer ;;
 			web) printf '%s\n' python3 python3-psycopg python3-waitress python3-jinja2 chromium ;;
 			ha) printf '%s\n' patroni etcd-server etcd-client python3-etcd python3-psycopg nodejs npm ;;
 			# the bench records the commit it builds; its contenders run in Node,

@@ -224,7 +224,7 @@ test('an idle worker sleeps in its claim: no busy loop, and a new job is picked 
     .handle('ping', async () => ({ pong: true }))
   claimed = 0
   const done2 = w2.run()
-  const waiting = `SELECT pid, query_start, state_change, wait_event FROM pg_stat_activity
+  const waiting = `SELECT pid, query_start::text AS query_start_text, state_change, wait_event FROM pg_stat_activity
                     WHERE query LIKE '%jobq.claim(%' AND state = 'active' AND application_name = $1`
   let seen = []
   const [sleeper] = await poll(async () => {
@@ -233,9 +233,14 @@ test('an idle worker sleeps in its claim: no busy loop, and a new job is picked 
   }, 20000, 'a claim sleeping in the server').catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(seen)}\n${w2.lines.join('\n')}`) })
   const { jobId } = await producer.enqueue('ping', {}, { queue })
   await poll(async () => (await statusOf(jobId)).status === 'completed', 60000, 'ping completed')
-  const [j] = await q('SELECT created_at, claimed_at FROM jobq.jobs WHERE job_id = $1', [jobId])
-  assert.ok(sleeper.query_start < j.created_at, 'the claim was sleeping before the job was enqueued')
-  assert.ok(j.claimed_at < new Date(sleeper.query_start.getTime() + 3600 * 1000), 'and took it within its wait')
+  // compared in the server, to the microsecond (a JavaScript Date keeps
+  // milliseconds: two times within one millisecond would compare equal)
+  const [j] = await q(`SELECT $2::timestamptz < created_at AS slept_first,
+                              claimed_at < $2::timestamptz + interval '1 hour' AS within_wait,
+                              $2::timestamptz AS query_start, created_at, claimed_at
+                         FROM jobq.jobs WHERE job_id = $1`, [jobId, sleeper.query_start_text])
+  assert.ok(j.slept_first, `the claim was sleeping before the job was enqueued: ${JSON.stringify(j)}`)
+  assert.ok(j.within_wait, `and took it within its wait: ${JSON.stringify(j)}`)
   assert.equal(claimed, 1)
   await w2.stop()
   await done2
