@@ -343,7 +343,11 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	JobqQueue	q;
 	TimestampTz now;
 	Oid			relid;
+	JobqClaimPos pos;
 	JobqClaimPos start;
+	uint64		kinds_id = 0;
+	bool		from_kinds;
+	const JobqClaimPos *kinds_last = NULL;
 	JobqClaimIsland island;
 	bool		two_pass;
 	const JobqClaimPos *island_last = NULL;
@@ -374,8 +378,23 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	/* after any wait for the queue lock: the lease starts now */
 	now = GetCurrentTimestamp();
 	relid = jobq_ready_relid();
-	epoch = jobq_state_begin_claim(relid, queue, &start, &island);
+	if (kinds != NULL)
+	{
+		Datum	   *elems;
+		bool	   *elem_nulls;
+		int			nelems;
+
+		deconstruct_array(kinds, TEXTOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &nelems);
+		kinds_id = jobq_state_kinds_id(elems, elem_nulls, nelems);
+	}
+	epoch = jobq_state_begin_claim(relid, queue, kinds_id, &pos, &start, &island);
 	*promoted = PromoteDue(relid, queue, now, &start);
+
+	/*
+	 * started at its kinds' position, past rows of other kinds it does not
+	 * see
+	 */
+	from_kinds = jobq_claim_pos_compare(&start, &pos) > 0;
 
 	/*
 	 * With an island (claimable rows before the position, shmem/shm_queue.c)
@@ -476,12 +495,32 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	 * committed before this claim began.  (The workers of jobq's libraries
 	 * always name their kinds: a claim that passed over a row had to leave
 	 * the position where it was, and then claims walked every row claimed
-	 * since the last vacuum.)
+	 * since the last vacuum.)  A claim that started at its kinds' position,
+	 * past the queue's, did not see the rows between them: it leaves the
+	 * queue's position alone.
 	 */
-	if (passed.after)
+	if (from_kinds)
+		last = NULL;
+	else if (passed.after)
 		last = &passed.at;
 	else if (nrows > island_rows)
 		last = &rows[nrows - 1].pos;
+
+	/*
+	 * Its kinds position: up to the first row of its kinds it passed over,
+	 * else its last claimed row when the batch is full, else the end.
+	 */
+	if (kinds_id != 0 && passed.scanned)
+	{
+		static const JobqClaimPos end = {PG_INT32_MAX, DT_NOEND, PG_INT64_MAX};
+
+		if (passed.own_after)
+			kinds_last = &passed.own_at;
+		else if (passed.ended)
+			kinds_last = &end;
+		else if (nrows > island_rows)
+			kinds_last = &rows[nrows - 1].pos;
+	}
 	if (two_pass)
 	{
 		island_done = !passed.in_island && island_rows < (uint64) batch;
@@ -500,8 +539,9 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 			island_done = nrows < (uint64) batch ||
 				jobq_claim_pos_compare(last, &island.hi) >= 0;
 	}
-	if ((last != NULL || island.valid) && !IsolationUsesXactSnapshot())
-		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done, last);
+	if ((last != NULL || island.valid || kinds_last != NULL) && !IsolationUsesXactSnapshot())
+		jobq_state_end_claim(relid, queue, epoch, &island, island_last, island_done, last,
+							 kinds_id, kinds_last);
 	if (limited && q.rate_limit > 0 && nrows > 0)
 		RateSpend(queue, (int) nrows, dc.now);
 

@@ -618,7 +618,10 @@ typedef struct ClaimFilter
 	uint64		read;			/* visible rows of its kinds read, per key */
 	bool		passed;			/* a visible row was passed over, */
 	JobqClaimPos first;			/* the first one */
+	bool		own_passed;		/* one of its kinds, */
+	JobqClaimPos own_first;		/* the first one */
 	bool		full_key;		/* one for its key's limit */
+	bool		ended;			/* the scan from the start read to the end */
 	bool		skip;			/* a row this claim took already: */
 	int64		skip_job_id;	/* not read again */
 } ClaimFilter;
@@ -704,19 +707,31 @@ jobq_key_counts_add(JobqKeyCounts *counts, text *key, int64 n)
 	*KeyCountOf(counts, key) += n;
 }
 
-/* Note the scan's row as passed over (the first one's key). */
+/*
+ * Note the scan's row as passed over (the first one's key), and as one of
+ * the claim's kinds (own) when it is.
+ */
 static void
-NotePassed(ClaimFilter *cf, const LeaseRels *lr, TupleTableSlot *rslot)
+NotePassed(ClaimFilter *cf, const LeaseRels *lr, TupleTableSlot *rslot, bool own)
 {
 	bool		isnull;
+	JobqClaimPos key;
 
-	if (cf->passed)
+	if (cf->passed && (!own || cf->own_passed))
 		return;
-	cf->passed = true;
-	cf->first.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
-	cf->first.neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1,
-														&isnull));
-	cf->first.run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
+	key.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
+	key.neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1, &isnull));
+	key.run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
+	if (!cf->passed)
+	{
+		cf->passed = true;
+		cf->first = key;
+	}
+	if (own && !cf->own_passed)
+	{
+		cf->own_passed = true;
+		cf->own_first = key;
+	}
 }
 
 
@@ -739,7 +754,10 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 		if (!scan->xs_heap_continue)
 		{
 			if (index_getnext_tid(scan, ForwardScanDirection) == NULL)
+			{
+				cf->ended = !in_island;
 				return false;
+			}
 			if (in_island && EntryPastIsland(c, scan))
 				return false;
 		}
@@ -751,7 +769,7 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 		if (cf->kinds && !KindWanted(slot_getattr(rslot, lr->r[R_KIND] + 1, &isnull),
 									 cf->kinds, cf->nulls, cf->n))
 		{
-			NotePassed(cf, lr, rslot);
+			NotePassed(cf, lr, rslot, false);
 			continue;
 		}
 		f->key_count = NULL;
@@ -762,7 +780,7 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 			if (cf->read++ >= JOBQ_KEY_SCAN)
 			{
 				/* not the end: this row and those after it wait */
-				NotePassed(cf, lr, rslot);
+				NotePassed(cf, lr, rslot, true);
 				return false;
 			}
 			key = slot_getattr(rslot, lr->r[R_CONCURRENCY_KEY] + 1, &isnull);
@@ -772,7 +790,7 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 
 				if (*count >= cf->max_per_key)
 				{
-					NotePassed(cf, lr, rslot);
+					NotePassed(cf, lr, rslot, true);
 					cf->full_key = true;
 					continue;
 				}
@@ -953,9 +971,11 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 		passed->in_island = cf.passed;
 		passed->island_at = cf.first;
 		cf.passed = false;
+		cf.own_passed = false;
 	}
 	if (n < (uint64) c->batch)
 	{
+		passed->scanned = true;
 		SetStart(row, &c->start);
 		scan = index_beginscan_compat(lr.ready, lr.ready_idx, lr.snap, 2, 0);
 		index_rescan(scan, keys, 2, NULL, 0);
@@ -974,6 +994,9 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	passed->after = cf.passed;
 	passed->at = cf.first;
 	passed->full_key = cf.full_key;
+	passed->own_after = cf.own_passed;
+	passed->own_at = cf.own_first;
+	passed->ended = cf.ended;
 }
 
 /* What a completion writes into a running job's row. */

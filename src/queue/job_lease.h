@@ -56,7 +56,7 @@ typedef struct JobqKeyCounts JobqKeyCounts;
  * of a kind it did not ask for, of a concurrency key at its limit, or the
  * row at which it stopped after JOBQ_KEY_SCAN rows): in its island's scan,
  * and from its start on.  Its queue's position may move up to that row, not
- * past it.
+ * past it; its kinds position up to the first such row of its kinds.
  */
 typedef struct JobqClaimPassed
 {
@@ -65,6 +65,10 @@ typedef struct JobqClaimPassed
 	bool		after;
 	JobqClaimPos at;
 	bool		full_key;		/* one of them for its key's limit */
+	bool		scanned;		/* it scanned from its start: */
+	bool		own_after;		/* a row of its kinds passed over, */
+	JobqClaimPos own_at;		/* the first one */
+	bool		ended;			/* it read to the end of the queue */
 } JobqClaimPassed;
 
 /* What a claim asks for. */

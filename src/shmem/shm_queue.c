@@ -46,6 +46,25 @@
  * concurrent claims at the island's lo).  Islands are made only for rows
  * of the jobq.ready the position belongs to (notes carry its OID).
  *
+ * Kinds positions.  A claim that names its kinds passes over the rows of
+ * other kinds, and the position cannot move past the first of them: behind
+ * a backlog of a kind nobody claims, every claim of another kind would read
+ * all of it.  So a queue also keeps, for the last few sets of kinds its
+ * claims named (JOBQ_KINDS_KEPT, the least recently used gives way), a
+ * kinds position: every committed, unclaimed row of those kinds sorts
+ * before the queue's position (in its island) or at or after the kinds
+ * position.  A claim naming those kinds starts at the later of the two; it
+ * moves the kinds position up to where its own scan vouches for, under the
+ * same bound by lowerings since it began as the position: the first row of
+ * its kinds it passed over (a key at its limit, or where it stopped), else
+ * its last claimed row when it filled its batch, else the end of the queue.
+ * Every lowering that bounds claims lowers the kinds positions with the
+ * position (an island-making one leaves them: its rows are in the island).
+ * Such a claim leaves the queue's position alone when it started past it,
+ * since it did not see the rows between them.  A set of kinds is known by a
+ * 64-bit hash seeded at server start (jobq_state_kinds_id), which no
+ * client sees, so no role can name a set that shares another's position.
+ *
  * A claim announces the key it deletes from before it deletes anything
  * (jobq_state_claim_begin): an abort before it noted every row it deleted
  * gives back every key from there on.  A subtransaction abort lowers at
@@ -91,6 +110,7 @@
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -119,6 +139,18 @@
  */
 #define JOBQ_LOWERED_KEPT	16
 
+/* How many sets of kinds a queue keeps a kinds position for. */
+#define JOBQ_KINDS_KEPT		8
+
+/* A kinds position: where claims naming one set of kinds start. */
+typedef struct JobqKindsPos
+{
+	uint64		id;				/* jobq_state_kinds_id; 0: unused */
+	uint64		used;			/* its queue's kinds_clock when last used */
+	JobqClaimPos pos;			/* no claimable row of them from the queue's
+								 * position up to this */
+} JobqKindsPos;
+
 /* Hash key: one queue of one database. */
 typedef struct JobqStateKey
 {
@@ -144,6 +176,8 @@ typedef struct JobqQueueState
 	JobqClaimPos island_hi;
 	uint64		island_gen;		/* bumped when the island is made, widened or
 								 * dropped */
+	uint64		kinds_clock;	/* counts uses of kinds positions */
+	JobqKindsPos kinds[JOBQ_KINDS_KEPT];	/* valid with pos */
 	Oid			due_relid;		/* jobq.ready's OID when next_due was set */
 	uint64		due_epoch;		/* bumped when next_due may move earlier */
 	bool		due_valid;		/* false: probe jobq.scheduled */
@@ -176,6 +210,7 @@ typedef struct JobqShared
 {
 	pg_atomic_uint64 settings_gen;	/* bumped by each commit that wrote
 									 * jobq.queue */
+	uint64		kinds_seed;		/* of jobq_state_kinds_id, set at start */
 } JobqShared;
 
 static HTAB *JobqStateHash = NULL;
@@ -257,7 +292,11 @@ StateShmemStartup(void)
 								  &info, HASH_ELEM | HASH_BLOBS);
 	jobq_shared = ShmemInitStruct("jobq shared", sizeof(JobqShared), &found);
 	if (!found)
+	{
 		pg_atomic_init_u64(&jobq_shared->settings_gen, 1);
+		if (!pg_strong_random(&jobq_shared->kinds_seed, sizeof(jobq_shared->kinds_seed)))
+			jobq_shared->kinds_seed = (uint64) GetCurrentTimestamp() ^ ((uint64) MyProcPid << 32);
+	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -313,6 +352,8 @@ StateLookup(const char *queue, bool create)
 		entry->pos_valid = false;
 		entry->has_island = false;
 		entry->island_gen = 0;
+		entry->kinds_clock = 0;
+		memset(entry->kinds, 0, sizeof(entry->kinds));
 		entry->due_relid = InvalidOid;
 		entry->due_epoch = 0;
 		entry->due_valid = false;
@@ -325,12 +366,50 @@ StateLookup(const char *queue, bool create)
 }
 
 /*
- * Where a claim on a queue should start scanning.  Fills *start and returns
- * the epoch to hand back to jobq_state_end_claim.
+ * The id of a set of kinds a claim names (never 0): a hash of the kinds, in
+ * order, seeded at server start.
  */
 uint64
-jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start,
-					   JobqClaimIsland *island)
+jobq_state_kinds_id(Datum *kinds, bool *nulls, int n)
+{
+	uint64		h = jobq_shared != NULL ? jobq_shared->kinds_seed : 0;
+
+	h = hash_combine64(h, (uint64) n);
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			h = hash_combine64(h, UINT64CONST(0x9e3779b97f4a7c15));
+		else
+		{
+			text	   *t = DatumGetTextPP(kinds[i]);
+
+			h = hash_combine64(h, hash_bytes_extended((const unsigned char *) VARDATA_ANY(t),
+													  VARSIZE_ANY_EXHDR(t), h));
+		}
+	}
+	return h != 0 ? h : 1;
+}
+
+/* The kinds position of id in entry (spinlock held), or NULL. */
+static JobqKindsPos *
+KindsPosFind(JobqQueueState *entry, uint64 id)
+{
+	for (int i = 0; i < JOBQ_KINDS_KEPT; i++)
+		if (entry->kinds[i].id == id)
+			return &entry->kinds[i];
+	return NULL;
+}
+
+/*
+ * Where a claim on a queue should start scanning.  Fills *pos with the
+ * queue's position (the head when it has none) and *start with where the
+ * claim starts: with kinds_id (0: any kind), the later of it and that set
+ * of kinds' position, and no later than rows this transaction made ready.
+ * Returns the epoch to hand back to jobq_state_end_claim.
+ */
+uint64
+jobq_state_begin_claim(Oid relid, const char *queue, uint64 kinds_id, JobqClaimPos *pos,
+					   JobqClaimPos *start, JobqClaimIsland *island)
 {
 	JobqQueueState *entry = StateLookup(queue, true);
 	uint64		epoch = 0;
@@ -343,8 +422,17 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start,
 		epoch = entry->epoch;
 		if (entry->pos_valid && entry->relid == relid)
 		{
+			JobqKindsPos *k = kinds_id != 0 ? KindsPosFind(entry, kinds_id) : NULL;
+
+			*pos = entry->pos;
 			*start = entry->pos;
 			valid = true;
+			if (k != NULL)
+			{
+				k->used = ++entry->kinds_clock;
+				if (jobq_claim_pos_compare(&k->pos, start) > 0)
+					*start = k->pos;
+			}
 			if (entry->has_island)
 			{
 				island->valid = true;
@@ -358,9 +446,10 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start,
 	}
 	if (!valid)
 	{
-		start->neg_priority = PG_INT32_MIN;
-		start->run_at = DT_NOBEGIN;
-		start->job_id = PG_INT64_MIN;
+		pos->neg_priority = PG_INT32_MIN;
+		pos->run_at = DT_NOBEGIN;
+		pos->job_id = PG_INT64_MIN;
+		*start = *pos;
 	}
 	else
 	{
@@ -383,22 +472,49 @@ jobq_state_begin_claim(Oid relid, const char *queue, JobqClaimPos *start,
 }
 
 /*
+ * *key, or the least key lowered since epoch below it that bounds a claim
+ * (spinlock held; the caller checked that the lowerings are still kept).
+ */
+static JobqClaimPos
+BoundSince(JobqQueueState *entry, Oid relid, uint64 epoch, const JobqClaimPos *key)
+{
+	JobqClaimPos target = *key;
+
+	for (uint64 e = epoch + 1; e <= entry->epoch; e++)
+	{
+		const JobqClaimPos *low = &entry->lowered[e % JOBQ_LOWERED_KEPT];
+
+		/* on a new start, islands made meanwhile bound it as well */
+		if ((entry->lowered_bounds[e % JOBQ_LOWERED_KEPT] || !entry->pos_valid ||
+			 entry->relid != relid) &&
+			jobq_claim_pos_compare(low, &target) < 0)
+			target = *low;
+	}
+	return target;
+}
+
+/*
  * A claim that started under epoch (and found *island) is done.  It scanned
  * the island up to *island_last (NULL: no row), or all of it (island_done),
  * and claimed every claimable row from the position up to *last (NULL: it
- * did not get past the island), skipping rows other transactions hold.
- * Shrink or drop the island if it is still the one the claim found, and
- * move the position to *last, but not past any row made claimable since the
- * claim began (which it may not have seen) outside the island: those
- * lowerings are remembered with their epochs.
+ * did not get past the island, or did not start at the position), skipping
+ * rows other transactions hold.  Shrink or drop the island if it is still
+ * the one the claim found, and move the position to *last, but not past any
+ * row made claimable since the claim began (which it may not have seen)
+ * outside the island: those lowerings are remembered with their epochs.
+ * With kinds_id, it also claimed every claimable row of those kinds from
+ * where it started up to *kinds_last (NULL: it vouches for none): move
+ * their kinds position there, under the same bound.
  */
 void
 jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 					 const JobqClaimIsland *island, const JobqClaimPos *island_last,
-					 bool island_done, const JobqClaimPos *last)
+					 bool island_done, const JobqClaimPos *last, uint64 kinds_id,
+					 const JobqClaimPos *kinds_last)
 {
 	JobqQueueState *entry = StateLookup(queue, false);
 	JobqClaimPos target;
+	JobqClaimPos kinds_target;
 
 	if (entry == NULL)
 		return;
@@ -414,39 +530,54 @@ jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 		else if (island_last != NULL && jobq_claim_pos_compare(island_last, &entry->island_lo) > 0)
 			entry->island_lo = *island_last;
 	}
-	if (last == NULL)
+	if ((last == NULL && kinds_last == NULL) || entry->epoch - epoch > JOBQ_LOWERED_KEPT)
 	{
+		/*
+		 * nothing to move, or too much happened meanwhile to know what we may
+		 * have missed
+		 */
 		SpinLockRelease(&entry->mutex);
 		return;
 	}
-	target = *last;
-	if (entry->epoch - epoch > JOBQ_LOWERED_KEPT)
+	if (kinds_last != NULL)
+		kinds_target = BoundSince(entry, relid, epoch, kinds_last);
+	if (last != NULL)
 	{
-		/* too much happened meanwhile to know what we may have missed */
-		SpinLockRelease(&entry->mutex);
-		return;
+		target = BoundSince(entry, relid, epoch, last);
+		if (!entry->pos_valid || entry->relid != relid)
+		{
+			/*
+			 * a new start (or a new jobq.ready): no island or kinds position
+			 * is known
+			 */
+			entry->pos = target;
+			entry->relid = relid;
+			entry->pos_valid = true;
+			entry->has_island = false;
+			entry->island_gen++;
+			memset(entry->kinds, 0, sizeof(entry->kinds));
+		}
+		else if (jobq_claim_pos_compare(&entry->pos, &target) < 0)
+			entry->pos = target;
 	}
-	for (uint64 e = epoch + 1; e <= entry->epoch; e++)
+	if (kinds_last != NULL && entry->pos_valid && entry->relid == relid)
 	{
-		const JobqClaimPos *low = &entry->lowered[e % JOBQ_LOWERED_KEPT];
+		JobqKindsPos *k = KindsPosFind(entry, kinds_id);
 
-		/* on a new start, islands made meanwhile bound it as well */
-		if ((entry->lowered_bounds[e % JOBQ_LOWERED_KEPT] || !entry->pos_valid ||
-			 entry->relid != relid) &&
-			jobq_claim_pos_compare(low, &target) < 0)
-			target = *low;
+		if (k == NULL)
+		{
+			/* a free one, else the least recently used gives way */
+			k = &entry->kinds[0];
+			for (int i = 1; i < JOBQ_KINDS_KEPT && k->id != 0; i++)
+				if (entry->kinds[i].id == 0 || entry->kinds[i].used < k->used)
+					k = &entry->kinds[i];
+			k->id = kinds_id;
+			k->pos = kinds_target;
+		}
+		else if (jobq_claim_pos_compare(&k->pos, &kinds_target) < 0)
+			k->pos = kinds_target;
+		k->used = ++entry->kinds_clock;
 	}
-	if (!entry->pos_valid || entry->relid != relid)
-	{
-		/* a new start (or a new jobq.ready): no island is known */
-		entry->pos = target;
-		entry->relid = relid;
-		entry->pos_valid = true;
-		entry->has_island = false;
-		entry->island_gen++;
-	}
-	else if (jobq_claim_pos_compare(&entry->pos, &target) < 0)
-		entry->pos = target;
 	SpinLockRelease(&entry->mutex);
 }
 
@@ -658,6 +789,12 @@ StateLower(const char *queue, Oid relid, const JobqClaimPos *lo, const JobqClaim
 			entry->island_gen++;
 		}
 	}
+	/* rows that may be of any kinds: no kinds position lies past them */
+	if (entry->lowered_bounds[slot])
+		for (int i = 0; i < JOBQ_KINDS_KEPT; i++)
+			if (entry->kinds[i].id != 0 &&
+				jobq_claim_pos_compare(&entry->lowered[slot], &entry->kinds[i].pos) < 0)
+				entry->kinds[i].pos = entry->lowered[slot];
 	SpinLockRelease(&entry->mutex);
 	/* rows became claimable: wake waiting claims, and executors */
 	ConditionVariableBroadcast(&entry->cv);

@@ -39,12 +39,15 @@ typedef struct JobqClaimIsland
 	uint64		gen;			/* the island's generation then */
 } JobqClaimIsland;
 
-extern uint64 jobq_state_begin_claim(Oid relid, const char *queue,
-									 JobqClaimPos *start, JobqClaimIsland *island);
+extern uint64 jobq_state_kinds_id(Datum *kinds, bool *nulls, int n);
+extern uint64 jobq_state_begin_claim(Oid relid, const char *queue, uint64 kinds_id,
+									 JobqClaimPos *pos, JobqClaimPos *start,
+									 JobqClaimIsland *island);
 extern void jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 								 const JobqClaimIsland *island,
 								 const JobqClaimPos *island_last, bool island_done,
-								 const JobqClaimPos *last);
+								 const JobqClaimPos *last, uint64 kinds_id,
+								 const JobqClaimPos *kinds_last);
 extern void jobq_state_note_ready(const char *queue, const JobqClaimPos *pos);
 extern void jobq_state_note_unready(const char *queue, const JobqClaimPos *pos);
 extern void jobq_state_claim_begin(const char *queue, const JobqClaimPos *lo);

@@ -203,6 +203,85 @@ $node->safe_psql('postgres', q{
 		'6300/6300', 'three kinds: all 6,300 jobs claimed, none left pending');
 }
 
+# A kind nobody claims: its waiting jobs hold the queue's position at the
+# first of them, and a claim of another kind passed over all of them, every
+# time (20-30 ms behind 200,000).  Claims that name a set of kinds keep a
+# position of their own (src/shmem/shm_queue.c, kinds positions): the first
+# one reads its way past the idle kind's jobs, the next ones start where it
+# stopped.  Rows of its kinds that become claimable before that position,
+# by an enqueue, a rollback or a job sorting between the two positions,
+# move it back; the queue's own position stays at the idle kind's first job.
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('idlekind');
+	SELECT count(*) FROM jobq.enqueue_many('idle', array_fill('{}'::jsonb, ARRAY[12000]), queue => 'idlekind');
+	SELECT count(*) FROM jobq.enqueue_many('busy', array_fill('{}'::jsonb, ARRAY[300]), queue => 'idlekind');
+});
+{
+	my $claim = sub {
+		my ($batch, $kinds) = @_;
+		return $node->safe_psql('postgres',
+			"SELECT count(*) FROM jobq.claim('idlekind', batch => $batch, kinds => $kinds)");
+	};
+	my $before = entries_read();
+	is($claim->(10, "ARRAY['busy']"), '10', 'idle kind: a claim of kind busy gets 10');
+	my $read = entries_read() - $before;
+	cmp_ok($read, '>=', 12000, "idle kind: the first one read $read index entries, past the 12,000");
+	$before = entries_read();
+	is(join(',', map { $claim->(10, "ARRAY['busy']") } 1 .. 5), '10,10,10,10,10',
+		'idle kind: five more claims of kind busy get 10 each');
+	$read = entries_read() - $before;
+	cmp_ok($read, '<=', 80, "idle kind: together they read $read index entries, not 60,000");
+
+	# a job of kind busy that sorts between the idle jobs and the position
+	# of busy's claims (due before the busy jobs, after the idle ones)
+	$node->safe_psql('postgres', q{
+		SELECT jobq.enqueue('busy', '{"between": 1}', queue => 'idlekind',
+		                    run_at => (SELECT max(run_at) FROM jobq.ready WHERE queue = 'idlekind'
+		                                 AND kind = 'idle') + interval '1 microsecond')});
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(coalesce(payload->>'between', '-'), ',' ORDER BY ord) FROM"
+			  . " jobq.claim('idlekind', batch => 2, kinds => ARRAY['busy'])"
+			  . " WITH ORDINALITY c(j, t, k, payload, p, r, m, cp, ca, l, ord)"),
+		'1,-', 'idle kind: a busy job enqueued before their position is claimed first');
+
+	# jobs a rolled-back claim took are claimable again, first
+	my $taken = $node->safe_psql('postgres', q{
+		BEGIN;
+		SELECT string_agg(job_id::text, ',' ORDER BY job_id)
+		  FROM jobq.claim('idlekind', batch => 3, kinds => ARRAY['busy']);
+		ROLLBACK;
+	});
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(job_id::text, ',' ORDER BY job_id)"
+			  . " FROM jobq.claim('idlekind', batch => 3, kinds => ARRAY['busy'])"),
+		$taken, 'idle kind: the jobs of a claim that rolled back are claimed next');
+
+	# another set of kinds starts at the queue's position and keeps its own
+	is($claim->(5, "ARRAY['busy', 'other']"), '5', 'idle kind: a claim of busy or other gets 5');
+	$before = entries_read();
+	is($claim->(5, "ARRAY['busy', 'other']"), '5', 'idle kind: and the next one 5');
+	$read = entries_read() - $before;
+	cmp_ok($read, '<=', 20, "idle kind: which read $read index entries");
+
+	# the queue's position stayed at the idle jobs: a claim of any kind gets them
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(DISTINCT kind, ',') FROM jobq.claim('idlekind', batch => 100)"),
+		'idle', 'idle kind: a claim of any kind gets idle jobs');
+
+	# new busy jobs behind everything, and what is left, are all claimed once
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM jobq.enqueue_many('busy', array_fill('{}'::jsonb, ARRAY[50]), queue => 'idlekind');
+	});
+	is( join(',', map { $claim->(100, "ARRAY['busy']") } 1 .. 3), '100,100,76',
+		'idle kind: the busy jobs left and the new ones: 276, in claims of 100');
+	$node->safe_psql('postgres', "SELECT count(*) FROM jobq.claim('idlekind', batch => 1000)")
+	  for (1 .. 12);
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FILTER (WHERE status = 'running') || '/' || count(*)"
+			  . " FROM jobq.job WHERE queue = 'idlekind'"),
+		'12351/12351', 'idle kind: all 12,351 jobs claimed, none left pending');
+}
+
 # Under a per-key limit a claim passes over the rows of keys at the limit
 # and reads only as far as it must: not the first 10,000 ready rows of the
 # queue (as a statement choosing among them did), and under a held snapshot
