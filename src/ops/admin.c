@@ -229,7 +229,10 @@ TakePending(int64 job_id, const char *queue, int32 priority, TimestampTz run_at)
 							" AND run_at = $4 AND job_id = $1",
 							4, types),
 				  values, NULL, SPI_OK_DELETE);
-	return SPI_processed > 0;
+	if (SPI_processed == 0)
+		return false;
+	jobq_state_note_unscheduled(queue);
+	return true;
 }
 
 /*

@@ -177,6 +177,8 @@ PromoteDue(Oid relid, const char *queue, TimestampTz now, JobqClaimPos *start)
 		{
 			Datum		ins[6];
 
+			jobq_state_note_unscheduled(queue);
+
 			ins[0] = values[0];
 			jobq_columns_arrays(5, coltypes, cols, colnulls, ntaken, &ins[1]);
 			jobq_spi_exec(jobq_plan_generic(&plan_promote,
@@ -386,6 +388,9 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 
 		deconstruct_array(kinds, TEXTOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &nelems);
 		kinds_id = jobq_state_kinds_id(elems, elem_nulls, nelems);
+		/* a waiting claim makes an attempt per wake-up, in one context */
+		pfree(elems);
+		pfree(elem_nulls);
 	}
 	epoch = jobq_state_begin_claim(relid, queue, kinds_id, &pos, &start, &island);
 	*promoted = PromoteDue(relid, queue, now, &start);
@@ -503,21 +508,23 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 		last = NULL;
 	else if (passed.after)
 		last = &passed.at;
+	else if (passed.ended)
+		last = &passed.end;
 	else if (nrows > island_rows)
 		last = &rows[nrows - 1].pos;
 
 	/*
 	 * Its kinds position: up to the first row of its kinds it passed over,
-	 * else its last claimed row when the batch is full, else the end.
+	 * else the queue's last visible row when it read to the end, else its
+	 * last claimed row (its batch is full).  Claims that all name the same
+	 * kinds so move both positions alike.
 	 */
 	if (kinds_id != 0 && passed.scanned)
 	{
-		static const JobqClaimPos end = {PG_INT32_MAX, DT_NOEND, PG_INT64_MAX};
-
 		if (passed.own_after)
 			kinds_last = &passed.own_at;
 		else if (passed.ended)
-			kinds_last = &end;
+			kinds_last = &passed.end;
 		else if (nrows > island_rows)
 			kinds_last = &rows[nrows - 1].pos;
 	}

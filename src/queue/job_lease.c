@@ -622,6 +622,8 @@ typedef struct ClaimFilter
 	JobqClaimPos own_first;		/* the first one */
 	bool		full_key;		/* one for its key's limit */
 	bool		ended;			/* the scan from the start read to the end */
+	bool		read_any;		/* it read a visible row, */
+	JobqClaimPos last_read;		/* the last one (taken, held or passed over) */
 	bool		skip;			/* a row this claim took already: */
 	int64		skip_job_id;	/* not read again */
 } ClaimFilter;
@@ -707,6 +709,17 @@ jobq_key_counts_add(JobqKeyCounts *counts, text *key, int64 n)
 	*KeyCountOf(counts, key) += n;
 }
 
+/* The claim key of the ready row in rslot. */
+static void
+RowKey(const LeaseRels *lr, TupleTableSlot *rslot, JobqClaimPos *key)
+{
+	bool		isnull;
+
+	key->job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
+	key->neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1, &isnull));
+	key->run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
+}
+
 /*
  * Note the scan's row as passed over (the first one's key), and as one of
  * the claim's kinds (own) when it is.
@@ -714,14 +727,11 @@ jobq_key_counts_add(JobqKeyCounts *counts, text *key, int64 n)
 static void
 NotePassed(ClaimFilter *cf, const LeaseRels *lr, TupleTableSlot *rslot, bool own)
 {
-	bool		isnull;
 	JobqClaimPos key;
 
 	if (cf->passed && (!own || cf->own_passed))
 		return;
-	key.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
-	key.neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1, &isnull));
-	key.run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
+	RowKey(lr, rslot, &key);
 	if (!cf->passed)
 	{
 		cf->passed = true;
@@ -763,6 +773,12 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 		}
 		if (!index_fetch_heap(scan, rslot))
 			continue;
+		if (!in_island)
+		{
+			/* (not the index entry: its key would keep the leaf page pinned) */
+			cf->read_any = true;
+			RowKey(lr, rslot, &cf->last_read);
+		}
 		if (cf->skip &&
 			DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull)) == cf->skip_job_id)
 			continue;
@@ -799,10 +815,7 @@ NextReady(const JobqDirectClaim *c, bool in_island, const LeaseRels *lr, IndexSc
 			}
 		}
 		f->tid = rslot->tts_tid;
-		f->key.job_id = DatumGetInt64(slot_getattr(rslot, lr->r[R_JOB_ID] + 1, &isnull));
-		f->key.neg_priority = DatumGetInt32(slot_getattr(rslot, lr->r[R_NEG_PRIORITY] + 1,
-														 &isnull));
-		f->key.run_at = DatumGetTimestampTz(slot_getattr(rslot, lr->r[R_RUN_AT] + 1, &isnull));
+		RowKey(lr, rslot, &f->key);
 		return true;
 	}
 }
@@ -996,7 +1009,8 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	passed->full_key = cf.full_key;
 	passed->own_after = cf.own_passed;
 	passed->own_at = cf.own_first;
-	passed->ended = cf.ended;
+	passed->ended = cf.ended && cf.read_any;
+	passed->end = cf.last_read;
 }
 
 /* What a completion writes into a running job's row. */

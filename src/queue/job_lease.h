@@ -68,7 +68,9 @@ typedef struct JobqClaimPassed
 	bool		scanned;		/* it scanned from its start: */
 	bool		own_after;		/* a row of its kinds passed over, */
 	JobqClaimPos own_at;		/* the first one */
-	bool		ended;			/* it read to the end of the queue */
+	bool		ended;			/* it read to the end of the queue, */
+	JobqClaimPos end;			/* whose last index entry (dead or alive) is
+								 * here */
 } JobqClaimPassed;
 
 /* What a claim asks for. */

@@ -57,7 +57,9 @@
  * moves the kinds position up to where its own scan vouches for, under the
  * same bound by lowerings since it began as the position: the first row of
  * its kinds it passed over (a key at its limit, or where it stopped), else
- * its last claimed row when it filled its batch, else the end of the queue.
+ * the queue's last visible row when it read to the end (as the position),
+ * else its last claimed row (its batch is full): claims that all name the
+ * same kinds move both alike.
  * Every lowering that bounds claims lowers the kinds positions with the
  * position (an island-making one leaves them: its rows are in the island).
  * Such a claim leaves the queue's position alone when it started past it,
@@ -203,6 +205,9 @@ typedef struct JobqQueueNote
 	JobqClaimPos claim_lo;
 	bool		has_scheduled;	/* rows entered jobq.scheduled */
 	TimestampTz min_scheduled;
+	bool		has_unscheduled;	/* rows left jobq.scheduled, */
+	SubTransactionId unscheduled_subid; /* the latest subtransaction that
+										 * deleted them (or a child) */
 } JobqQueueNote;
 
 /* Shared counters, one set for the whole cluster. */
@@ -736,6 +741,20 @@ NoteClaimAborted(JobqQueueNote *note)
 	note->claim_depth = 0;
 }
 
+/*
+ * This transaction deleted rows of jobq.scheduled (a promotion of due rows,
+ * a cancel): a subtransaction abort puts them back, due or not, while the
+ * queue's next due time may have moved on without them.
+ */
+void
+jobq_state_note_unscheduled(const char *queue)
+{
+	JobqQueueNote *note = NoteFor(queue);
+
+	note->has_unscheduled = true;
+	note->unscheduled_subid = GetCurrentSubTransactionId();
+}
+
 /* This transaction inserted a row into jobq.scheduled due at run_at. */
 void
 jobq_state_note_scheduled(const char *queue, TimestampTz run_at)
@@ -1028,6 +1047,18 @@ jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		if (!note->has_scheduled || note->min_scheduled > DT_NOBEGIN)
 			note->min_scheduled = DT_NOBEGIN;
 		note->has_scheduled = true;
+
+		/*
+		 * ... and rows this subtransaction deleted from jobq.scheduled are
+		 * back for everyone now: other claims look for due ones at once (a
+		 * claim rolled back to a savepoint in a transaction that stays open
+		 * hid the due jobs it had promoted until that transaction ended)
+		 */
+		if (note->has_unscheduled && note->unscheduled_subid >= mySubid)
+		{
+			note->unscheduled_subid = parentSubid;
+			StateLowerDue(note->queue, DT_NOBEGIN);
+		}
 	}
 }
 

@@ -282,6 +282,55 @@ $node->safe_psql('postgres', q{
 		'12351/12351', 'idle kind: all 12,351 jobs claimed, none left pending');
 }
 
+# Claims that all name the same kinds move the queue's position as their
+# kinds position: when one drains the queue, both go to its last entry, so
+# later claims (naming kinds or not) do not walk what these claimed, even
+# under a held snapshot, and a job of a higher priority is still an island.
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('onekind');
+	SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[1000]), queue => 'onekind');
+});
+{
+	my $claim = sub {
+		my ($batch, $kinds) = @_;
+		return $node->safe_psql('postgres',
+			"SELECT count(*) FROM jobq.claim('onekind', batch => $batch, kinds => $kinds)");
+	};
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+	$holder->query_safe('SELECT count(*) FROM jobq.job');
+	is(join(',', map { $claim->(400, "ARRAY['k']") } 1 .. 3), '400,400,200',
+		'one kind: claims of kind k drain the queue');
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[2000]), queue => 'onekind');
+	});
+	is(join(',', map { $claim->(500, "ARRAY['k']") } 1 .. 4), '500,500,500,500',
+		'one kind: and the 2,000 enqueued after');
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[2]), queue => 'onekind');
+	});
+	my $before = entries_read();
+	is($claim->(1, 'NULL'), '1', 'one kind: a claim of any kind gets one of the 2 new jobs');
+	my $read = entries_read() - $before;
+	cmp_ok($read, '<=', 10, "one kind: it read $read index entries, not the 3,000 claimed before");
+	$node->safe_psql('postgres',
+		"SELECT jobq.enqueue('k', '{\"crit\": 1}', queue => 'onekind', priority => 10)");
+	$before = entries_read();
+	is( $node->safe_psql('postgres',
+			"SELECT string_agg(coalesce(payload->>'crit', '-'), ',' ORDER BY ord) FROM"
+			  . " jobq.claim('onekind', batch => 3, kinds => ARRAY['k'])"
+			  . " WITH ORDINALITY c(j, t, k, payload, p, r, m, cp, ca, l, ord)"),
+		'1,-', 'one kind: a claim of kind k takes the job of a higher priority first, then the last one');
+	$read = entries_read() - $before;
+	cmp_ok($read, '<=', 10, "one kind: it read $read index entries (the island, then the position)");
+	$holder->query_safe('COMMIT');
+	$holder->quit;
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FILTER (WHERE status = 'running') || '/' || count(*)"
+			  . " FROM jobq.job WHERE queue = 'onekind'"),
+		'3003/3003', 'one kind: all 3,003 jobs claimed, none left pending');
+}
+
 # Under a per-key limit a claim passes over the rows of keys at the limit
 # and reads only as far as it must: not the first 10,000 ready rows of the
 # queue (as a statement choosing among them did), and under a held snapshot
