@@ -222,10 +222,26 @@ jobq_require_writable(const char *cmdname)
 bool
 jobq_run_unit(const char *unit, JobqUnitFn fn, void *arg)
 {
+	return jobq_run_unit_for(unit, fn, arg, JOBQ_UNIT_LOCK_TIMEOUT_MS, NULL);
+}
+
+/*
+ * jobq_run_unit, with its lock waits cut to lock_timeout_ms (at most the
+ * unit lock timeout) and the SQLSTATE of its error in *sqlerrcode (0 when
+ * it succeeded; sqlerrcode may be NULL).
+ */
+bool
+jobq_run_unit_for(const char *unit, JobqUnitFn fn, void *arg, int lock_timeout_ms,
+				  int *sqlerrcode)
+{
 	ErrorData  *edata = NULL;
 
-	if (!RunContained(fn, arg, &edata))
+	if (sqlerrcode != NULL)
+		*sqlerrcode = 0;
+	if (!RunContainedFor(fn, arg, Min(lock_timeout_ms, JOBQ_UNIT_LOCK_TIMEOUT_MS), &edata))
 	{
+		if (sqlerrcode != NULL)
+			*sqlerrcode = edata->sqlerrcode;
 		NoteFailure(unit, edata);
 		FreeErrorData(edata);
 		return false;

@@ -12,6 +12,8 @@
 
 typedef void (*JobqUnitFn) (void *arg);
 extern bool jobq_run_unit(const char *unit, JobqUnitFn fn, void *arg);
+extern bool jobq_run_unit_for(const char *unit, JobqUnitFn fn, void *arg,
+							  int lock_timeout_ms, int *sqlerrcode);
 extern void jobq_require_writable(const char *cmdname);
 extern bool jobq_try_units(JobqUnitFn fn, void *arg);
 extern bool jobq_try_briefly(JobqUnitFn fn, void *arg, int lock_timeout_ms);

@@ -318,7 +318,8 @@ WorkerOrphansEnded(void)
 static bool
 WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 {
-	static JobqIdSet failed_schedules = {NULL, 0, 0, NULL};
+	static JobqFireSkip failed_schedules = {0};
+	static bool fired_all = true;
 	int64		reaped = 0;
 	int64		pruned = 0;
 	int64		fired = 0;
@@ -337,9 +338,15 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 	/* the budget of the cascades that firing and reaping cause */
 	jobq_budget_start(jobq_pass_budget_ms);
 
-	/* fire due schedules, batch by batch; a failing one waits a round */
+	/*
+	 * fire due schedules, batch by batch, within the budget: a tenant's
+	 * schedules (thousands due every second, or a queue they hold locked)
+	 * must not keep the worker from reaping.  A failing one (or a locked
+	 * queue's) waits until every other due schedule has had its turn.
+	 */
 	failed_schedules.cxt = TopMemoryContext;
-	failed_schedules.n = 0;
+	if (fired_all)
+		jobq_fire_skip_reset(&failed_schedules);
 	do
 	{
 		WorkerBeginStep("jobq: firing schedules");
@@ -351,12 +358,15 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 		}
 		SPI_connect();
 		fired += jobq_fire_due_schedules(next_due, &failed_schedules, &more);
-		if (!more)
+		if (!more || jobq_budget_spent())
 			has_handlers = jobq_database_has_handlers();
 		SPI_finish();
 		WorkerEndStep();
 		CHECK_FOR_INTERRUPTS();
-	} while (more);
+	} while (more && !jobq_budget_spent());
+	fired_all = !more;
+	if (more)
+		*unfinished = true;
 	/* still due though due at the start: locked by a client; try next round */
 	if (*next_due != 0 && *next_due <= round_start)
 		*next_due = round_start;
@@ -370,7 +380,11 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 	if (!WorkerOrphansEnded())
 		return false;
 
-	/* reap expired leases, batch by batch */
+	/*
+	 * reap expired leases, batch by batch; their cascades get a budget of
+	 * their own
+	 */
+	jobq_budget_start(jobq_pass_budget_ms);
 	do
 	{
 		WorkerBeginStep("jobq: reaping expired leases");

@@ -64,6 +64,12 @@ PG_FUNCTION_INFO_V1(jobq_run_schedule);
 #define JOBQ_MAX_FIRE_SCAN		100000
 /* Most schedules fired in one transaction. */
 #define JOBQ_SCHEDULE_BATCH		100
+
+/*
+ * How long a fire waits for a lock (a queue's row a client holds, say)
+ * before it is tried again next round, its queue's other schedules with it.
+ */
+#define JOBQ_FIRE_LOCK_TIMEOUT_MS	10
 /* Most other keys derived for one fire whose own key a client's job holds. */
 #define JOBQ_FIRE_KEY_TRIES		8
 
@@ -287,7 +293,7 @@ FireUnit(void *arg)
 
 /* skip's ids as an int8[] datum. */
 static Datum
-SkipArray(const JobqIdSet *skip)
+SkipArray(const JobqFireSkip *skip)
 {
 	Datum	   *elems = palloc(sizeof(Datum) * Max(skip->n, 1));
 
@@ -297,9 +303,21 @@ SkipArray(const JobqIdSet *skip)
 										   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
+/* skip's queues as a text[] datum. */
+static Datum
+SkipQueuesArray(const JobqFireSkip *skip)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(skip->nqueues, 1));
+
+	for (int i = 0; i < skip->nqueues; i++)
+		elems[i] = CStringGetTextDatum(skip->queues[i]);
+	return PointerGetDatum(construct_array(elems, skip->nqueues, TEXTOID, -1, false,
+										   TYPALIGN_INT));
+}
+
 /* Add id to skip, whose memory lives in skip->cxt. */
 static void
-SkipAdd(JobqIdSet *skip, int64 id)
+SkipAdd(JobqFireSkip *skip, int64 id)
 {
 	if (skip->n == skip->cap)
 	{
@@ -311,22 +329,63 @@ SkipAdd(JobqIdSet *skip, int64 id)
 	skip->ids[skip->n++] = id;
 }
 
+/* Is queue one of skip's? */
+static bool
+SkipHasQueue(const JobqFireSkip *skip, const char *queue)
+{
+	for (int i = 0; i < skip->nqueues; i++)
+		if (strcmp(skip->queues[i], queue) == 0)
+			return true;
+	return false;
+}
+
+/* Add queue to skip (copied into skip->cxt). */
+static void
+SkipAddQueue(JobqFireSkip *skip, const char *queue)
+{
+	if (SkipHasQueue(skip, queue))
+		return;
+	if (skip->nqueues == skip->qcap)
+	{
+		skip->qcap = Max(8, skip->qcap * 2);
+		skip->queues = skip->queues == NULL ?
+			MemoryContextAlloc(skip->cxt, sizeof(char *) * skip->qcap) :
+			repalloc(skip->queues, sizeof(char *) * skip->qcap);
+	}
+	skip->queues[skip->nqueues++] = MemoryContextStrdup(skip->cxt, queue);
+}
+
+/* Empty skip (its memory stays for reuse). */
+void
+jobq_fire_skip_reset(JobqFireSkip *skip)
+{
+	for (int i = 0; i < skip->nqueues; i++)
+		pfree(skip->queues[i]);
+	skip->nqueues = 0;
+	skip->n = 0;
+}
+
 /*
  * Fire the due, unpaused schedules, up to JOBQ_SCHEDULE_BATCH of them, each
- * a unit of its own (jobq_run_unit): one schedule's error (a cron
+ * a unit of its own (jobq_run_unit_for): one schedule's error (a cron
  * expression or time zone that no longer parses, a queue that refuses the
  * job) is logged, rolls back that schedule's fire alone, and leaves it due
  * for the next round.  Schedules locked by someone else are skipped (SKIP
- * LOCKED), as are the ids in *skip, and those that fail now are added to it
- * so the rest of the round leaves them out.  SPI connected.  Returns the
- * number of jobs enqueued; *more is set when the batch was full; *next_due
- * gets the earliest next fire time of the schedules not skipped (0: none).
+ * LOCKED), as are the ids and queues in *skip; those that fail now are
+ * added to it, and so is the queue of one that waited for a lock in vain
+ * (JOBQ_FIRE_LOCK_TIMEOUT_MS: a client holding a queue's row, one it is
+ * creating, say, would cost every schedule of that queue the wait), so the
+ * rest of the round leaves them out.  Under a budget (the worker's pass) it
+ * stops when the budget is spent, after one fire at least.  SPI connected.
+ * Returns the number of jobs enqueued; *more is set when the batch was full
+ * or the budget stopped it; *next_due gets the earliest next fire time of
+ * the schedules not skipped (0: none).
  */
 int64
-jobq_fire_due_schedules(TimestampTz *next_due, JobqIdSet *skip, bool *more)
+jobq_fire_due_schedules(TimestampTz *next_due, JobqFireSkip *skip, bool *more)
 {
-	Oid			types[3] = {TIMESTAMPTZOID, INT4OID, INT8ARRAYOID};
-	Datum		values[3];
+	Oid			types[4] = {TIMESTAMPTZOID, INT4OID, INT8ARRAYOID, TEXTARRAYOID};
+	Datum		values[4];
 	TimestampTz now = GetCurrentTimestamp();
 	SPITupleTable *due;
 	uint64		n;
@@ -336,12 +395,13 @@ jobq_fire_due_schedules(TimestampTz *next_due, JobqIdSet *skip, bool *more)
 	values[0] = TimestampTzGetDatum(now);
 	values[1] = Int32GetDatum(JOBQ_SCHEDULE_BATCH);
 	values[2] = SkipArray(skip);
+	values[3] = SkipQueuesArray(skip);
 	jobq_spi_exec(jobq_plan(&plan_due,
 							"SELECT " JOBQ_SCHEDULE_COLUMNS " FROM jobq.schedule"
 							" WHERE NOT paused AND next_fire_at <= $1"
-							" AND schedule_id <> ALL ($3)"
+							" AND schedule_id <> ALL ($3) AND queue <> ALL ($4)"
 							" ORDER BY next_fire_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-							3, types),
+							4, types),
 				  values, NULL, SPI_OK_SELECT);
 	due = SPI_tuptable;
 	n = SPI_processed;
@@ -351,26 +411,40 @@ jobq_fire_due_schedules(TimestampTz *next_due, JobqIdSet *skip, bool *more)
 		JobqSchedule s;
 		JobqFireUnit u;
 		char	   *unit;
+		int			sqlerrcode;
 
+		if (i > 0 && jobq_budget_spent())
+		{
+			/* the rest stay due (and locked until this step ends) */
+			*more = true;
+			break;
+		}
 		ScheduleFromTuple(due->vals[i], due->tupdesc, &s);
+		if (SkipHasQueue(skip, s.queue))
+			continue;
 		u.s = &s;
 		u.now = now;
 		u.fired = 0;
 		unit = psprintf("firing schedule \"%s\"", s.name);
-		if (jobq_run_unit(unit, FireUnit, &u))
+		if (jobq_run_unit_for(unit, FireUnit, &u, JOBQ_FIRE_LOCK_TIMEOUT_MS, &sqlerrcode))
 			fired += u.fired;
 		else
+		{
 			SkipAdd(skip, s.id);
+			if (sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+				SkipAddQueue(skip, s.queue);
+		}
 		pfree(unit);
 	}
 
 	if (next_due != NULL)
 	{
 		values[0] = SkipArray(skip);
+		values[1] = SkipQueuesArray(skip);
 		jobq_spi_exec(jobq_plan(&plan_next_fire,
 								"SELECT min(next_fire_at) FROM jobq.schedule WHERE NOT paused"
-								" AND schedule_id <> ALL ($1)",
-								1, &types[2]),
+								" AND schedule_id <> ALL ($1) AND queue <> ALL ($2)",
+								2, &types[2]),
 					  values, NULL, SPI_OK_SELECT);
 		*next_due = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 													  SPI_tuptable->tupdesc, 1, &isnull));
@@ -630,14 +704,12 @@ jobq_run_schedules(PG_FUNCTION_ARGS)
 {
 	JobqSavedUser saved;
 	int64		fired = 0;
-	JobqIdSet	skip;
+	JobqFireSkip skip = {0};
 	bool		more;
 
 	jobq_require_writable("jobq.run_schedules()");
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);
-	skip.ids = NULL;
-	skip.n = skip.cap = 0;
 	skip.cxt = CurrentMemoryContext;
 	do
 		fired += jobq_fire_due_schedules(NULL, &skip, &more);

@@ -12,17 +12,25 @@
 
 #include "datatype/timestamp.h"
 
-/* A set of ids, growing in memory context cxt. */
-typedef struct JobqIdSet
+/*
+ * What firing leaves out: the schedules that failed, and the queues a fire
+ * found locked (their other schedules would wait for the same lock), growing
+ * in memory context cxt.
+ */
+typedef struct JobqFireSkip
 {
 	int64	   *ids;
 	int			n;
 	int			cap;
+	char	  **queues;
+	int			nqueues;
+	int			qcap;
 	MemoryContext cxt;
-} JobqIdSet;
+} JobqFireSkip;
 
 /* SPI must be connected. */
-extern int64 jobq_fire_due_schedules(TimestampTz *next_due, JobqIdSet *skip,
+extern int64 jobq_fire_due_schedules(TimestampTz *next_due, JobqFireSkip *skip,
 									 bool *more);
+extern void jobq_fire_skip_reset(JobqFireSkip *skip);
 
 #endif							/* JOBQ_SCHEDULER_H */
