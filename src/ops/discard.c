@@ -35,7 +35,9 @@
 #include "args.h"
 #include "guc.h"
 #include "spi.h"
+#include "contain.h"
 #include "ops/discard.h"
+#include "queue/settings.h"
 #include "workflow/settle.h"
 
 PG_FUNCTION_INFO_V1(jobq_drop_queue);
@@ -59,6 +61,9 @@ static SPIPlanPtr plan_delete_job_depend;
  * for ever), their own parents forgotten (0.2.0 on; their dependents keep
  * their outcome).
  */
+/* How long jobq.drop_queue waits for the transactions enqueueing into it. */
+#define JOBQ_DROP_LOCK_TIMEOUT_MS	5000
+
 #define JOBQ_DELETE_HEAD(which) \
 	"WITH dj AS (DELETE FROM jobq.job j WHERE " which \
 	" RETURNING j.job_id, j.kind, j.idempotency_key, COALESCE(j.finished_at, $3) AS finished_at)," \
@@ -78,6 +83,30 @@ KeyRetention(Interval *iv, char *null)
 	iv->time = (int64) jobq_idempotency_retention * USECS_PER_SEC;
 	*null = jobq_idempotency_retention < 0 ? 'n' : ' ';
 	return IntervalPGetDatum(iv);
+}
+
+/*
+ * Error out when a job of queue (name: its text datum) has dependents whose
+ * settling waits in jobq.settle_deferred.
+ */
+static void
+DeferredCheck(const char *queue, Datum name)
+{
+	Oid			types[1] = {TEXTOID};
+	bool		isnull;
+
+	jobq_spi_exec(jobq_plan(&plan_deferred,
+							"SELECT count(*) FROM jobq.settle_deferred s JOIN jobq.job j"
+							" ON j.job_id = s.parent_id WHERE j.queue = $1",
+							1, types),
+				  &name, NULL, SPI_OK_SELECT);
+	if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("queue \"%s\" has jobs whose dependents are still to be settled",
+						jobq_quote_arg(queue)),
+				 errdetail("Another transaction holds a dependent of one of them; the background worker settles it once that transaction ends."),
+				 errhint("Try again in a moment.")));
 }
 
 /*
@@ -106,6 +135,19 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
+
+	/*
+	 * Wait for the transactions enqueueing into it to end (briefly: a client
+	 * that keeps one open makes the drop fail, not wait), and keep new ones
+	 * out until this one ends.
+	 */
+	if (!jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, JOBQ_DROP_LOCK_TIMEOUT_MS))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("queue \"%s\" has enqueues in progress", jobq_quote_arg(queue)),
+				 errdetail("A transaction that enqueued into it has not ended within %d ms.",
+						   JOBQ_DROP_LOCK_TIMEOUT_MS),
+				 errhint("Try again once it ends.")));
 	jobq_spi_exec(jobq_plan(&plan_queue_lock,
 							"SELECT 1 FROM jobq.queue WHERE name = $1 FOR UPDATE", 1, types),
 				  values, NULL, SPI_OK_SELECT);
@@ -131,20 +173,7 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 
 	depend = jobq_depend_installed();
 	if (depend)
-	{
-		jobq_spi_exec(jobq_plan(&plan_deferred,
-								"SELECT count(*) FROM jobq.settle_deferred s JOIN jobq.job j"
-								" ON j.job_id = s.parent_id WHERE j.queue = $1",
-								1, types),
-					  values, NULL, SPI_OK_SELECT);
-		if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_IN_USE),
-					 errmsg("queue \"%s\" has jobs whose dependents are still to be settled",
-							jobq_quote_arg(queue)),
-					 errdetail("Another transaction holds a dependent of one of them; the background worker settles it once that transaction ends."),
-					 errhint("Try again in a moment.")));
-	}
+		DeferredCheck(queue, values[0]);
 
 	/* cancel what is unfinished, so that dependents elsewhere settle */
 	jobq_spi_exec(jobq_plan(&plan_cancel_all,
@@ -152,6 +181,14 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 							" WHERE queue = $1 AND status IN ('pending', 'running', 'blocked')",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
+
+	/*
+	 * A cancel that met a dependent another transaction holds left its
+	 * settling to the worker (jobq.settle_deferred): deleting the parent now
+	 * would leave that dependent blocked for good
+	 */
+	if (depend)
+		DeferredCheck(queue, values[0]);
 
 	if (depend)
 		jobq_spi_exec(jobq_plan(&plan_delete_jobs_depend,

@@ -10,6 +10,8 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "common/hashfn.h"
+#include "storage/lmgr.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "utils/resowner.h"
@@ -164,15 +166,63 @@ jobq_queue_get(const char *queue, JobqQueue *q)
 	return true;
 }
 
-/* Read a queue's settings, creating the queue on first use. */
+/* locktag_field4 of jobq's locks on queue names (advisory locks use 1 and 2) */
+#define JOBQ_LOCKTAG_QUEUE	0x6a71
+
+/*
+ * A lock of jobq's own on a queue's name, in the advisory lock space of
+ * this database: every transaction that enqueues into the queue holds it in
+ * share mode, jobq.drop_queue takes it exclusively, so that no job lands in
+ * a queue its drop is removing (it would outlive the drop, and go to
+ * whoever creates a queue of that name next).  Two names with one hash
+ * only share waits.
+ */
+static void
+QueueLockTag(LOCKTAG *tag, const char *queue)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) queue, strlen(queue), 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 JOBQ_LOCKTAG_QUEUE);
+}
+
+/* Take queue's name lock exclusively, for jobq.drop_queue (a unit, contain.c). */
+void
+jobq_queue_lock_for_drop(void *queue)
+{
+	LOCKTAG		tag;
+
+	QueueLockTag(&tag, (const char *) queue);
+	(void) LockAcquire(&tag, AccessExclusiveLock, false, false);
+}
+
+/*
+ * Read a queue's settings, creating the queue on first use: for an enqueue,
+ * which holds the queue's name lock from here to its transaction's end.
+ */
 void
 jobq_queue_get_or_create(const char *queue, JobqQueue *q)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
+	LOCKTAG		tag;
+	bool		waited = false;
 
+	QueueLockTag(&tag, queue);
+	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		(void) LockAcquire(&tag, AccessShareLock, false, false);
+		waited = true;
+	}
 	if (jobq_queue_get(queue, q))
 		return;
+	if (waited)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("queue \"%s\" was dropped while this call waited for it",
+						jobq_quote_arg(queue)),
+				 errdetail("The capabilities it was checked against went with the queue."),
+				 errhint("Try again: the queue is created anew for a role that may use it.")));
 	values[0] = CStringGetTextDatum(queue);
 	jobq_spi_exec(jobq_plan(&plan_queue_create,
 							"INSERT INTO jobq.queue (name) VALUES ($1) ON CONFLICT DO NOTHING",

@@ -31,6 +31,7 @@ typedef struct JobqQueue
 /* SPI must be connected. */
 extern bool jobq_queue_get(const char *queue, JobqQueue *q);
 extern void jobq_queue_get_or_create(const char *queue, JobqQueue *q);
+extern void jobq_queue_lock_for_drop(void *queue);
 extern Oid	jobq_ready_relid(void);
 
 #endif							/* JOBQ_QUEUE_SETTINGS_H */
