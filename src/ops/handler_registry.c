@@ -60,12 +60,13 @@ HandlerOwnerCheck(const char *kind, Oid role)
 	if (SPI_processed == 0)
 		return;
 	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	/* not naming the role: the caller may not know of it */
 	if (owner != role && !superuser_arg(role))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("the handler of kind \"%s\" belongs to role \"%s\"", kind,
-						GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "?"),
-				 errhint("Only that role or a superuser may replace or remove it.")));
+				 errmsg("the handler of kind \"%s\" belongs to another role", kind),
+				 errdetail("Handler kinds are shared by every queue of the database."),
+				 errhint("Only that role or a superuser may replace or remove it: choose a kind of your own (with your application's prefix, say).")));
 }
 
 /*

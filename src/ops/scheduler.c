@@ -605,9 +605,19 @@ ScheduleRequire(Oid role, Datum name, bool missing_ok)
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0 && missing_ok)
 		return;
-	jobq_require(role, SPI_processed > 0 ?
-				 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) : NULL,
-				 JOBQ_CAP_ADMINISTER);
+	if (SPI_processed == 0)
+		jobq_require(role, NULL, JOBQ_CAP_ADMINISTER);
+	else if (!jobq_may(role, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+					   JOBQ_CAP_ADMINISTER))
+	{
+		/* not naming its queue: the caller may not know of it */
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to administer schedule \"%s\"",
+						jobq_quote_arg(TextDatumGetCString(name))),
+				 errdetail("It belongs to a queue the role does not administer; schedule names are shared by every queue of the database."),
+				 errhint("Choose another name, or ask an administrator of its queue.")));
+	}
 }
 
 /*

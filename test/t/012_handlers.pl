@@ -105,7 +105,7 @@ $node->safe_psql('postgres', q{CREATE ROLE other; SELECT jobq.grant('default', '
 	GRANT USAGE ON SCHEMA app TO other; GRANT EXECUTE ON FUNCTION app.bad(jsonb) TO other});
 ($ret, $out, $err) = $node->psql('postgres',
 	q{SET ROLE other; SELECT jobq.register_handler('work', 'app.bad(jsonb)')});
-like($err, qr/belongs to role "app"/, "another role cannot take over app's kind");
+like($err, qr/belongs to another role/, "another role cannot take over app's kind");
 
 # cancel of a running handler: interrupted, effects rolled back, executor lives
 $id = $node->safe_psql('postgres',
