@@ -170,19 +170,29 @@ jobq_queue_get(const char *queue, JobqQueue *q)
 #define JOBQ_LOCKTAG_QUEUE	0x6a71
 
 /*
+ * How many locks queue names share: a transaction that enqueues into many
+ * queues holds at most this many (one per queue, 60,000 queues in one
+ * statement ran out of the lock table: max_locks_per_transaction).
+ */
+#define JOBQ_QUEUE_LOCKS	64
+
+/*
  * A lock of jobq's own on a queue's name, in the advisory lock space of
  * this database: every transaction that enqueues into the queue holds it in
  * share mode, jobq.drop_queue takes it exclusively, so that no job lands in
  * a queue its drop is removing (it would outlive the drop, and go to
- * whoever creates a queue of that name next).  Two names with one hash
- * only share waits.
+ * whoever creates a queue of that name next).  Names share JOBQ_QUEUE_LOCKS
+ * locks by a hash seeded at server start, so no client can pick a name
+ * whose enqueues hold up the drop of another's queue; sharing costs a drop
+ * a wait for the enqueues in progress of a few other queues.
  */
 static void
 QueueLockTag(LOCKTAG *tag, const char *queue)
 {
-	uint64		h = hash_bytes_extended((const unsigned char *) queue, strlen(queue), 0);
+	uint64		h = hash_bytes_extended((const unsigned char *) queue, strlen(queue),
+										jobq_state_seed());
 
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h % JOBQ_QUEUE_LOCKS), 0,
 						 JOBQ_LOCKTAG_QUEUE);
 }
 

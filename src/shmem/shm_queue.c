@@ -215,7 +215,8 @@ typedef struct JobqShared
 {
 	pg_atomic_uint64 settings_gen;	/* bumped by each commit that wrote
 									 * jobq.queue */
-	uint64		kinds_seed;		/* of jobq_state_kinds_id, set at start */
+	uint64		seed;			/* of hashes no client may predict, set at
+								 * start */
 } JobqShared;
 
 static HTAB *JobqStateHash = NULL;
@@ -299,8 +300,8 @@ StateShmemStartup(void)
 	if (!found)
 	{
 		pg_atomic_init_u64(&jobq_shared->settings_gen, 1);
-		if (!pg_strong_random(&jobq_shared->kinds_seed, sizeof(jobq_shared->kinds_seed)))
-			jobq_shared->kinds_seed = (uint64) GetCurrentTimestamp() ^ ((uint64) MyProcPid << 32);
+		if (!pg_strong_random(&jobq_shared->seed, sizeof(jobq_shared->seed)))
+			jobq_shared->seed = (uint64) GetCurrentTimestamp() ^ ((uint64) MyProcPid << 32);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -371,13 +372,23 @@ StateLookup(const char *queue, bool create)
 }
 
 /*
+ * A random number of this server's start, the same in every process (0 when
+ * jobq is not preloaded): the seed of hashes that no client may predict.
+ */
+uint64
+jobq_state_seed(void)
+{
+	return jobq_shared != NULL ? jobq_shared->seed : 0;
+}
+
+/*
  * The id of a set of kinds a claim names (never 0): a hash of the kinds, in
  * order, seeded at server start.
  */
 uint64
 jobq_state_kinds_id(Datum *kinds, bool *nulls, int n)
 {
-	uint64		h = jobq_shared != NULL ? jobq_shared->kinds_seed : 0;
+	uint64		h = jobq_state_seed();
 
 	h = hash_combine64(h, (uint64) n);
 	for (int i = 0; i < n; i++)
