@@ -320,6 +320,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 {
 	static JobqFireSkip failed_schedules = {0};
 	static bool fired_all = true;
+	static TimestampTz failed_since = 0;
 	int64		reaped = 0;
 	int64		pruned = 0;
 	int64		fired = 0;
@@ -342,11 +343,15 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 	 * fire due schedules, batch by batch, within the budget: a tenant's
 	 * schedules (thousands due every second, or a queue they hold locked)
 	 * must not keep the worker from reaping.  A failing one (or a locked
-	 * queue's) waits until every other due schedule has had its turn.
+	 * queue's) waits until every other due schedule has had its turn, or a
+	 * second at most (while others flood the worker, that turn never comes).
 	 */
 	failed_schedules.cxt = TopMemoryContext;
-	if (fired_all)
+	if (fired_all || TimestampDifferenceExceeds(failed_since, round_start, 1000))
+	{
 		jobq_fire_skip_reset(&failed_schedules);
+		failed_since = round_start;
+	}
 	do
 	{
 		WorkerBeginStep("jobq: firing schedules");

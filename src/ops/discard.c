@@ -25,6 +25,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
@@ -136,12 +137,24 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
 
+	/* its statements must see what the enqueues it waits for commit */
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("jobq.drop_queue cannot run under a transaction snapshot"),
+				 errdetail("Jobs enqueued since the snapshot would outlive the drop."),
+				 errhint("Run it in a READ COMMITTED transaction.")));
+
 	/*
 	 * Wait for the transactions enqueueing into it to end (briefly: a client
 	 * that keeps one open makes the drop fail, not wait), and keep new ones
-	 * out until this one ends.
+	 * out until this one ends.  Forced, it does not wait: the handlers it
+	 * fences (their transactions hold the lock when they enqueued into the
+	 * queue) are rolled back once it commits.
 	 */
-	if (!jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, JOBQ_DROP_LOCK_TIMEOUT_MS))
+	if (force)
+		(void) jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, 1);
+	else if (!jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, JOBQ_DROP_LOCK_TIMEOUT_MS))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("queue \"%s\" has enqueues in progress", jobq_quote_arg(queue)),

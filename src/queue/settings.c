@@ -46,6 +46,7 @@ PG_FUNCTION_INFO_V1(jobq_configure);
 /* Saved plans, one per statement. */
 static SPIPlanPtr plan_queue_get;
 static SPIPlanPtr plan_queue_create;
+static SPIPlanPtr plan_queue_exists;
 static SPIPlanPtr plan_configure_check;
 static SPIPlanPtr plan_configure;
 
@@ -225,7 +226,28 @@ jobq_queue_get_or_create(const char *queue, JobqQueue *q)
 		waited = true;
 	}
 	if (jobq_queue_get(queue, q))
+	{
+		/*
+		 * A transaction snapshot may still show a queue a drop removed since
+		 * (and the grants the caller was checked against): look at the latest
+		 * state
+		 */
+		if (IsolationUsesXactSnapshot())
+		{
+			values[0] = CStringGetTextDatum(queue);
+			jobq_spi_exec_latest(jobq_plan(&plan_queue_exists,
+										   "SELECT 1 FROM jobq.queue WHERE name = $1", 1, types),
+								 values, NULL, SPI_OK_SELECT);
+			if (SPI_processed == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to a drop of queue \"%s\"",
+								jobq_quote_arg(queue)),
+						 errdetail("The queue was dropped after this transaction's snapshot was taken."),
+						 errhint("Try again.")));
+		}
 		return;
+	}
 	if (waited)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
