@@ -77,8 +77,8 @@ HandlerOwnerCheck(const char *kind, Oid role)
 Datum
 jobq_register_handler(PG_FUNCTION_ARGS)
 {
-	Oid			types[5] = {TEXTOID, TEXTOID, TEXTOID, REGROLEOID, BOOLOID};
-	Datum		values[5];
+	Oid			types[6] = {TEXTOID, TEXTOID, TEXTOID, REGROLEOID, BOOLOID, BOOLOID};
+	Datum		values[6];
 	const char *kind = jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false);
 	const char *queue = jobq_name_arg(fcinfo, 2, "queue", jobq_max_name_length, false);
 	Oid			handler;
@@ -131,13 +131,29 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 	jobq_owner_begin(&saved);
 	jobq_require(run_as, queue, JOBQ_CAP_ADMINISTER);
 	HandlerOwnerCheck(kind, run_as);
+
+	/*
+	 * A handler of that kind another role registered meanwhile (after the
+	 * check, which did not see it) is not taken over: the check runs again on
+	 * it (a superuser replaces any)
+	 */
+	values[5] = BoolGetDatum(superuser_arg(run_as));
 	jobq_spi_exec(jobq_plan(&plan_register,
 							"INSERT INTO jobq.handler (kind, handler, queue, run_as, allow_superuser)"
 							" VALUES ($1, $2, $3, $4, $5)"
 							" ON CONFLICT (kind) DO UPDATE SET handler = $2, queue = $3,"
-							" run_as = $4, allow_superuser = $5, updated_at = now()",
-							5, types),
+							" run_as = $4, allow_superuser = $5, updated_at = now()"
+							" WHERE jobq.handler.run_as = $4 OR $6",
+							6, types),
 				  values, NULL, SPI_OK_INSERT);
+	if (SPI_processed == 0)
+	{
+		HandlerOwnerCheck(kind, run_as);
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("the handler of kind \"%s\" changed while it was registered", kind),
+				 errhint("Try again.")));
+	}
 	jobq_owner_end(&saved);
 	jobq_bgw_wake_worker_at_commit();
 	PG_RETURN_VOID();

@@ -74,6 +74,7 @@ PG_FUNCTION_INFO_V1(jobq_run_schedule);
 #define JOBQ_FIRE_KEY_TRIES		8
 
 static SPIPlanPtr plan_upsert;
+static SPIPlanPtr plan_upsert_moved;
 static SPIPlanPtr plan_schedule_queue;
 static SPIPlanPtr plan_schedule_count;
 static SPIPlanPtr plan_unschedule;
@@ -572,6 +573,12 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	/* re-scheduling an existing name also needs its current queue */
 	ScheduleRequire(saved.caller, values[0], true);
 	ScheduleCountCheck(values[0], values[4]);
+
+	/*
+	 * A schedule of that name another transaction made meanwhile (after the
+	 * check, which did not see it) is taken over only within the queue
+	 * checked: else the check runs again on it, and then the upsert
+	 */
 	jobq_spi_exec(jobq_plan(&plan_upsert,
 							"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
 							" misfire, priority, next_fire_at)"
@@ -579,9 +586,24 @@ jobq_schedule(PG_FUNCTION_ARGS)
 							" ON CONFLICT (name) DO UPDATE SET cron = $2, kind = $3, payload = $4,"
 							" queue = $5, timezone = $6, misfire = $7, priority = $8,"
 							" next_fire_at = $9, updated_at = now()"
+							" WHERE jobq.schedule.queue = $5"
 							" RETURNING schedule_id",
 							9, types),
 				  values, nulls, SPI_OK_INSERT_RETURNING);
+	if (SPI_processed == 0)
+	{
+		ScheduleRequire(saved.caller, values[0], true);
+		jobq_spi_exec(jobq_plan(&plan_upsert_moved,
+								"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
+								" misfire, priority, next_fire_at)"
+								" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+								" ON CONFLICT (name) DO UPDATE SET cron = $2, kind = $3, payload = $4,"
+								" queue = $5, timezone = $6, misfire = $7, priority = $8,"
+								" next_fire_at = $9, updated_at = now()"
+								" RETURNING schedule_id",
+								9, types),
+					  values, nulls, SPI_OK_INSERT_RETURNING);
+	}
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	jobq_owner_end(&saved);
 	jobq_bgw_wake_worker_at_commit();
