@@ -142,3 +142,10 @@ SELECT jobq.cron_next('* * * * *', '-infinity');
 SELECT jobq.cron_next(NULL, '2024-01-01') IS NULL AS null_cron;
 SELECT jobq.cron_next('* * * * *', NULL) IS NULL AS null_after;
 SELECT jobq.cron_next('* * * * *', '2024-01-01', NULL) IS NULL AS null_zone;
+
+-- POSIX zone specifications PostgreSQL accepts up to 167 hours from UTC:
+-- refused beyond 25 hours, now and across their transitions (one gave a
+-- time before the start, and a schedule in it stopped firing)
+SELECT jobq.cron_next('* * * * *', '2024-01-01 00:00+00', 'FOO-167');
+SELECT jobq.cron_next('* * * * *', '2024-11-03 01:17:06+00', 'AAA+100BBB-100,M3.2.0,M11.1.0');
+SELECT jobq.cron_next('* * * * *', '2024-01-01 00:00+00', 'AAA+24BBB-2,J1/0,J340/0') AS "24 hours: taken";

@@ -43,10 +43,21 @@ PG_FUNCTION_INFO_V1(jobq_cron_next);
 	((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY)
 
 /*
- * UTC offsets stay well within a day (the tz library allows about 25
- * hours), so a transition more than three days away cannot matter.
+ * UTC offsets stay well within a day (jobq_cron_timezone refuses a zone
+ * beyond CRON_TZ_MAX_OFFSET), so a transition more than three days away
+ * cannot matter.
  */
 #define CRON_TZ_WINDOW			(3 * SECS_PER_DAY)
+
+/*
+ * The largest UTC offset a schedule's zone may have: every real zone is
+ * within 14 hours, while PostgreSQL accepts POSIX zone specifications up to
+ * 167 hours away, which the window above cannot take.
+ */
+#define CRON_TZ_MAX_OFFSET		(25 * SECS_PER_HOUR)
+
+/* How many of a zone's coming transitions jobq_cron_timezone looks at. */
+#define CRON_TZ_CHECKED_TRANSITIONS	8
 
 /* Upper bound on transitions looked at in one window; never reached. */
 #define CRON_TZ_MAX_STEPS		1000
@@ -141,6 +152,37 @@ jobq_cron_timezone(const char *name)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unrecognized time zone \"%s\"", jobq_quote_arg(name)),
 				 errhint("Use a name from pg_timezone_names, such as \"UTC\" or \"America/New_York\".")));
+	else
+	{
+		/*
+		 * its offsets now and after its coming transitions (a POSIX rule
+		 * repeats yearly)
+		 */
+		pg_time_t	t = (pg_time_t) timestamptz_to_time_t(GetCurrentTimestamp());
+
+		for (int i = 0; i < CRON_TZ_CHECKED_TRANSITIONS; i++)
+		{
+			long		before;
+			long		after = 0;
+			int			before_dst;
+			int			after_dst;
+			pg_time_t	boundary;
+			int			found = pg_next_dst_boundary(&t, &before, &before_dst, &boundary,
+													 &after, &after_dst, tz);
+
+			if (found < 0)
+				break;
+			if (labs(before) > CRON_TZ_MAX_OFFSET || labs(after) > CRON_TZ_MAX_OFFSET)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("time zone \"%s\" is more than 25 hours away from UTC",
+								jobq_quote_arg(name)),
+						 errhint("Use a name from pg_timezone_names, such as \"UTC\" or \"America/New_York\": every real zone is within 14 hours.")));
+			if (found == 0)
+				break;
+			t = boundary;
+		}
+	}
 	return tz;
 }
 
