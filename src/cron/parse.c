@@ -337,6 +337,7 @@ cron_parse_field(const CronFieldDef *def, const char *s, size_t len,
 		if (p < elem_end && *p == '/')
 		{
 			long		n = 0;
+			char		written[CRON_MAX_TEXT_LEN + 1];
 			const char *digits = ++p;
 
 			while (p < elem_end && isdigit((unsigned char) *p))
@@ -349,10 +350,12 @@ cron_parse_field(const CronFieldDef *def, const char *s, size_t len,
 				return cron_error(errbuf, errlen,
 								  "%s field \"%s\": a step must be a number",
 								  def->name, field);
+			/* the step as written (n stops growing past 100000) */
 			if (n < 1 || n > def->max)
 				return cron_error(errbuf, errlen,
-								  "%s field \"%s\": step %ld is out of range (1-%d)",
-								  def->name, field, n, def->max);
+								  "%s field \"%s\": step %s is out of range (1-%d)",
+								  def->name, field,
+								  cron_copy(written, sizeof(written), digits, p - digits), def->max);
 			step = (int) n;
 			/* "a/n" means "a-max/n" */
 			if (single)

@@ -173,6 +173,7 @@ static const struct
 	{"50-10 * * * *", "minute field \"50-10\": range 50-10 goes backwards"},
 	{"*/0 * * * *", "step 0 is out of range (1-59)"},
 	{"*/60 * * * *", "step 60 is out of range (1-59)"},
+	{"*/2147483648 * * * *", "step 2147483648 is out of range (1-59)"},
 	{"*/ * * * *", "a step must be a number"},
 	{"1,,2 * * * *", "minute field \"1,,2\": empty list element"},
 	{"1, * * * *", "empty list element"},
