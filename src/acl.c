@@ -389,11 +389,37 @@ AclSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
  */
 static Oid	handler_role = InvalidOid;
 
+/* The job whose handler runs, while it runs (0: none). */
+static int64 handler_job = 0;
+
 /* Executors: the handler about to run acts as role (InvalidOid: none). */
 void
 jobq_acl_set_handler_role(Oid role)
 {
 	handler_role = role;
+}
+
+/* Executors: the handler about to run is job_id's (0: none). */
+void
+jobq_acl_set_handler_job(int64 job_id)
+{
+	handler_job = job_id;
+}
+
+/*
+ * Error out when job_id is the job whose handler is running here: its
+ * executor finishes it by the handler's outcome, and a handler that
+ * completed, failed, released or cancelled it itself left it running, with
+ * nobody's lease, until the lease expired (calling function fn).
+ */
+void
+jobq_refuse_own_job(int64 job_id, const char *fn)
+{
+	if (handler_job != 0 && job_id == handler_job)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("a handler cannot call %s on its own job %lld", fn, (long long) job_id),
+				 errhint("Return a result to complete it, raise an error to fail it, or call jobq.snooze(delay).")));
 }
 
 /* The role whose rights a view or a SECURITY DEFINER function of jobq asks about. */

@@ -32,6 +32,8 @@ extern void jobq_owner_end(const JobqSavedUser *saved);
 extern bool jobq_may(Oid role, const char *queue, JobqCapability cap);
 extern void jobq_require(Oid role, const char *queue, JobqCapability cap);
 extern void jobq_acl_set_handler_role(Oid role);
+extern void jobq_acl_set_handler_job(int64 job_id);
+extern void jobq_refuse_own_job(int64 job_id, const char *fn);
 
 /* jobq.may_use_queue(queue) and jobq.may(queue, capability), for C callers too */
 extern Datum jobq_may_use_queue(PG_FUNCTION_ARGS);

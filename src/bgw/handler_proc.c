@@ -414,6 +414,7 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 	snooze_requested = false;
 	jobq_bgw_executor_set_job(job->job_id, job->lease_expires_at);
 	jobq_acl_set_handler_role(h->run_as);
+	jobq_acl_set_handler_job(job->job_id);
 	enable_timeout_after(STATEMENT_TIMEOUT, Max((int) Min(secs * 1000 + usecs / 1000, INT_MAX), 1));
 
 	call.h = h;
@@ -427,6 +428,7 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	jobq_acl_set_handler_role(InvalidOid);
+	jobq_acl_set_handler_job(0);
 	jobq_bgw_executor_set_job(0, 0);
 	AtEOXact_GUC(false, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec);

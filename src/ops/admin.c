@@ -409,6 +409,7 @@ jobq_cancel(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("job_id must not be null")));
 	job_id = PG_GETARG_INT64(0);
+	jobq_refuse_own_job(job_id, "jobq.cancel");
 
 	jobq_owner_begin(&saved);
 	for (int i = 0; i < JOBQ_CANCEL_TRIES; i++)

@@ -214,6 +214,7 @@ jobq_complete(PG_FUNCTION_ARGS)
 	TokenJsonArgs(fcinfo, "result", values, nulls);
 	if (nulls[2] == ' ')
 		result_null = false;
+	jobq_refuse_own_job(DatumGetInt64(values[0]), "jobq.complete");
 	jobq_owner_begin(&saved);
 	CompleteDirect(saved.caller, &values[0], &no_null, &values[1], &no_null,
 				   &values[2], &result_null, 1,
@@ -249,6 +250,9 @@ jobq_complete_many(PG_FUNCTION_ARGS)
 	jobq_array_arg(PG_GETARG_ARRAYTYPE_P(1), INT8OID, "lease_tokens", &tokens, &token_nulls,
 				   &ntokens);
 	jobq_check_same_length(n, "job_ids", ntokens, "lease_tokens");
+	for (int i = 0; i < n; i++)
+		if (!id_nulls[i])
+			jobq_refuse_own_job(DatumGetInt64(ids[i]), "jobq.complete_many");
 	if (n > jobq_max_batch)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -527,6 +531,7 @@ jobq_fail(PG_FUNCTION_ARGS)
 	jobq_require_arg(fcinfo, 1, "lease_token");
 	jobq_require_arg(fcinfo, 2, "error");
 	jobq_require_arg(fcinfo, 3, "retryable");
+	jobq_refuse_own_job(PG_GETARG_INT64(0), "jobq.fail");
 	error = ClipError(PG_GETARG_TEXT_PP(2));
 	retryable = PG_GETARG_BOOL(3);
 	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
@@ -559,6 +564,7 @@ jobq_snooze(PG_FUNCTION_ARGS)
 	jobq_require_arg(fcinfo, 0, "job_id");
 	jobq_require_arg(fcinfo, 1, "lease_token");
 	jobq_require_arg(fcinfo, 2, "delay");
+	jobq_refuse_own_job(PG_GETARG_INT64(0), "jobq.snooze(job_id, lease_token, delay)");
 	delay = PG_GETARG_INTERVAL_P(2);
 	(void) jobq_check_interval_arg(delay, "delay", 0, JOBQ_MAX_INTERVAL_US);
 
@@ -585,6 +591,7 @@ jobq_release(PG_FUNCTION_ARGS)
 
 	jobq_require_arg(fcinfo, 0, "job_id");
 	jobq_require_arg(fcinfo, 1, "lease_token");
+	jobq_refuse_own_job(PG_GETARG_INT64(0), "jobq.release");
 	PG_RETURN_BOOL(EndAttemptByToken(fcinfo, cstring_to_text("released by its worker"), NULL,
 									 true, NULL, "released", GetCurrentTimestamp(),
 									 &status));

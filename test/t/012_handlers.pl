@@ -210,5 +210,31 @@ is($node->safe_psql('postgres', qq{
 	join(',', map { "$_:completed:app" } split(/,/, $parents)),
 	"the handler's job argument lists its parents with their results");
 
+# a handler that finishes its own job itself (complete, then cancel) is
+# refused, so the job fails by that error at once (and is tried again),
+# instead of staying running with nobody's lease until the lease expired
+$node->safe_psql('postgres', q{
+	SET ROLE app;
+	CREATE FUNCTION app.self(payload jsonb, job jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+	BEGIN
+		IF payload->>'how' = 'complete' THEN
+			PERFORM jobq.complete((job->>'job_id')::bigint, (job->>'lease_token')::bigint, '{}');
+		ELSE
+			PERFORM jobq.cancel((job->>'job_id')::bigint);
+		END IF;
+		RETURN '{}';
+	END $$;
+	SELECT jobq.register_handler('self', 'app.self(jsonb,jsonb)');
+});
+for my $how ('complete', 'cancel')
+{
+	my $self = $node->safe_psql('postgres',
+		qq{SELECT job_id FROM jobq.enqueue('self', '{"how": "$how"}', max_retries => 0)});
+	ok($node->poll_query_until('postgres', "SELECT status = 'failed' FROM jobq.job WHERE job_id = $self"),
+		"a handler calling jobq.$how on its own job fails it at once");
+	like($node->safe_psql('postgres', "SELECT last_error FROM jobq.jobs WHERE job_id = $self"),
+		qr/a handler cannot call jobq\.$how on its own job/, "with an error that says why ($how)");
+}
+
 $node->stop;
 done_testing();
