@@ -108,6 +108,16 @@ SELECT created FROM jobq.enqueue('enc', idempotency_key => repeat(:'ch', 40));
 \echo :SQLSTATE
 RESET jobq.max_key_length;
 SELECT status, count(*) FROM jobq.jobs GROUP BY status ORDER BY status;
+-- SQL_ASCII's clients mostly write UTF-8: jobq cuts it on a UTF-8 boundary
+-- too (cut inside a character, it was invalid to every UTF-8 client)
+SELECT job_id AS j FROM jobq.enqueue('enc8', queue => 'enc8') \gset
+SELECT job_id AS j, lease_token AS t FROM jobq.claim('enc8') \gset
+SET jobq.max_error_length = 64;
+SELECT jobq.fail(:j, :t, 'x' || repeat('é', 100), retryable => false);
+RESET jobq.max_error_length;
+SELECT octet_length(last_error) AS bytes, last_error = 'x' || repeat('é', 31) AS whole_characters
+  FROM jobq.jobs WHERE job_id = :j;
+SELECT jobq.priority('x' || repeat('é', 100));
 
 \c postgres
 DROP DATABASE jobq_enc_sql_ascii;

@@ -257,8 +257,26 @@ jobq_quote_arg(const char *s)
 
 	if (len <= JOBQ_MAX_QUOTED_LEN)
 		return s;
-	len = pg_mbcliplen(s, len, JOBQ_MAX_QUOTED_LEN);
+	len = jobq_cliplen(s, len, JOBQ_MAX_QUOTED_LEN);
 	return psprintf("%.*s...", len, s);
+}
+
+/*
+ * How many of the len bytes at s to keep for at most limit, cut on a
+ * character boundary: of the server encoding, and in a SQL_ASCII database,
+ * where every byte is a character to PostgreSQL, of UTF-8 too (what its
+ * clients mostly write there; cut inside a UTF-8 character, the text is
+ * invalid to every UTF-8 client).
+ */
+int
+jobq_cliplen(const char *s, int len, int limit)
+{
+	int			keep = pg_mbcliplen(s, len, limit);
+
+	if (GetDatabaseEncoding() == PG_SQL_ASCII)
+		while (keep > 0 && keep < len && ((unsigned char) s[keep] & 0xC0) == 0x80)
+			keep--;
+	return keep;
 }
 
 /*

@@ -44,6 +44,7 @@ extern int64 jobq_check_interval_arg(const Interval *iv, const char *argname,
 extern TimestampTz jobq_check_timestamp_arg(TimestampTz t, const char *argname);
 extern TimestampTz jobq_timestamp_add(TimestampTz t, int64 usecs);
 extern const char *jobq_quote_arg(const char *s);
+extern int	jobq_cliplen(const char *s, int len, int limit);
 extern Interval *jobq_positive_interval_arg(FunctionCallInfo fcinfo, int argno,
 											const char *argname);
 extern int32 jobq_priority_arg(FunctionCallInfo fcinfo, int argno);

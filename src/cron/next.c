@@ -195,7 +195,7 @@ jobq_cron_parse_or_error(const char *text, CronSpec *spec)
 	if (!cron_parse(text, spec, errbuf, sizeof(errbuf)))
 	{
 		/* the parser cuts a long message by bytes: end on a whole character */
-		errbuf[pg_mbcliplen(errbuf, strlen(errbuf), sizeof(errbuf) - 1)] = '\0';
+		errbuf[jobq_cliplen(errbuf, strlen(errbuf), sizeof(errbuf) - 1)] = '\0';
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid cron expression: %s", errbuf),

@@ -287,7 +287,7 @@ ClipText(text *t, int limit)
 
 	if (len <= limit)
 		return t;
-	len = pg_mbcliplen(VARDATA_ANY(t), len, limit);
+	len = jobq_cliplen(VARDATA_ANY(t), len, limit);
 	return cstring_to_text_with_len(VARDATA_ANY(t), len);
 }
 
