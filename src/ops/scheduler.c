@@ -635,7 +635,7 @@ ScheduleRequire(Oid role, Datum name, bool missing_ok)
 		/* not naming its queue: the caller may not know of it */
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to administer schedule \"%s\"",
+				 errmsg("permission denied to administer the queue of schedule \"%s\"",
 						jobq_quote_arg(TextDatumGetCString(name))),
 				 errdetail("It belongs to a queue the role does not administer; schedule names are shared by every queue of the database."),
 				 errhint("Choose another name, or ask an administrator of its queue.")));
