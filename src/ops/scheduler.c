@@ -103,6 +103,15 @@ typedef struct JobqSchedule
 	TimestampTz last_fire_at;	/* 0: never fired */
 } JobqSchedule;
 
+/* Make or update a schedule: $1 name .. $9 next_fire_at. */
+#define JOBQ_SCHEDULE_UPSERT \
+	"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone," \
+	" misfire, priority, next_fire_at)" \
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)" \
+	" ON CONFLICT (name) DO UPDATE SET cron = $2, kind = $3, payload = $4," \
+	" queue = $5, timezone = $6, misfire = $7, priority = $8," \
+	" next_fire_at = $9, updated_at = now()"
+
 #define JOBQ_SCHEDULE_COLUMNS \
 	"schedule_id, name, cron, kind, payload, queue, timezone, misfire, priority," \
 	" next_fire_at, last_fire_at"
@@ -580,13 +589,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	 * checked: else the check runs again on it, and then the upsert
 	 */
 	jobq_spi_exec(jobq_plan(&plan_upsert,
-							"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
-							" misfire, priority, next_fire_at)"
-							" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-							" ON CONFLICT (name) DO UPDATE SET cron = $2, kind = $3, payload = $4,"
-							" queue = $5, timezone = $6, misfire = $7, priority = $8,"
-							" next_fire_at = $9, updated_at = now()"
-							" WHERE jobq.schedule.queue = $5"
+							JOBQ_SCHEDULE_UPSERT " WHERE jobq.schedule.queue = $5"
 							" RETURNING schedule_id",
 							9, types),
 				  values, nulls, SPI_OK_INSERT_RETURNING);
@@ -594,14 +597,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	{
 		ScheduleRequire(saved.caller, values[0], true);
 		jobq_spi_exec(jobq_plan(&plan_upsert_moved,
-								"INSERT INTO jobq.schedule (name, cron, kind, payload, queue, timezone,"
-								" misfire, priority, next_fire_at)"
-								" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-								" ON CONFLICT (name) DO UPDATE SET cron = $2, kind = $3, payload = $4,"
-								" queue = $5, timezone = $6, misfire = $7, priority = $8,"
-								" next_fire_at = $9, updated_at = now()"
-								" RETURNING schedule_id",
-								9, types),
+								JOBQ_SCHEDULE_UPSERT " RETURNING schedule_id", 9, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
 	}
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
