@@ -44,6 +44,9 @@
 PG_FUNCTION_INFO_V1(jobq_drop_queue);
 PG_FUNCTION_INFO_V1(jobq_discard);
 
+/* How long jobq.drop_queue waits for the transactions enqueueing into it. */
+#define JOBQ_DROP_LOCK_TIMEOUT_MS	5000
+
 static SPIPlanPtr plan_queue_lock;
 static SPIPlanPtr plan_running;
 static SPIPlanPtr plan_deferred;
@@ -62,9 +65,6 @@ static SPIPlanPtr plan_delete_job_depend;
  * for ever), their own parents forgotten (0.2.0 on; their dependents keep
  * their outcome).
  */
-/* How long jobq.drop_queue waits for the transactions enqueueing into it. */
-#define JOBQ_DROP_LOCK_TIMEOUT_MS	5000
-
 #define JOBQ_DELETE_HEAD(which) \
 	"WITH dj AS (DELETE FROM jobq.job j WHERE " which \
 	" RETURNING j.job_id, j.kind, j.idempotency_key, COALESCE(j.finished_at, $3) AS finished_at)," \
@@ -185,8 +185,6 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 				 errhint("Wait for them, or pass force => true to fence their workers and drop the queue anyway.")));
 
 	depend = jobq_depend_installed();
-	if (depend)
-		DeferredCheck(queue, values[0]);
 
 	/* cancel what is unfinished, so that dependents elsewhere settle */
 	jobq_spi_exec(jobq_plan(&plan_cancel_all,
@@ -196,9 +194,10 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 				  values, NULL, SPI_OK_SELECT);
 
 	/*
-	 * A cancel that met a dependent another transaction holds left its
-	 * settling to the worker (jobq.settle_deferred): deleting the parent now
-	 * would leave that dependent blocked for good
+	 * Dependents whose settling waits for the worker (jobq.settle_deferred:
+	 * another transaction holds them, from before the drop or met by its
+	 * cancels) would stay blocked for good once their parent is deleted:
+	 * refuse, which rolls the cancels back too
 	 */
 	if (depend)
 		DeferredCheck(queue, values[0]);

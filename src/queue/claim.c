@@ -380,17 +380,14 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	/* after any wait for the queue lock: the lease starts now */
 	now = GetCurrentTimestamp();
 	relid = jobq_ready_relid();
+	dc.kinds = NULL;
+	dc.kind_nulls = NULL;
+	dc.nkinds = 0;
 	if (kinds != NULL)
 	{
-		Datum	   *elems;
-		bool	   *elem_nulls;
-		int			nelems;
-
-		deconstruct_array(kinds, TEXTOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &nelems);
-		kinds_id = jobq_state_kinds_id(elems, elem_nulls, nelems);
-		/* a waiting claim makes an attempt per wake-up, in one context */
-		pfree(elems);
-		pfree(elem_nulls);
+		deconstruct_array(kinds, TEXTOID, -1, false, TYPALIGN_INT, &dc.kinds, &dc.kind_nulls,
+						  &dc.nkinds);
+		kinds_id = jobq_state_kinds_id(dc.kinds, dc.kind_nulls, dc.nkinds);
 	}
 	epoch = jobq_state_begin_claim(relid, queue, kinds_id, &pos, &start, &island);
 	*promoted = PromoteDue(relid, queue, now, &start);
@@ -419,7 +416,6 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	jobq_state_claim_begin(queue, two_pass ? &island.lo : &start);
 	dc.queue = queue;
 	dc.batch = batch;
-	dc.kinds = kinds;
 	dc.start = start;
 	dc.now = now;
 	dc.lease = lease ? lease : &q.lease;
@@ -470,6 +466,12 @@ ClaimOnce(const JobqClaimArgs *args, ReturnSetInfo *rsinfo, bool *promoted)
 	jobq_claim_direct(&dc, &claimed, &nrows, &island_rows, &passed);
 	if (keys_cxt != NULL)
 		MemoryContextDelete(keys_cxt);
+	/* a waiting claim makes an attempt per wake-up, in one context */
+	if (dc.kinds != NULL)
+	{
+		pfree(dc.kinds);
+		pfree(dc.kind_nulls);
+	}
 
 	/*
 	 * A key at its limit gets room when one of its jobs ends, which wakes no

@@ -905,9 +905,9 @@ jobq_claim_direct(const JobqDirectClaim *c, JobqClaimedRow **rows, uint64 *nrows
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "jobq claim", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(cxt);
 	OpenLeaseRels(&lr, true);
-	if (c->kinds)
-		deconstruct_array(c->kinds, TEXTOID, -1, false, TYPALIGN_INT, &cf.kinds, &cf.nulls,
-						  &cf.n);
+	cf.kinds = c->kinds;
+	cf.nulls = c->kind_nulls;
+	cf.n = c->nkinds;
 	cf.max_per_key = c->max_per_key;
 	cf.keys = c->key_counts;
 	arg.c = c;

@@ -78,7 +78,9 @@ typedef struct JobqDirectClaim
 {
 	const char *queue;
 	int32		batch;
-	ArrayType  *kinds;			/* NULL: any kind */
+	Datum	   *kinds;			/* text, nkinds of them; NULL: any kind */
+	bool	   *kind_nulls;
+	int			nkinds;
 	JobqClaimPos start;			/* the queue's claim position */
 	bool		has_island;		/* first the rows in [island_lo, island_hi] */
 	JobqClaimPos island_lo;
