@@ -5,8 +5,11 @@
 #
 # A root is a minimal Debian made by mmdebstrap --variant=apt (essential
 # packages and apt; no locale, no compiler), set up as a machine here: this
-# machine's resolv.conf and CA bundle (npm needs it), proc, sysfs, /dev
-# (bind), /dev/pts (bind) and a tmpfs on /dev/shm mounted.  Commands run in
+# machine's resolv.conf and CA bundle (npm needs it), proc, sysfs, a /dev
+# of its own (a tmpfs with the usual device nodes, never this machine's
+# /dev: removing a root left mounted by a killed run must not remove this
+# machine's devices), a devpts instance of its own on /dev/pts and a tmpfs
+# on /dev/shm mounted.  Commands run in
 # it through chroot with a clean environment (no LANG: a minimal root has
 # none).  No systemd runs there: what a command needs, it starts itself.
 # root_cleanup (call it from the caller's EXIT trap) kills what still runs
@@ -142,10 +145,28 @@ root_mount() {
 	done
 	root_mount_one "$RT/proc" -t proc proc &&
 		root_mount_one "$RT/sys" -t sysfs sysfs &&
-		root_mount_one "$RT/dev" --bind /dev &&
-		mount --make-private "$RT/dev" &&
-		root_mount_one "$RT/dev/pts" --bind /dev/pts &&
+		root_mount_one "$RT/dev" -t tmpfs -o mode=755,size=1m tmpfs &&
+		root_dev_nodes "$RT/dev" &&
+		root_mount_one "$RT/dev/pts" -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts &&
 		root_mount_one "$RT/dev/shm" -t tmpfs -o mode=1777 tmpfs
+}
+
+# root_dev_nodes DIR: the device nodes and links a root's programs use, in
+# DIR (the root's own /dev).
+root_dev_nodes() {
+	local d=$1
+	mknod -m 666 "$d/null" c 1 3 &&
+		mknod -m 666 "$d/zero" c 1 5 &&
+		mknod -m 666 "$d/full" c 1 7 &&
+		mknod -m 666 "$d/random" c 1 8 &&
+		mknod -m 666 "$d/urandom" c 1 9 &&
+		mknod -m 666 "$d/tty" c 5 0 &&
+		ln -s pts/ptmx "$d/ptmx" &&
+		ln -s /proc/self/fd "$d/fd" &&
+		ln -s /proc/self/fd/0 "$d/stdin" &&
+		ln -s /proc/self/fd/1 "$d/stdout" &&
+		ln -s /proc/self/fd/2 "$d/stderr" &&
+		mkdir "$d/pts" "$d/shm"
 }
 
 # root_mount_one TARGET MOUNT-ARGS...: mount, remembered for root_cleanup.
