@@ -219,6 +219,25 @@ SELECT jobq.purge('wf', 'completed') > 0 AS purged;
 SELECT job_id = :h2 AS is_h2, kind, status, result FROM jobq.parent_results(:cb);
 SELECT count(*) AS edges_of_purged_children FROM jobq.dependency WHERE child_id = :c;
 
+-- a wide fan-in finishing in one statement: 100 parents that 100 children
+-- each wait for (10,000 edges, ten chunks); each child's counter is written
+-- once, not once per chunk (it was 1,000 writes, and 1,000 x 1,000 took minutes)
+SET jobq.max_batch = 10000;
+CREATE TEMP TABLE fan_parent AS
+  SELECT job_id FROM jobq.enqueue_many('fan.parent', array_fill('{}'::jsonb, ARRAY[100]), queue => 'fan');
+SELECT count(*) AS children FROM jobq.enqueue_many('fan.child', array_fill('{}'::jsonb, ARRAY[100]), queue => 'fan',
+                                                   depends_on => (SELECT array_agg(job_id) FROM fan_parent));
+-- (the view counts what this backend has not reported yet: report it first)
+SELECT pg_stat_force_next_flush();
+BEGIN;
+SELECT count(*) AS completed FROM (
+  SELECT jobq.complete_many(array_agg(job_id), array_agg(lease_token))
+    FROM jobq.claim('fan', kinds => ARRAY['fan.parent'], batch => 100)) c;
+SELECT n_tup_upd AS counter_writes FROM pg_stat_xact_user_tables WHERE relid = 'jobq.dependent'::regclass;
+COMMIT;
+SELECT status, count(*) FROM jobq.jobs WHERE queue = 'fan' GROUP BY status ORDER BY status;
+RESET jobq.max_batch;
+
 SET client_min_messages = warning;
 DROP EXTENSION jobq CASCADE;
 DROP OWNED BY wf_tenant, wf_other1, wf_other2, wf_other3;

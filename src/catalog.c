@@ -64,6 +64,7 @@ static const char *const rel_names[JOBQ_NUM_RELS] = {
 	[JOBQ_IDX_DEPENDENCY_UNSETTLED] = "dependency_unsettled_idx",
 	[JOBQ_IDX_DEPENDENT_PKEY] = "dependent_pkey",
 	[JOBQ_IDX_SETTLE_DEFERRED_PKEY] = "settle_deferred_pkey",
+	[JOBQ_IDX_SETTLE_DEFERRED_QUEUE] = "settle_deferred_queue_idx",
 	[JOBQ_SEQ_JOB_ID] = "job_id_seq",
 };
 
@@ -209,6 +210,17 @@ bool
 jobq_depend_installed(void)
 {
 	return OidIsValid(jobq_relid(JOBQ_REL_DEPENDENCY));
+}
+
+/*
+ * Do deferred parents' rows name their queue (0.3.3 on: the worker settles
+ * them queue by queue)?  A database still at 0.2.0 to 0.3.2 has rows
+ * without it, settled in the order of their ids.
+ */
+bool
+jobq_settle_by_queue(void)
+{
+	return OidIsValid(jobq_relid(JOBQ_IDX_SETTLE_DEFERRED_QUEUE));
 }
 
 /* The OID of the jobq extension here, or InvalidOid (read every time). */

@@ -267,17 +267,22 @@ COMMENT ON TABLE jobq.dependent IS
 -- unsettled and its parent noted here; the background worker settles it
 -- again at retry_at, backing off by attempts.  A settle or retry that a
 -- background pass's budget (jobq.pass_budget) cut short leaves the rest
--- here too, due at once.
+-- here too, due at once.  The worker takes the due rows queue by queue, by
+-- the parent's queue (0.3.3), so that one tenant's backlog does not keep
+-- another's waiting.
 CREATE TABLE jobq.settle_deferred (
     parent_id   bigint PRIMARY KEY,
     retry_at    timestamptz NOT NULL,
     attempts    integer NOT NULL,
-    retried     boolean NOT NULL DEFAULT false
+    retried     boolean NOT NULL DEFAULT false,
+    queue       text COLLATE "C" NOT NULL
 );
 COMMENT ON TABLE jobq.settle_deferred IS
     'parents whose dependents could not all be settled when they finished or were retried (a dependent was locked, or a background pass ran out of time): the background worker settles them again at retry_at';
 COMMENT ON COLUMN jobq.settle_deferred.retried IS
     'a retry of the parent passed dependents over: the worker gives them the retry''s treatment';
+COMMENT ON COLUMN jobq.settle_deferred.queue IS
+    'the parent''s queue: the worker settles deferred parents queue by queue, each in turn';
 
 /* ---------------------------------------------------------------------
  * The application's workers: a registry they keep with a heartbeat

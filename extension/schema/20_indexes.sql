@@ -86,6 +86,17 @@ COMMENT ON INDEX jobq.dependency_unsettled_idx IS
     'the dependencies whose parent has not finished yet (or whose settling is under way), by parent';
 
 /* ---------------------------------------------------------------------
+ * jobq.settle_deferred
+ * ------------------------------------------------------------------- */
+
+CREATE INDEX settle_deferred_queue_idx ON jobq.settle_deferred (queue, retry_at);
+COMMENT ON INDEX jobq.settle_deferred_queue_idx IS
+    'deferred parents by queue, then when due: the worker''s turn over the queues';
+CREATE INDEX settle_deferred_retry_idx ON jobq.settle_deferred (retry_at);
+COMMENT ON INDEX jobq.settle_deferred_retry_idx IS
+    'deferred parents by when due: whether any is, and the worker''s next wake-up';
+
+/* ---------------------------------------------------------------------
  * jobq.app_worker
  * ------------------------------------------------------------------- */
 

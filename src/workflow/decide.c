@@ -183,41 +183,23 @@ jobq_cancel_all(const int64 *ids, const int64 *bad, int n, TimestampTz now, int6
 }
 
 /*
- * The children of the edges e[] (sorted by child) that are to be decided:
- * each child's edges taken (their parents' outcomes written), its counter
- * decremented by them, and then the child cancelled (a parent did not
- * complete and it does not run on failure) or unblocked (no parent left).
- * Returns how many were cancelled, their ids in *next (palloc'd).  The
- * children must be locked (jobq_lock_children).
+ * Take the edges e[] (their children locked: jobq_lock_children): their
+ * parents' outcomes written, and the edges taken appended to *taken, whose
+ * children jobq_decide_taken decides.  The edges are written by the row
+ * versions read (see workflow/edges.c), one statement per outcome, which
+ * leaves its plan no join to choose.  A version changed since it was read
+ * (by another settle, under this child's lock, before it was taken) is not
+ * seen.
  */
-int
-jobq_take_edges(const JobqSettledEdge *e, int n, TimestampTz now, int64 **next)
+void
+jobq_take_edges(const JobqSettledEdge *e, int n, JobqTaken *taken)
 {
 	Oid			edge_types[2] = {TIDARRAYOID, TEXTOID};
-	Oid			types[2] = {INT8ARRAYOID, INT4ARRAYOID};
 	static const char outcomes[] = {'c', 'f', 'x'};
 	Datum		values[2];
-	ItemPointerData *tids = palloc(sizeof(ItemPointerData) * n);
-	int64	   *children = palloc(sizeof(int64) * n);
+	ItemPointerData *tids = palloc(sizeof(ItemPointerData) * Max(n, 1));
 	SPITupleTable *tt;
-	uint64		nsettled = 0;
-	JobqSettledEdge *taken = palloc(sizeof(JobqSettledEdge) * n);
-	Datum	   *counts;
-	int64	   *bad;
-	int			nchildren = 0;
-	int64	   *unblock;
-	int			nunblock = 0;
-	int64	   *cancel;
-	int64	   *cancel_bad;
-	int			ncancel = 0;
 
-	/*
-	 * The edges take their parents' outcomes: one statement per outcome, by
-	 * the row versions read (see workflow/edges.c), which leaves its plan no
-	 * join to choose.  A version changed since it was read (by another
-	 * settle, under this child's lock, before it was taken) is not seen.
-	 */
-	*next = NULL;
 	for (int o = 0; o < lengthof(outcomes); o++)
 	{
 		int			k = 0;
@@ -236,18 +218,57 @@ jobq_take_edges(const JobqSettledEdge *e, int n, TimestampTz now, int64 **next)
 											   2, edge_types),
 							 values, NULL, SPI_OK_UPDATE_RETURNING);
 		tt = SPI_tuptable;
+		if (taken->n + SPI_processed > taken->cap)
+		{
+			taken->cap = Max(Max(1024, taken->cap * 2), taken->n + (int) SPI_processed);
+			taken->e = taken->e ? repalloc_huge(taken->e, sizeof(JobqSettledEdge) * taken->cap)
+				: palloc(sizeof(JobqSettledEdge) * taken->cap);
+		}
 		for (uint64 r = 0; r < SPI_processed; r++)
 		{
 			bool		isnull;
+			JobqSettledEdge *t = &taken->e[taken->n++];
 
-			taken[nsettled].child = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
-			taken[nsettled].parent = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
-			taken[nsettled++].outcome = outcomes[o];
+			t->child = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 1, &isnull));
+			t->parent = DatumGetInt64(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
+			t->outcome = outcomes[o];
 		}
 		SPI_freetuptable(tt);
 	}
+	pfree(tids);
+}
+
+/*
+ * Decide the children of the edges *taken holds (jobq_take_edges), and
+ * empty it: each child's counter counted down by its edges taken, and then
+ * the child cancelled (a parent did not complete and it does not run on
+ * failure) or unblocked (no parent left).  Returns how many were
+ * cancelled, their ids in *next (palloc'd; NULL when none).  The children
+ * must be locked (jobq_lock_children).
+ */
+int
+jobq_decide_taken(JobqTaken *t, TimestampTz now, int64 **next)
+{
+	Oid			types[2] = {INT8ARRAYOID, INT4ARRAYOID};
+	Datum		values[2];
+	SPITupleTable *tt;
+	JobqSettledEdge *taken = t->e;
+	uint64		nsettled = t->n;
+	int64	   *children;
+	Datum	   *counts;
+	int64	   *bad;
+	int			nchildren = 0;
+	int64	   *unblock;
+	int			nunblock = 0;
+	int64	   *cancel;
+	int64	   *cancel_bad;
+	int			ncancel = 0;
+
+	*next = NULL;
 	if (nsettled == 0)
 		return 0;
+	t->n = 0;
+	children = palloc(sizeof(int64) * nsettled);
 	qsort(taken, nsettled, sizeof(JobqSettledEdge), jobq_edge_compare);
 
 	/*
@@ -323,9 +344,7 @@ jobq_take_edges(const JobqSettledEdge *e, int n, TimestampTz now, int64 **next)
 	}
 	*next = palloc(sizeof(int64) * Max(ncancel, 1));
 	ncancel = jobq_cancel_all(cancel, cancel_bad, ncancel, now, *next);
-	pfree(tids);
 	pfree(children);
-	pfree(taken);
 	pfree(counts);
 	pfree(bad);
 	pfree(unblock);

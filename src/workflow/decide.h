@@ -26,6 +26,22 @@ typedef struct JobqSettledEdge
 	ItemPointerData tid;		/* the edge's row version read */
 } JobqSettledEdge;
 
+/*
+ * Edges taken and not decided yet: a settle takes each chunk's edges at
+ * once (jobq_take_edges) and decides their children when its round ends or
+ * JOBQ_DECIDE_EDGES have gathered (jobq_decide_taken), so that a child with
+ * many parents finishing together has its counter written once per that
+ * many edges, not once per chunk.
+ */
+#define JOBQ_DECIDE_EDGES	(64 * JOBQ_SETTLE_CHUNK)
+
+typedef struct JobqTaken
+{
+	JobqSettledEdge *e;
+	int			n;
+	int			cap;
+} JobqTaken;
+
 extern const char *jobq_outcome_name(char c);
 extern int	jobq_edge_compare(const void *a, const void *b);
 
@@ -33,6 +49,7 @@ extern int	jobq_edge_compare(const void *a, const void *b);
 extern void jobq_unblock_all(const int64 *ids, int n, TimestampTz now);
 extern int	jobq_cancel_all(const int64 *ids, const int64 *bad, int n, TimestampTz now,
 							int64 *next);
-extern int	jobq_take_edges(const JobqSettledEdge *e, int n, TimestampTz now, int64 **next);
+extern void jobq_take_edges(const JobqSettledEdge *e, int n, JobqTaken *taken);
+extern int	jobq_decide_taken(JobqTaken *taken, TimestampTz now, int64 **next);
 
 #endif							/* JOBQ_DECIDE_H */

@@ -19,6 +19,7 @@
 #include "storage/proc.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "compat.h"
 #include "contain.h"
 #include "guc.h"
@@ -66,6 +67,27 @@ jobq_id_array(const int64 *ids, int n)
 static bool defer_again = false;
 static SPIPlanPtr plan_defer;
 static SPIPlanPtr plan_resume;
+static SPIPlanPtr plan_defer_old;
+static SPIPlanPtr plan_resume_old;
+
+/*
+ * A deferred parent's row names its queue (0.3.3 on), so that the worker
+ * settles deferred parents queue by queue (jobq_settle_deferred); a parent
+ * that is gone (purged) has nothing left to settle and gets no row.  The
+ * insert's head, with the values after parent_id and queue; and what a
+ * deferral and a resumption do to a row that is there.
+ */
+#define JOBQ_DEFER_INSERT_BY_QUEUE(values) \
+	"INSERT INTO jobq.settle_deferred AS s (parent_id, queue, retry_at, attempts, retried)" \
+	" SELECT j.job_id, j.queue, " values " FROM jobq.job j WHERE j.job_id = ANY ($1)"
+#define JOBQ_DEFER_AGAIN \
+	" attempts = CASE WHEN $3 THEN least(s.attempts + 1, 1000000) ELSE 0 END," \
+	" retry_at = CASE WHEN $3 THEN $2 + least($4::float8," \
+	" 10 * power(2, least(s.attempts + 1, 20))) * interval '1 ms'" \
+	" ELSE least(s.retry_at, excluded.retry_at) END," \
+	" retried = s.retried OR excluded.retried"
+#define JOBQ_DEFER_RESUME \
+	" retry_at = excluded.retry_at, retried = s.retried OR excluded.retried"
 
 /* Are the deferrals from now on the worker's tries again (see above)? */
 void
@@ -103,17 +125,19 @@ Defer(int64 *parents, int n, bool again, bool retried)
 	values[2] = BoolGetDatum(again);
 	values[3] = Int32GetDatum(jobq_naptime_ms);
 	values[4] = BoolGetDatum(retried);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_defer,
-										   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts, retried)"
-										   " SELECT u.id, $2 + interval '10 ms', 0, $5 FROM unnest($1) AS u(id)"
-										   " ON CONFLICT (parent_id) DO UPDATE SET"
-										   " attempts = CASE WHEN $3 THEN least(s.attempts + 1, 1000000) ELSE 0 END,"
-										   " retry_at = CASE WHEN $3 THEN $2 + least($4::float8,"
-										   " 10 * power(2, least(s.attempts + 1, 20))) * interval '1 ms'"
-										   " ELSE least(s.retry_at, excluded.retry_at) END,"
-										   " retried = s.retried OR excluded.retried",
-										   5, types),
-						 values, NULL, SPI_OK_INSERT);
+	if (jobq_settle_by_queue())
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_defer,
+											   JOBQ_DEFER_INSERT_BY_QUEUE("$2 + interval '10 ms', 0, $5")
+											   " ON CONFLICT (parent_id) DO UPDATE SET" JOBQ_DEFER_AGAIN,
+											   5, types),
+							 values, NULL, SPI_OK_INSERT);
+	else
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_defer_old,
+											   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts, retried)"
+											   " SELECT u.id, $2 + interval '10 ms', 0, $5 FROM unnest($1) AS u(id)"
+											   " ON CONFLICT (parent_id) DO UPDATE SET" JOBQ_DEFER_AGAIN,
+											   5, types),
+							 values, NULL, SPI_OK_INSERT);
 	/* a first deferral wakes the worker at commit; its own tries back off */
 	if (!again)
 		jobq_bgw_wake_worker_at_commit();
@@ -162,13 +186,19 @@ jobq_defer_resume(int64 *parents, int n, bool retried)
 	values[0] = jobq_id_array(parents, k);
 	values[1] = TimestampTzGetDatum(GetCurrentTimestamp());
 	values[2] = BoolGetDatum(retried);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_resume,
-										   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts, retried)"
-										   " SELECT u.id, $2, 0, $3 FROM unnest($1) AS u(id)"
-										   " ON CONFLICT (parent_id) DO UPDATE SET retry_at = excluded.retry_at,"
-										   " retried = s.retried OR excluded.retried",
-										   3, types),
-						 values, NULL, SPI_OK_INSERT);
+	if (jobq_settle_by_queue())
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_resume,
+											   JOBQ_DEFER_INSERT_BY_QUEUE("$2, 0, $3")
+											   " ON CONFLICT (parent_id) DO UPDATE SET" JOBQ_DEFER_RESUME,
+											   3, types),
+							 values, NULL, SPI_OK_INSERT);
+	else
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_resume_old,
+											   "INSERT INTO jobq.settle_deferred AS s (parent_id, retry_at, attempts, retried)"
+											   " SELECT u.id, $2, 0, $3 FROM unnest($1) AS u(id)"
+											   " ON CONFLICT (parent_id) DO UPDATE SET" JOBQ_DEFER_RESUME,
+											   3, types),
+							 values, NULL, SPI_OK_INSERT);
 	jobq_bgw_wake_worker_at_commit();
 }
 

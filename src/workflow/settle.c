@@ -42,6 +42,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "catalog.h"
@@ -61,6 +62,9 @@ static SPIPlanPtr plan_again_exists;
 static SPIPlanPtr plan_again_unmark;
 static SPIPlanPtr plan_again_ready;
 static SPIPlanPtr plan_deferred_take;
+static SPIPlanPtr plan_deferred_take_old;
+static SPIPlanPtr plan_deferred_queue;
+static SPIPlanPtr plan_deferred_any_due;
 static SPIPlanPtr plan_deferred_done;
 static SPIPlanPtr plan_deferred_next;
 
@@ -94,6 +98,7 @@ typedef struct SettleState
 {
 	JobqReader *reader;
 	TimestampTz now;
+	JobqTaken	taken;			/* edges taken, their children not decided */
 	int64	   *held;			/* parents of children another transaction
 								 * holds */
 	int			nheld;
@@ -122,7 +127,9 @@ NoteHeld(SettleState *st, int64 parent)
  * order (two settles sharing children cannot deadlock within a chunk)
  * without waiting: a child another transaction holds is passed over and its
  * parent deferred.  Then the edges of the children locked are taken
- * (jobq_take_edges).  Returns how many were cancelled, their ids in *next.
+ * (jobq_take_edges), and once JOBQ_DECIDE_EDGES of them have gathered,
+ * their children decided (jobq_decide_taken; the rest are decided when the
+ * round ends).  Returns how many were cancelled, their ids in *next.
  */
 static int
 SettleChunk(SettleState *st, const int64 *round, const char *outcomes, int n,
@@ -182,11 +189,27 @@ SettleChunk(SettleState *st, const int64 *round, const char *outcomes, int n,
 		else
 			NoteHeld(st, cand[r].parent);
 	}
-	ncancelled = nedges > 0 ? jobq_take_edges(cand, nedges, st->now, next) : 0;
+	if (nedges > 0)
+		jobq_take_edges(cand, nedges, &st->taken);
+	ncancelled = st->taken.n >= JOBQ_DECIDE_EDGES ? jobq_decide_taken(&st->taken, st->now, next) : 0;
 	pfree(cand);
 	pfree(distinct);
 	pfree(locked);
 	return ncancelled;
+}
+
+/* Append the k ids next[] (pfree'd; may be NULL) to *ids (*n of them). */
+static void
+AddCancelled(int64 **ids, int *n, int64 *next, int k)
+{
+	if (k > 0)
+	{
+		*ids = *ids ? repalloc_huge(*ids, sizeof(int64) * (*n + k)) : palloc(sizeof(int64) * k);
+		memcpy(*ids + *n, next, sizeof(int64) * k);
+		*n += k;
+	}
+	if (next)
+		pfree(next);
 }
 
 /*
@@ -257,7 +280,10 @@ jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 		bool		spent;
 		bool		cut = false;
 
-		/* the round's edges a chunk at a time: memory stays bounded */
+		/*
+		 * the round's edges a chunk at a time (memory stays bounded), and
+		 * then the children of those not decided yet
+		 */
 		do
 		{
 			int64	   *next;
@@ -265,18 +291,16 @@ jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 
 			CHECK_FOR_INTERRUPTS();
 			k = SettleChunk(&st, round, outcomes, nround, &pi, &after, &next, &more);
-			if (k > 0)
-			{
-				cancelled = cancelled ? repalloc_huge(cancelled, sizeof(int64) * (ncancelled + k))
-					: palloc(sizeof(int64) * k);
-				memcpy(cancelled + ncancelled, next, sizeof(int64) * k);
-				ncancelled += k;
-			}
-			if (next)
-				pfree(next);
+			AddCancelled(&cancelled, &ncancelled, next, k);
 			spent = OutOfBudget(true);
-			cut = (more || ncancelled > 0) && spent;
-		} while (more && !cut);
+		} while (more && !spent);
+		{
+			int64	   *next;
+			int			k = jobq_decide_taken(&st.taken, st.now, &next);
+
+			AddCancelled(&cancelled, &ncancelled, next, k);
+		}
+		cut = (more || ncancelled > 0) && spent;
 		if (cut)
 		{
 			/* the rest of this round, and the next one, for the next pass */
@@ -297,6 +321,8 @@ jobq_parents_finished(const int64 *ids, int n, TimestampTz now)
 		}
 	}
 	pfree(outcomes);
+	if (st.taken.e)
+		pfree(st.taken.e);
 	jobq_defer_parents(st.held, st.nheld, false);
 	jobq_reader_close(st.reader);
 }
@@ -846,46 +872,23 @@ SettleDeferredUnit(void *arg)
 }
 
 /*
- * Settle again up to batch parents of jobq.settle_deferred that are due
- * (their dependents were held by another transaction when they finished
- * or were retried); returns how many were looked at.  All at once (the
- * many parents of one fan-in settle in a few statements), and when that
- * fails, each as a unit of its own; one that fails counts as a try and
- * backs off.  The rows are locked while this runs, and deleted at the end
- * unless deferred again meanwhile (their retry_at then lies ahead).  *more
- * is set when the batch was full; *next_retry gets the earliest retry_at
- * still waiting (0: none).  A database still at 0.1.0 has nothing to
- * settle.  SPI must be connected.
+ * Settle the deferred parents ids[] (n > 0, ascending, their rows locked)
+ * again: all at once (the many parents of one fan-in settle in a few
+ * statements), and when that fails, each as a unit of its own; one that
+ * fails counts as a try and backs off.  Then delete their rows, unless
+ * deferred again meanwhile (their retry_at then lies after now).
  */
-int64
-jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
+static void
+SettleTaken(const int64 *ids, int n, TimestampTz now)
 {
-	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
 	Oid			done_types[2] = {INT8ARRAYOID, TIMESTAMPTZOID};
-	Datum		values[2];
-	TimestampTz now = GetCurrentTimestamp();
-	int			n;
-	int64	   *ids;
-	bool		isnull;
+	Datum		done[2];
 	JobqSettleUnit u;
 
-	*more = false;
-	*next_retry = 0;
-	if (!jobq_depend_installed())
-		return 0;
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(batch);
-	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_take,
-										   "SELECT parent_id FROM jobq.settle_deferred WHERE retry_at <= $1"
-										   " ORDER BY parent_id LIMIT $2 FOR UPDATE SKIP LOCKED",
-										   2, types),
-						 values, NULL, SPI_OK_SELECT);
-	n = jobq_result_ids(&ids);
-	*more = n >= batch;
 	u.ids = ids;
 	u.n = n;
 	u.now = now;
-	if (n > 0 && !jobq_try_units(SettleDeferredUnit, &u))
+	if (!jobq_try_units(SettleDeferredUnit, &u))
 		for (int i = 0; i < n; i++)
 		{
 			char	   *unit = psprintf("settling the dependents of job %lld", (long long) ids[i]);
@@ -896,19 +899,208 @@ jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
 				jobq_defer_again(&ids[i], 1);
 			pfree(unit);
 		}
-	if (n > 0)
-	{
-		Datum		done[2];
+	done[0] = jobq_id_array(ids, n);
+	done[1] = TimestampTzGetDatum(now);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_done,
+										   "DELETE FROM jobq.settle_deferred"
+										   " WHERE parent_id = ANY ($1) AND retry_at <= $2",
+										   2, done_types),
+						 done, NULL, SPI_OK_DELETE);
+}
 
-		done[0] = jobq_id_array(ids, n);
-		done[1] = TimestampTzGetDatum(now);
-		jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_done,
-											   "DELETE FROM jobq.settle_deferred"
-											   " WHERE parent_id = ANY ($1) AND retry_at <= $2",
-											   2, done_types),
-							 done, NULL, SPI_OK_DELETE);
-	}
+/*
+ * A database at 0.2.0 to 0.3.2 (its rows name no queue): up to batch due
+ * parents, in the order of their ids.
+ */
+static int64
+SettleById(int batch, TimestampTz now, bool *more)
+{
+	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2];
+	int			n;
+	int64	   *ids;
+
+	values[0] = TimestampTzGetDatum(now);
+	values[1] = Int32GetDatum(batch);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_take_old,
+										   "SELECT parent_id FROM jobq.settle_deferred WHERE retry_at <= $1"
+										   " ORDER BY parent_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+										   2, types),
+						 values, NULL, SPI_OK_SELECT);
+	n = jobq_result_ids(&ids);
+	*more = n >= batch;
+	if (n > 0)
+		SettleTaken(ids, n, now);
 	pfree(ids);
+	return n;
+}
+
+/*
+ * Where the last take queue by queue stopped: the queue it visited last
+ * (NULL: from the first).  Private to the process, which serves one
+ * database; in TopMemoryContext.
+ */
+static char *settle_cursor = NULL;
+
+/*
+ * The first queue after after (NULL: the first of all), in byte order,
+ * that has deferred parents, due or not; NULL when there is none.  One
+ * probe of settle_deferred_queue_idx.
+ */
+static char *
+NextDeferredQueue(const char *after)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	char	   *q = NULL;
+
+	/* no queue name is empty: '' comes before all of them */
+	values[0] = CStringGetTextDatum(after ? after : "");
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_queue,
+										   "SELECT queue FROM jobq.settle_deferred"
+										   " WHERE queue > $1 ORDER BY queue LIMIT 1",
+										   1, types),
+						 values, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		q = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	SPI_freetuptable(SPI_tuptable);
+	return q;
+}
+
+/* Most queues one take visits: the rest is the next take's. */
+#define JOBQ_SETTLE_QUEUES_PER_TAKE 100
+
+/*
+ * Up to batch due parents, queue by queue (0.3.3 on): from the queue after
+ * the one the last take stopped at, each queue's due parents (up to what is
+ * left of batch, earliest due first) settled as a unit of their own, until
+ * batch parents, JOBQ_SETTLE_QUEUES_PER_TAKE queues or the budget are
+ * spent, or every queue has had its turn.  So one tenant's backlog of
+ * deferred parents, however long, delays another queue's by one turn (a
+ * batch, within the budget), not by the whole backlog.
+ */
+static int64
+SettleByQueue(int batch, TimestampTz now, bool *more)
+{
+	Oid			take_types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
+	Oid			due_types[1] = {TIMESTAMPTZOID};
+	Datum		values[3];
+	int64		total = 0;
+	int			visited = 0;
+	bool		from_cursor;
+	bool		wrapped = false;
+	char	   *first = NULL;
+	char	   *q;
+	bool		isnull;
+	bool		any_due;
+
+	/*
+	 * Nothing due: no walk over the queues (the first entry of
+	 * settle_deferred_retry_idx says).  A queue's take names its range of
+	 * settle_deferred_queue_idx by row comparisons, which no other index can
+	 * serve: with queue = $1, a generic plan may read the due rows of every
+	 * queue through settle_deferred_retry_idx and filter them.
+	 */
+	values[0] = TimestampTzGetDatum(now);
+	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_any_due,
+										   "SELECT min(retry_at) <= $1 FROM jobq.settle_deferred",
+										   1, due_types),
+						 values, NULL, SPI_OK_SELECT);
+	any_due = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	any_due = any_due && !isnull;
+	SPI_freetuptable(SPI_tuptable);
+	if (!any_due)
+		return 0;
+
+	/* from the queue after the cursor to the last, then from the first */
+	from_cursor = settle_cursor != NULL;
+	q = NextDeferredQueue(settle_cursor);
+	if (q == NULL && from_cursor)
+	{
+		wrapped = true;
+		q = NextDeferredQueue(NULL);
+	}
+	while (q != NULL)
+	{
+		int			n;
+		int			limit = batch - (int) total;
+		int64	   *ids;
+
+		/* back at the first queue of this take: every queue had its turn */
+		if (wrapped && first != NULL && strcmp(q, first) >= 0)
+			break;
+		if (first == NULL)
+			first = pstrdup(q);
+
+		values[0] = CStringGetTextDatum(q);
+		values[1] = TimestampTzGetDatum(now);
+		values[2] = Int32GetDatum(limit);
+		jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_take,
+											   "SELECT parent_id FROM jobq.settle_deferred"
+											   " WHERE (queue, retry_at) >= ($1, '-infinity')"
+											   " AND (queue, retry_at) <= ($1, $2)"
+											   " ORDER BY queue, retry_at LIMIT $3 FOR UPDATE SKIP LOCKED",
+											   3, take_types),
+							 values, NULL, SPI_OK_SELECT);
+		n = jobq_result_ids(&ids);
+
+		/* the next take starts after this queue, whatever happens here */
+		if (settle_cursor)
+			pfree(settle_cursor);
+		settle_cursor = MemoryContextStrdup(TopMemoryContext, q);
+
+		if (n > 0)
+		{
+			qsort(ids, n, sizeof(int64), jobq_id_compare);
+			SettleTaken(ids, n, now);
+		}
+		pfree(ids);
+		total += n;
+		visited++;
+		if (total >= batch || visited >= JOBQ_SETTLE_QUEUES_PER_TAKE || jobq_budget_spent())
+		{
+			*more = true;
+			break;
+		}
+		q = NextDeferredQueue(q);
+		if (q == NULL && from_cursor && !wrapped)
+		{
+			wrapped = true;
+			q = NextDeferredQueue(NULL);
+		}
+	}
+	return total;
+}
+
+/*
+ * Settle again the due parents of jobq.settle_deferred (their dependents
+ * were held by another transaction when they finished or were retried, or
+ * a budget cut their settling short), up to batch of them: queue by queue
+ * (SettleByQueue), or by id in a database still at 0.2.0 to 0.3.2.  The
+ * rows are locked while this runs, and deleted at the end unless deferred
+ * again meanwhile (their retry_at then lies ahead).  Returns how many were
+ * looked at; *more is set when more may be due; *next_retry gets the
+ * earliest retry_at still waiting (0: none).  A database still at 0.1.0
+ * has nothing to settle.  SPI must be connected.
+ */
+int64
+jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
+{
+	Oid			types[1] = {TIMESTAMPTZOID};
+	Datum		values[1];
+	TimestampTz now = GetCurrentTimestamp();
+	int64		n;
+	bool		isnull;
+
+	*more = false;
+	*next_retry = 0;
+	if (!jobq_depend_installed())
+		return 0;
+	if (jobq_settle_by_queue())
+		n = SettleByQueue(batch, now, more);
+	else
+		n = SettleById(batch, now, more);
+	values[0] = TimestampTzGetDatum(now);
 
 	/*
 	 * The next retry: the earliest one still ahead, or (what was due at the
@@ -916,9 +1108,8 @@ jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
 	 * from now, so that a held row costs no busy loop.
 	 */
 	jobq_spi_exec_latest(jobq_plan_generic(&plan_deferred_next,
-										   "SELECT min(retry_at) FILTER (WHERE retry_at > $1),"
-										   " coalesce(bool_or(retry_at <= $1), false)"
-										   " FROM jobq.settle_deferred",
+										   "SELECT (SELECT min(retry_at) FROM jobq.settle_deferred WHERE retry_at > $1),"
+										   " coalesce((SELECT min(retry_at) FROM jobq.settle_deferred) <= $1, false)",
 										   1, types),
 						 values, NULL, SPI_OK_SELECT);
 	{
@@ -939,5 +1130,5 @@ jobq_settle_deferred(int batch, bool *more, TimestampTz *next_retry)
 		}
 	}
 	SPI_freetuptable(SPI_tuptable);
-	return (int64) n;
+	return n;
 }

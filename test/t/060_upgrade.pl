@@ -36,7 +36,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # every release users may have installed, oldest first
-my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1');
+my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
@@ -429,6 +429,13 @@ for my $old (@released)
 	$node->safe_psql($db, "CREATE EXTENSION jobq VERSION '$old'");
 	plant($db);
 
+	# deferred settling from before (0.2.0 on): a parent still there, and one
+	# purged (0.3.3 gives each row its parent's queue; the purged one goes)
+	$node->safe_psql($db, q{
+		INSERT INTO jobq.settle_deferred (parent_id, retry_at, attempts)
+		SELECT job_id, now() + interval '1 day', 0 FROM jobq.jobs WHERE kind = 'p.pending'
+		UNION ALL SELECT 999999999, now() + interval '1 day', 0}) if $old ne '0.1.0';
+
 	# the current library serves a database still at the old version
 	ok($node->poll_query_until($db,
 		q{SELECT status = 'pending' AND retry_count = 1 FROM jobq.jobs WHERE kind = 'p.expiring'}),
@@ -447,6 +454,11 @@ for my $old (@released)
 		$current, "$old: now at $current");
 
 	is($node->safe_psql($db, $state_query), $before, "$old: every job, schedule and handler kept");
+	is($node->safe_psql($db, q{
+		SELECT string_agg(s.queue || ' ' || j.kind, ',') FROM jobq.settle_deferred s
+		  LEFT JOIN jobq.jobs j ON j.job_id = s.parent_id}),
+		'default p.pending', "$old: a deferred parent's row names its queue, a purged parent's is gone")
+	  if $old ne '0.1.0';
 
 	# roles granted before the update get the release's new functions when
 	# jobq.grant runs again (docs/operations.md, Upgrading)
