@@ -1012,12 +1012,15 @@ SettleByQueue(int batch, TimestampTz now, bool *more)
 	if (!any_due)
 		return 0;
 
-	/* from the queue after the cursor to the last, then from the first */
+	/*
+	 * From the queue after the cursor to the last, then from the first; with
+	 * none after the cursor, from the first to the last.
+	 */
 	from_cursor = settle_cursor != NULL;
 	q = NextDeferredQueue(settle_cursor);
 	if (q == NULL && from_cursor)
 	{
-		wrapped = true;
+		from_cursor = false;
 		q = NextDeferredQueue(NULL);
 	}
 	while (q != NULL)

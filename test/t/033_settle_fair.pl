@@ -122,5 +122,57 @@ ok($node->poll_query_until('postgres', q{
 note sprintf('the whole backlog was settled %.2f s after its hold ended', time - $t0);
 
 $hold->quit;
+
+# Turns over every queue, whatever queue the last turn ended on: in a
+# database no worker serves (jobq.reap() is the only one to settle there),
+# one session's first take goes over queues a, b and c and ends on c, the
+# last; its next take must go over a, b and c again (a first version went
+# over a alone, and left b and c for the next pass; found by a hostile
+# review).
+$node->append_conf('postgresql.conf', "jobq.databases = 'postgres'
+");
+$node->reload;
+$node->safe_psql('postgres', 'CREATE DATABASE unserved');
+$node->safe_psql('unserved', q{
+	CREATE EXTENSION jobq;
+	SELECT jobq.grant(q, 'tenant', 'administer') FROM unnest(ARRAY['a', 'b', 'c']) q;
+});
+
+# two parents in each of a, b and c deferred (their dependents held while
+# they complete), due once the hold ends
+sub defer_abc
+{
+	$node->safe_psql('unserved', q{
+		SET ROLE tenant;
+		SELECT count(*) FROM unnest(ARRAY['a', 'a', 'b', 'b', 'c', 'c']) q,
+		  LATERAL jobq.enqueue('child', queue => q,
+		                       depends_on => ARRAY[(SELECT job_id FROM jobq.enqueue('parent', queue => q))]);
+	});
+	my $h = $node->background_psql('unserved', on_error_stop => 1, extra_params => [ '-U', 'tenant' ]);
+	$h->query_safe('BEGIN');
+	$h->query_safe(q{SELECT count(jobq.update_job(job_id, priority => 1)) FROM jobq.jobs
+	                  WHERE kind = 'child' AND status = 'blocked'});
+	$node->safe_psql('unserved', q{
+		SET ROLE tenant;
+		SELECT count(jobq.complete(job_id, lease_token))
+		  FROM unnest(ARRAY['a', 'b', 'c']) q, LATERAL jobq.claim(q, 'w', kinds => ARRAY['parent'], batch => 10);
+	});
+	$h->query_safe('COMMIT');
+	$h->quit;
+	select(undef, undef, undef, 0.1);    # due 10 ms after the deferral
+	return $node->safe_psql('unserved', q{SELECT string_agg(queue, ',' ORDER BY queue) FROM jobq.settle_deferred});
+}
+
+my $reaper = $node->background_psql('unserved', on_error_stop => 1);
+is(defer_abc(), 'a,a,b,b,c,c', 'unserved: two parents of each of a, b and c deferred');
+$reaper->query_safe('SELECT jobq.reap(1000)');
+is($node->safe_psql('unserved', 'SELECT count(*) FROM jobq.settle_deferred'), '0',
+	'unserved: the first take settles them all, and ends on queue c');
+is(defer_abc(), 'a,a,b,b,c,c', 'unserved: two more of each deferred');
+$reaper->query_safe('SELECT jobq.reap(1000)');
+is($node->safe_psql('unserved', q{SELECT coalesce(string_agg(queue, ',' ORDER BY queue), 'none') FROM jobq.settle_deferred}), 'none',
+	'unserved: the next take, after the last queue, goes over every queue again');
+$reaper->quit;
+
 $node->stop;
 done_testing();
