@@ -129,6 +129,7 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int64		running;
 	int64		removed;
+	TimestampTz started;
 
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = KeyRetention(&retention, &nulls[1]);
@@ -148,13 +149,20 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 	/*
 	 * Wait for the transactions enqueueing into it to end (briefly: a client
 	 * that keeps one open makes the drop fail, not wait), and keep new ones
-	 * out until this one ends.  Forced, it does not wait: the handlers it
-	 * fences (their transactions hold the lock when they enqueued into the
-	 * queue) are rolled back once it commits.
+	 * out until this one ends: the queue's own lock, then the moment of the
+	 * lock of many queues (queue/settings.c), within one timeout.  Forced, it
+	 * does not wait: the handlers it fences (their transactions hold the lock
+	 * when they enqueued into the queue) are rolled back once it commits.
 	 */
+	started = GetCurrentTimestamp();
 	if (force)
-		(void) jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, 1);
-	else if (!jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, JOBQ_DROP_LOCK_TIMEOUT_MS))
+	{
+		if (jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, 1))
+			(void) jobq_queue_drop_wait_many(0);
+	}
+	else if (!jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, JOBQ_DROP_LOCK_TIMEOUT_MS) ||
+			 !jobq_queue_drop_wait_many(Max(JOBQ_DROP_LOCK_TIMEOUT_MS -
+											(int) ((GetCurrentTimestamp() - started) / 1000), 0)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("queue \"%s\" has enqueues in progress", jobq_quote_arg(queue)),

@@ -12,6 +12,7 @@
 #include "access/xact.h"
 #include "common/hashfn.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "utils/resowner.h"
@@ -167,25 +168,44 @@ jobq_queue_get(const char *queue, JobqQueue *q)
 	return true;
 }
 
-/* locktag_field4 of jobq's locks on queue names (advisory locks use 1 and 2) */
-#define JOBQ_LOCKTAG_QUEUE	0x6a71
-
 /*
- * How many locks queue names share: a transaction that enqueues into many
- * queues holds at most this many (one per queue, 60,000 queues in one
- * statement ran out of the lock table: max_locks_per_transaction).
+ * locktag_field4 of jobq's locks on queue names, and of the lock of
+ * transactions that enqueue into many queues (advisory locks use 1 and 2,
+ * jobq's worker registry 0x6a71)
  */
-#define JOBQ_QUEUE_LOCKS	64
+#define JOBQ_LOCKTAG_QUEUE		0x6a72
+#define JOBQ_LOCKTAG_QUEUES		0x6a73
 
 /*
- * A lock of jobq's own on a queue's name, in the advisory lock space of
- * this database: every transaction that enqueues into the queue holds it in
- * share mode, jobq.drop_queue takes it exclusively, so that no job lands in
- * a queue its drop is removing (it would outlive the drop, and go to
- * whoever creates a queue of that name next).  Names share JOBQ_QUEUE_LOCKS
- * locks by a hash seeded at server start, so no client can pick a name
- * whose enqueues hold up the drop of another's queue; sharing costs a drop
- * a wait for the enqueues in progress of a few other queues.
+ * The most queue locks a transaction holds: past them, it holds the lock of
+ * many queues instead (a transaction that enqueued into 60,000 queues in one
+ * statement held as many locks, and ran out of the lock table:
+ * max_locks_per_transaction).
+ */
+#define JOBQ_QUEUE_LOCKS_HELD	16
+
+/* Queue locks the current transaction took (MyLocalTransactionId). */
+static int	queue_locks_held = 0;
+static LocalTransactionId queue_locks_lxid = InvalidLocalTransactionId;
+
+/* How often jobq_queue_lock_for_drop tries again for the lock of many queues. */
+#define JOBQ_DROP_LOCK_POLL_MS	10
+
+/*
+ * Locks of jobq's own on queue names, in the advisory lock space of this
+ * database, so that no job lands in a queue jobq.drop_queue is removing (it
+ * would outlive the drop, and go to whoever creates a queue of that name
+ * next).  Every transaction that enqueues into a queue holds the queue's
+ * lock in share mode, and the drop takes it exclusively, waiting for the
+ * enqueues in progress and keeping new ones out until it ends.  A queue's
+ * lock is its own (64 bits of a hash seeded at server start): a drop holds
+ * up no enqueue into another queue, however long its transaction stays
+ * open.  A transaction past JOBQ_QUEUE_LOCKS_HELD queues holds, for the
+ * rest, the lock of many queues in share mode, and only passes through
+ * each queue's lock (waiting for a drop of it under way); a drop waits for
+ * those transactions by taking the lock of many queues for a moment, trying
+ * again every JOBQ_DROP_LOCK_POLL_MS, never in the lock's queue, so that it
+ * holds up no enqueue.
  */
 static void
 QueueLockTag(LOCKTAG *tag, const char *queue)
@@ -193,11 +213,16 @@ QueueLockTag(LOCKTAG *tag, const char *queue)
 	uint64		h = hash_bytes_extended((const unsigned char *) queue, strlen(queue),
 										jobq_state_seed());
 
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h % JOBQ_QUEUE_LOCKS), 0,
-						 JOBQ_LOCKTAG_QUEUE);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h, JOBQ_LOCKTAG_QUEUE);
 }
 
-/* Take queue's name lock exclusively, for jobq.drop_queue (a unit, contain.c). */
+static void
+ManyQueuesLockTag(LOCKTAG *tag)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, 0, 0, JOBQ_LOCKTAG_QUEUES);
+}
+
+/* Take queue's lock exclusively, for jobq.drop_queue (a unit, contain.c). */
 void
 jobq_queue_lock_for_drop(void *queue)
 {
@@ -205,6 +230,78 @@ jobq_queue_lock_for_drop(void *queue)
 
 	QueueLockTag(&tag, (const char *) queue);
 	(void) LockAcquire(&tag, AccessExclusiveLock, false, false);
+}
+
+/*
+ * For jobq.drop_queue, once it holds the queue's lock: wait for the
+ * transactions that hold the lock of many queues (they may have enqueued
+ * into it) to end, for timeout_ms at most (the session's lock_timeout when
+ * shorter; 0: look once); true when none is left.  New ones pass through
+ * the queue's lock, which the drop holds.
+ */
+bool
+jobq_queue_drop_wait_many(int timeout_ms)
+{
+	LOCKTAG		tag;
+	TimestampTz deadline;
+
+	if (LockTimeout > 0 && LockTimeout < timeout_ms)
+		timeout_ms = LockTimeout;
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	ManyQueuesLockTag(&tag);
+	while (LockAcquire(&tag, AccessExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		if (GetCurrentTimestamp() >= deadline)
+			return false;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 JOBQ_DROP_LOCK_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	LockRelease(&tag, AccessExclusiveLock, false);
+	return true;
+}
+
+/*
+ * Take queue's lock in share mode for an enqueue, to its transaction's end
+ * (past JOBQ_QUEUE_LOCKS_HELD queues: the lock of many queues, and queue's
+ * lock for a moment); true when it had to wait (a drop of the queue held
+ * it).
+ */
+static bool
+QueueLockForEnqueue(const char *queue)
+{
+	LOCKTAG		tag;
+	LOCKTAG		many;
+	bool		waited = false;
+	bool		keep;
+	LockAcquireResult r;
+
+	if (queue_locks_lxid != MyLocalTransactionId)
+	{
+		queue_locks_lxid = MyLocalTransactionId;
+		queue_locks_held = 0;
+	}
+	QueueLockTag(&tag, queue);
+	keep = queue_locks_held < JOBQ_QUEUE_LOCKS_HELD;
+	if (!keep)
+	{
+		ManyQueuesLockTag(&many);
+		(void) LockAcquire(&many, AccessShareLock, false, false);
+	}
+	r = LockAcquire(&tag, AccessShareLock, false, true);
+	if (r == LOCKACQUIRE_NOT_AVAIL)
+	{
+		r = LockAcquire(&tag, AccessShareLock, false, false);
+		waited = true;
+	}
+	if (r == LOCKACQUIRE_ALREADY_HELD || r == LOCKACQUIRE_ALREADY_CLEAR)
+		keep = true;			/* held from before: this call adds nothing */
+	if (!keep)
+		LockRelease(&tag, AccessShareLock, false);
+	else if (r == LOCKACQUIRE_OK)
+		queue_locks_held++;
+	return waited;
 }
 
 /*
@@ -216,15 +313,8 @@ jobq_queue_get_or_create(const char *queue, JobqQueue *q)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
-	LOCKTAG		tag;
-	bool		waited = false;
+	bool		waited = QueueLockForEnqueue(queue);
 
-	QueueLockTag(&tag, queue);
-	if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-	{
-		(void) LockAcquire(&tag, AccessShareLock, false, false);
-		waited = true;
-	}
 	if (jobq_queue_get(queue, q))
 	{
 		/*
