@@ -158,15 +158,15 @@ jobq_drop_queue(PG_FUNCTION_ARGS)
 	if (force)
 	{
 		if (jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, 1))
-			(void) jobq_queue_drop_wait_many(0);
+			(void) jobq_queue_drop_wait_many(queue, 0);
 	}
 	else if (!jobq_try_briefly(jobq_queue_lock_for_drop, (void *) queue, JOBQ_DROP_LOCK_TIMEOUT_MS) ||
-			 !jobq_queue_drop_wait_many(Max(JOBQ_DROP_LOCK_TIMEOUT_MS -
-											(int) ((GetCurrentTimestamp() - started) / 1000), 0)))
+			 !jobq_queue_drop_wait_many(queue, Max(JOBQ_DROP_LOCK_TIMEOUT_MS -
+												   (int) ((GetCurrentTimestamp() - started) / 1000), 0)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("queue \"%s\" has enqueues in progress", jobq_quote_arg(queue)),
-				 errdetail("A transaction that enqueued into it has not ended within %d ms.",
+				 errdetail("A transaction that enqueued into it, or into over 16 queues, has not ended within %d ms.",
 						   JOBQ_DROP_LOCK_TIMEOUT_MS),
 				 errhint("Try again once it ends.")));
 	jobq_spi_exec(jobq_plan(&plan_queue_lock,

@@ -184,6 +184,9 @@ jobq_queue_get(const char *queue, JobqQueue *q)
  */
 #define JOBQ_QUEUE_LOCKS_HELD	16
 
+/* How many locks of many queues there are (see ManyQueuesLockTag). */
+#define JOBQ_MANY_QUEUES_LOCKS	64
+
 /* Queue locks the current transaction took (MyLocalTransactionId). */
 static int	queue_locks_held = 0;
 static LocalTransactionId queue_locks_lxid = InvalidLocalTransactionId;
@@ -201,25 +204,38 @@ static LocalTransactionId queue_locks_lxid = InvalidLocalTransactionId;
  * lock is its own (64 bits of a hash seeded at server start): a drop holds
  * up no enqueue into another queue, however long its transaction stays
  * open.  A transaction past JOBQ_QUEUE_LOCKS_HELD queues holds, for the
- * rest, the lock of many queues in share mode, and only passes through
- * each queue's lock (waiting for a drop of it under way); a drop waits for
- * those transactions by taking the lock of many queues for a moment, trying
- * again every JOBQ_DROP_LOCK_POLL_MS, never in the lock's queue, so that it
- * holds up no enqueue.
+ * rest, the lock of many queues of each (one of 64 they share) in share
+ * mode, and only passes through each queue's lock (waiting for a drop of it
+ * under way); a drop waits for those transactions by taking its queue's
+ * lock of many queues for a moment, trying again every
+ * JOBQ_DROP_LOCK_POLL_MS, never in the lock's queue, so that it holds up no
+ * enqueue.  The locks go with the (sub)transaction that enqueues, never
+ * with a cursor's portal that runs the enqueue: a fetch of that cursor
+ * that fails later in a subtransaction would take them away with it, and
+ * leave the jobs enqueued unguarded.
  */
-static void
-QueueLockTag(LOCKTAG *tag, const char *queue)
+static uint64
+QueueHash(const char *queue)
 {
-	uint64		h = hash_bytes_extended((const unsigned char *) queue, strlen(queue),
-										jobq_state_seed());
-
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h, JOBQ_LOCKTAG_QUEUE);
+	return hash_bytes_extended((const unsigned char *) queue, strlen(queue), jobq_state_seed());
 }
 
 static void
-ManyQueuesLockTag(LOCKTAG *tag)
+QueueLockTag(LOCKTAG *tag, uint64 h)
 {
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, 0, 0, JOBQ_LOCKTAG_QUEUES);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h, JOBQ_LOCKTAG_QUEUE);
+}
+
+/*
+ * The lock of many queues a queue of hash h goes with: one of
+ * JOBQ_MANY_QUEUES_LOCKS, so that a transaction of many queues left open
+ * holds up the drops of the queues of its locks, not of every queue.
+ */
+static void
+ManyQueuesLockTag(LOCKTAG *tag, uint64 h)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h % JOBQ_MANY_QUEUES_LOCKS), 0,
+						 JOBQ_LOCKTAG_QUEUES);
 }
 
 /* Take queue's lock exclusively, for jobq.drop_queue (a unit, contain.c). */
@@ -228,19 +244,19 @@ jobq_queue_lock_for_drop(void *queue)
 {
 	LOCKTAG		tag;
 
-	QueueLockTag(&tag, (const char *) queue);
+	QueueLockTag(&tag, QueueHash((const char *) queue));
 	(void) LockAcquire(&tag, AccessExclusiveLock, false, false);
 }
 
 /*
  * For jobq.drop_queue, once it holds the queue's lock: wait for the
- * transactions that hold the lock of many queues (they may have enqueued
- * into it) to end, for timeout_ms at most (the session's lock_timeout when
+ * transactions that hold the queue's lock of many queues (they may have
+ * enqueued into it) to end, for timeout_ms at most (the session's lock_timeout when
  * shorter; 0: look once); true when none is left.  New ones pass through
  * the queue's lock, which the drop holds.
  */
 bool
-jobq_queue_drop_wait_many(int timeout_ms)
+jobq_queue_drop_wait_many(const char *queue, int timeout_ms)
 {
 	LOCKTAG		tag;
 	TimestampTz deadline;
@@ -248,7 +264,7 @@ jobq_queue_drop_wait_many(int timeout_ms)
 	if (LockTimeout > 0 && LockTimeout < timeout_ms)
 		timeout_ms = LockTimeout;
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	ManyQueuesLockTag(&tag);
+	ManyQueuesLockTag(&tag, QueueHash(queue));
 	while (LockAcquire(&tag, AccessExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 	{
 		if (GetCurrentTimestamp() >= deadline)
@@ -276,17 +292,21 @@ QueueLockForEnqueue(const char *queue)
 	bool		waited = false;
 	bool		keep;
 	LockAcquireResult r;
+	uint64		h = QueueHash(queue);
+	ResourceOwner owner = CurrentResourceOwner;
 
 	if (queue_locks_lxid != MyLocalTransactionId)
 	{
 		queue_locks_lxid = MyLocalTransactionId;
 		queue_locks_held = 0;
 	}
-	QueueLockTag(&tag, queue);
+	/* the (sub)transaction's, not a portal's (see QueueLockTag) */
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	QueueLockTag(&tag, h);
 	keep = queue_locks_held < JOBQ_QUEUE_LOCKS_HELD;
 	if (!keep)
 	{
-		ManyQueuesLockTag(&many);
+		ManyQueuesLockTag(&many, h);
 		(void) LockAcquire(&many, AccessShareLock, false, false);
 	}
 	r = LockAcquire(&tag, AccessShareLock, false, true);
@@ -301,6 +321,7 @@ QueueLockForEnqueue(const char *queue)
 		LockRelease(&tag, AccessShareLock, false);
 	else if (r == LOCKACQUIRE_OK)
 		queue_locks_held++;
+	CurrentResourceOwner = owner;
 	return waited;
 }
 

@@ -32,7 +32,7 @@ typedef struct JobqQueue
 extern bool jobq_queue_get(const char *queue, JobqQueue *q);
 extern void jobq_queue_get_or_create(const char *queue, JobqQueue *q);
 extern void jobq_queue_lock_for_drop(void *queue);
-extern bool jobq_queue_drop_wait_many(int timeout_ms);
+extern bool jobq_queue_drop_wait_many(const char *queue, int timeout_ms);
 extern Oid	jobq_ready_relid(void);
 
 #endif							/* JOBQ_QUEUE_SETTINGS_H */

@@ -113,5 +113,51 @@ $drop->quit;
 is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.job WHERE queue = 'm61'}), '0',
 	'and leaves no job in the dropped queue');
 
+# --- 4. an enqueue through a cursor whose later fetch fails -----------------
+# The locks went with the cursor's portal: a later fetch that failed in a
+# savepoint took them away on ROLLBACK TO, while the job enqueued by the
+# first fetch stayed, and a drop then passed at once; the job outlived it,
+# and went with its payload to whoever got the queue's name next (found by
+# a hostile review).
+$node->safe_psql('postgres', q{SELECT jobq.enqueue('k', queue => 'cx')});
+my $cur = $node->background_psql('postgres', on_error_stop => 0);
+$cur->query(q{BEGIN});
+$cur->query(q{DECLARE c CURSOR FOR SELECT jobq.enqueue('k', '{"secret": 1}',
+	queue => 'cx' || CASE WHEN i < 3 THEN '' ELSE (1 / (3 - i))::text END) FROM generate_series(1, 5) i});
+$cur->query(q{FETCH 1 FROM c});
+$cur->query(q{SAVEPOINT s});
+$cur->query(q{FETCH 5 FROM c});
+$cur->query(q{ROLLBACK TO s});
+($ret, $stdout, $stderr) = $node->psql('postgres', q{SET lock_timeout = '500ms'; SELECT jobq.drop_queue('cx')});
+like($stderr, qr/queue "cx" has enqueues in progress/,
+	'a drop waits for a job a cursor enqueued, after a later fetch of it failed in a savepoint');
+$cur->query(q{COMMIT});
+$cur->quit;
+is($node->safe_psql('postgres', q{SELECT jobq.drop_queue('cx')}), '2', 'once it committed, the drop removes both jobs');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.job WHERE queue = 'cx'}), '0', 'and leaves none');
+
+# --- 5. another role's open transaction of many queues ----------------------
+# It holds the locks of many queues of its 17th to 20th queues (4 of 64):
+# the drops of other queues do not wait for it, but for the few that share
+# one of those (before, one lock of many queues held up every drop).
+$node->safe_psql('postgres', q{
+	SELECT jobq.grant('d' || i, 'tenant', 'administer') FROM generate_series(1, 8) i;
+	SET ROLE tenant;
+	SELECT count(*) FROM generate_series(1, 8) i, LATERAL jobq.enqueue('k', queue => 'd' || i);
+});
+$open = $node->background_psql('postgres', on_error_stop => 1, extra_params => [ '-U', 'victim' ]);
+$open->query_safe('BEGIN');
+$open->query_safe(q{SELECT count(*) FROM generate_series(1, 20) i, LATERAL jobq.enqueue('k', queue => 'w' || i)});
+my $dropped = 0;
+foreach my $i (1 .. 8)
+{
+	my ($r) = $node->psql('postgres', qq{SET ROLE tenant; SET lock_timeout = '200ms'; SELECT jobq.drop_queue('d$i')});
+	$dropped++ if $r == 0;
+}
+cmp_ok($dropped, '>=', 5, "another role's open transaction of 20 queues holds up few of a tenant's 8 drops");
+note "of the tenant's 8 drops, $dropped went through while another role's transaction of 20 queues stayed open";
+$open->query_safe('COMMIT');
+$open->quit;
+
 $node->stop;
 done_testing();
