@@ -191,7 +191,7 @@ jobq_queue_get(const char *queue, JobqQueue *q)
 static int	queue_locks_held = 0;
 static LocalTransactionId queue_locks_lxid = InvalidLocalTransactionId;
 
-/* How often jobq_queue_lock_for_drop tries again for the lock of many queues. */
+/* How often jobq_queue_drop_wait_many tries again for a lock of many queues. */
 #define JOBQ_DROP_LOCK_POLL_MS	10
 
 /*
@@ -251,9 +251,9 @@ jobq_queue_lock_for_drop(void *queue)
 /*
  * For jobq.drop_queue, once it holds the queue's lock: wait for the
  * transactions that hold the queue's lock of many queues (they may have
- * enqueued into it) to end, for timeout_ms at most (the session's lock_timeout when
- * shorter; 0: look once); true when none is left.  New ones pass through
- * the queue's lock, which the drop holds.
+ * enqueued into it) to end, for timeout_ms at most (the session's
+ * lock_timeout when shorter; 0: look once); true when none is left.  New
+ * ones pass through the queue's lock, which the drop holds.
  */
 bool
 jobq_queue_drop_wait_many(const char *queue, int timeout_ms)
