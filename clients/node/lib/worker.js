@@ -307,7 +307,7 @@ class Worker {
     this._registered = false // a heartbeat went through
     this._registryRefused = false // register_worker refused: no more heartbeats
     this._registryFull = false // refused for the role's cap: tried again at each heartbeat
-    this._beating = false
+    this._beating = null // the beat in flight
   }
 
   // Register fn (an async function of a Job) for jobs of kind; opts.timeout
@@ -352,6 +352,10 @@ class Worker {
       await Promise.all(this.queues.map((q) => this._loop(q)))
       while (this._running.size) await this._slotFreed()
       await Promise.all(this._pending)
+      // no heartbeat after the unregister: one in flight could put the row back
+      clearInterval(beat)
+      beat = null
+      if (this._beating) await this._beating.catch(() => {})
       await this._unregister()
       await Promise.all(this._cancels)
       this.log.info(`${this.workerId}: stopped` +
@@ -525,15 +529,18 @@ class Worker {
   }
 
   // The timer: renew the leases of running jobs, then the heartbeat.
-  async _beat () {
-    if (this._beating) return
-    this._beating = true
-    try {
-      await this._renew()
-      await this._heartbeat()
-    } finally {
-      this._beating = false
-    }
+  // this._beating is the beat in flight (null: none).
+  _beat () {
+    if (this._beating) return this._beating
+    this._beating = (async () => {
+      try {
+        await this._renew()
+        await this._heartbeat()
+      } finally {
+        this._beating = null
+      }
+    })()
+    return this._beating
   }
 
   // How many jobs the worker claims ahead of its free slots now: prefetch,
