@@ -210,6 +210,22 @@ SELECT attempt, outcome, error, details FROM jobq.attempt WHERE job_id = :job_id
 SELECT job_id, lease_token FROM jobq.claim('aw_a', 'x') \gset
 SELECT jobq.fail(:job_id, :lease_token, 'five', true, '0') AS five_args;
 
+-- a registration run by a cursor keeps the role's registration lock to its
+-- transaction's end, even when a later fetch fails in a savepoint (the lock
+-- went with the cursor's portal, and that rollback released it: other
+-- sessions' registrations could then pass the role's cap)
+BEGIN;
+DECLARE reg CURSOR FOR
+  SELECT jobq.register_worker('cursor-' || i, ARRAY['aw_a']) FROM generate_series(1, 3) i WHERE 1 / (3 - i) >= 0;
+FETCH 1 FROM reg;
+SAVEPOINT s;
+FETCH 5 FROM reg;
+ROLLBACK TO s;
+SELECT count(*) AS registration_lock_held FROM pg_locks
+ WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 27249 AND granted;
+COMMIT;
+SELECT jobq.unregister_worker('cursor-1');
+
 DROP EXTENSION jobq CASCADE;
 DROP OWNED BY regress_aw_alice, regress_aw_bob;
 DROP ROLE regress_aw_alice;

@@ -159,17 +159,25 @@ LockRoleRegistrations(Oid role)
 	int			wait_ms = (LockTimeout <= 0 || LockTimeout > JOBQ_APP_WORKER_LOCK_WAIT_MS) ?
 	JOBQ_APP_WORKER_LOCK_WAIT_MS : LockTimeout;
 	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, role, 0, JOBQ_LOCKTAG_APP_WORKERS);
 	LockTimeout = wait_ms;
 	PG_TRY();
 	{
+		/*
+		 * the (sub)transaction's, not a cursor's portal's: a later fetch of
+		 * the cursor that fails in a savepoint would release it
+		 */
+		CurrentResourceOwner = CurTransactionResourceOwner;
 		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+		CurrentResourceOwner = owner;
 	}
 	PG_CATCH();
 	{
 		ErrorData  *edata;
 
+		CurrentResourceOwner = owner;
 		LockTimeout = saved_timeout;
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
