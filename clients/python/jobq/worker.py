@@ -356,6 +356,7 @@ class _State:
     caps: _Capabilities = field(default_factory=_Capabilities)  # of the ops connection
     registered: bool = False            # in jobq.app_workers
     registry_error: Optional[str] = None    # the last registration error logged
+    refresh: Optional["asyncio.Future[None]"] = None   # the registry beat in flight
     outage_since: Optional[float] = None    # since when the database cannot be reached
     give_up: asyncio.Event = field(default_factory=asyncio.Event)  # grace over: no more tries
 
@@ -535,6 +536,13 @@ class Worker:
                         await task
                     except (asyncio.CancelledError, psycopg.Error):
                         pass
+            if st.refresh is not None and not st.refresh.done():
+                # the registry beat in flight ends before the unregister
+                # (bounded: past the lease, the connection is closed below)
+                try:
+                    await asyncio.wait_for(asyncio.shield(st.refresh), self.lease)
+                except (asyncio.TimeoutError, psycopg.Error):
+                    pass
             for s in signals:
                 loop.remove_signal_handler(s)
             if (st.ops is not None and st.ops.info.transaction_status
@@ -1243,7 +1251,11 @@ class Worker:
         assert st is not None
         while True:
             await asyncio.sleep(st.caps.beat)
-            await self._register()
+            # shielded: a refresh cancelled in flight could still commit on
+            # the server after the unregister and put the row back; the
+            # stop waits for it instead (run's finally)
+            st.refresh = asyncio.ensure_future(self._register())
+            await asyncio.shield(st.refresh)
 
     async def _unregister(self) -> None:
         """jobq.unregister_worker, if the worker registered."""

@@ -161,6 +161,38 @@ test('the heartbeat refreshes last_seen_at on the renewal timer, idle or busy', 
   assert.equal(await seen(), undefined)
 })
 
+test('a heartbeat still running on the server when the worker stops does not put its row back after the unregister: the stop waits for it', async () => {
+  // the heartbeat's statement held by a trigger that waits for this test's advisory lock
+  await q(`CREATE OR REPLACE FUNCTION public.node_hold_refresh() RETURNS trigger LANGUAGE plpgsql AS
+           $$BEGIN PERFORM pg_advisory_xact_lock_shared(4243); RETURN NULL; END$$`)
+  await q('CREATE TRIGGER node_hold_refresh BEFORE UPDATE ON jobq.app_worker FOR EACH STATEMENT EXECUTE FUNCTION public.node_hold_refresh()')
+  const lock = await direct.connect()
+  try {
+    const queue = queueName('stopbeat')
+    const workerId = `stopbeat-${via}-${process.pid}`
+    const rows = async () => (await q('SELECT count(*)::int AS n FROM jobq.app_worker WHERE worker_id = $1', [workerId]))[0].n
+    const waiting = async () => (await q(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4243 AND NOT granted`))[0].n
+    const w = worker(queue, { workerId, lease: 0.6 }).handle('x', async () => ({})) // the timer every 0.2 s
+    const done = w.run()
+    await poll(async () => (await rows()) === 1, 20000, 'the worker registered')
+    await lock.query('SELECT pg_advisory_lock(4243)')
+    await poll(async () => (await waiting()) === 1, 20000, 'a heartbeat waits for the lock')
+    const stopped = w.stop()
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+    await lock.query('SELECT pg_advisory_unlock(4243)')
+    await stopped
+    await done
+    await poll(async () => (await waiting()) === 0 && (await q(`SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE query LIKE '%register_worker%' AND state = 'active' AND pid <> pg_backend_pid()`))[0].n === 0, 20000, 'no heartbeat left')
+    assert.equal(await rows(), 0, 'unregistered, and not put back')
+  } finally {
+    await lock.query('SELECT pg_advisory_unlock_all()')
+    lock.release()
+    await q('DROP TRIGGER node_hold_refresh ON jobq.app_worker')
+    await q('DROP FUNCTION public.node_hold_refresh()')
+  }
+})
+
 test('a registration refused for the role\'s cap (54000) is logged once and tried again at each heartbeat, and goes through once the role has room', async () => {
   const queue = queueName('cap')
   const role = `jobq_node_cap_${via}`

@@ -1256,6 +1256,52 @@ class Registry(Base):
                            " GROUP BY 1", (ids,), dsn), [("completed", 3)])
         self.assertEqual(q1("SELECT count(*) FROM ledger WHERE finished IS NOT NULL", (), dsn), 3)
 
+    def test_unregister_after_refresh_in_flight(self):
+        """a registry refresh still running on the server when the worker stops does not
+        put the worker's row back after it unregistered: the stop waits for it (a
+        refresh held by a trigger waiting for the test's advisory lock; cancelled and
+        left to the server, it commits after the unregister)"""
+        dsn = database("%s_app_workers_stop" % VIA, settings=[("jobq.worker_gone_after", "6s")],
+                       setup=["CREATE FUNCTION public.hold_refresh() RETURNS trigger"
+                              " LANGUAGE plpgsql AS $$BEGIN"
+                              " PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END$$",
+                              "CREATE TRIGGER hold_refresh BEFORE UPDATE ON jobq.app_worker"
+                              " FOR EACH STATEMENT EXECUTE FUNCTION public.hold_refresh()"])
+        direct = make_conninfo(DIRECT_DSN, dbname=conninfo_to_dict(dsn)["dbname"])
+        worker_id = "%s-%s-%d" % (VIA, self.queue, os.getpid())
+        w = self.worker(dsn, worker_id=worker_id, lease=30)
+
+        @w.handler("none")
+        async def none(job):
+            return None
+
+        row = "SELECT count(*) FROM jobq.app_worker WHERE worker_id = %s"
+        held = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                "   AND objid = 4242 AND NOT granted")
+        codes = []
+        t = threading.Thread(target=lambda: codes.append(w.run(install_signals=False)),
+                             daemon=True)
+        with psycopg.connect(direct, autocommit=True) as lock:
+            t.start()
+            try:
+                self.assertTrue(poll(lambda: q1(row, (worker_id,), direct) == 1, 30))
+                lock.execute("SELECT pg_advisory_lock(4242)")
+                # the next refresh (every 1.5 s here) waits for the lock
+                self.assertTrue(poll(lambda: q1(held, (), direct) == 1, 30))
+                w.stop()
+                time.sleep(1.5)
+                lock.execute("SELECT pg_advisory_unlock(4242)")
+                t.join(60)
+            finally:
+                w.stop()
+                lock.execute("SELECT pg_advisory_unlock_all()")
+                t.join(60)
+        self.assertEqual(codes, [0])
+        self.assertTrue(poll(lambda: q1(held, (), direct) == 0 and q1(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%%register_worker%%'"
+            "   AND state = 'active' AND pid <> pg_backend_pid()", (), direct) == 0, 30))
+        self.assertEqual(q1(row, (worker_id,), direct), 0)
+
     def test_older_server(self):
         """on a database with jobq 0.2.0 (no fail details, no registry) the worker works as
         before: failures through the five-argument jobq.fail, nothing registered, no
