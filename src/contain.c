@@ -17,9 +17,14 @@
  *
  * A failing unit is tried again next round, but logged once per cause: when
  * it first fails, when it fails with another SQLSTATE, and when it works
- * again.  A subtransaction costs a few microseconds; the worker opens one
- * per due schedule and per queue with an expired lease, one for pruning all
- * the queues that work (and one per queue that fails), never one per job.
+ * again.  A database's worker also keeps its failing units in the
+ * database's slot of shared memory (jobq_contain_share), so that the shared
+ * pool, whose process serves one pass and exits, logs them once too, not
+ * once a pass.
+ *
+ * A subtransaction costs a few microseconds; the worker opens one per due
+ * schedule and per queue with an expired lease, one for pruning all the
+ * queues that work (and one per queue that fails), never one per job.
  * jobq.reap(), jobq.prune() and jobq.run_schedules() go unit by unit too.
  *
  * A unit's statements run with lock_timeout JOBQ_UNIT_LOCK_TIMEOUT_MS.  The
@@ -37,13 +42,15 @@
  * client's own call) nothing is ever spent: a client pays for its own work.
  *
  * State: the table of failing units and the budget's deadline are private
- * to the process that runs them.
+ * to the process that runs them; a worker's failing units are also in its
+ * database's slot (JobqBgwLock).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -71,6 +78,9 @@ typedef struct JobqFailedUnit
 
 static HTAB *failed_units = NULL;
 
+/* Where a database's worker also keeps its failing units (NULL: nowhere). */
+static const JobqUnitMemory *unit_memory = NULL;
+
 /* The table of failing units, created on first use. */
 static HTAB *
 FailedUnits(void)
@@ -95,6 +105,38 @@ UnitKey(const char *unit, char *key)
 	strlcpy(key, unit, JOBQ_UNIT_NAME_LEN);
 }
 
+/*
+ * This process is a database's worker: memory keeps its failing units
+ * beyond the process too (shmem/shm_bgw.c, the database's slot).
+ */
+void
+jobq_contain_share(const JobqUnitMemory *memory)
+{
+	unit_memory = memory;
+}
+
+/* The hash of a unit's key, for the memory beyond the process. */
+static uint64
+UnitHash(const char *key)
+{
+	return hash_bytes_extended((const unsigned char *) key, strlen(key), 0);
+}
+
+/*
+ * Did unit fail the last time it ran, in this process or in an earlier pass
+ * of the database's worker?
+ */
+bool
+jobq_unit_failing(const char *unit)
+{
+	char		key[JOBQ_UNIT_NAME_LEN];
+
+	UnitKey(unit, key);
+	if (failed_units != NULL && hash_search(failed_units, key, HASH_FIND, NULL) != NULL)
+		return true;
+	return unit_memory != NULL && unit_memory->failing(UnitHash(key));
+}
+
 /* Log a unit's error, unless it failed the same way last time. */
 static void
 NoteFailure(const char *unit, ErrorData *edata)
@@ -108,6 +150,9 @@ NoteFailure(const char *unit, ErrorData *edata)
 	if (found && entry->sqlerrcode == edata->sqlerrcode)
 		return;
 	entry->sqlerrcode = edata->sqlerrcode;
+	/* an earlier pass of the shared pool logged it */
+	if (unit_memory != NULL && unit_memory->failed(UnitHash(key), edata->sqlerrcode))
+		return;
 	ereport(WARNING,
 			(errcode(edata->sqlerrcode),
 			 errmsg("jobq: %s failed: %s", unit, edata->message),
@@ -120,11 +165,18 @@ static void
 NoteSuccess(const char *unit)
 {
 	char		key[JOBQ_UNIT_NAME_LEN];
+	bool		failed = false;
 
-	if (failed_units == NULL || hash_get_num_entries(failed_units) == 0)
+	if ((failed_units == NULL || hash_get_num_entries(failed_units) == 0) &&
+		unit_memory == NULL)
 		return;
 	UnitKey(unit, key);
-	if (hash_search(failed_units, key, HASH_REMOVE, NULL) != NULL)
+	if (failed_units != NULL &&
+		hash_search(failed_units, key, HASH_REMOVE, NULL) != NULL)
+		failed = true;
+	if (unit_memory != NULL && unit_memory->works(UnitHash(key)))
+		failed = true;
+	if (failed)
 		ereport(LOG,
 				(errmsg("jobq: %s works again", unit)));
 }

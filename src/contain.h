@@ -15,6 +15,21 @@ extern bool jobq_run_unit(const char *unit, JobqUnitFn fn, void *arg);
 extern bool jobq_run_unit_for(const char *unit, JobqUnitFn fn, void *arg,
 							  int lock_timeout_ms, int *sqlerrcode);
 extern void jobq_require_writable(const char *cmdname);
+
+/*
+ * Memory of failing units beyond the process, by the hash of a unit's name:
+ * failed notes a failure and says whether it was noted already with that
+ * SQLSTATE; works forgets a unit and says whether it was failing; failing
+ * says whether it is.
+ */
+typedef struct JobqUnitMemory
+{
+	bool		(*failed) (uint64 unit, int sqlerrcode);
+	bool		(*works) (uint64 unit);
+	bool		(*failing) (uint64 unit);
+} JobqUnitMemory;
+extern void jobq_contain_share(const JobqUnitMemory *memory);
+extern bool jobq_unit_failing(const char *unit);
 extern bool jobq_try_units(JobqUnitFn fn, void *arg);
 extern bool jobq_try_briefly(JobqUnitFn fn, void *arg, int lock_timeout_ms);
 extern void jobq_budget_start(int ms);

@@ -26,6 +26,9 @@
 /* Most executor processes per database. */
 #define JOBQ_MAX_EXECUTORS	16
 
+/* Failing units of background work remembered per database (shm_bgw.h). */
+#define JOBQ_FAILED_UNITS_KEPT	16
+
 /* Prefix of the idempotency keys jobq derives itself; clients may not use it. */
 #define JOBQ_INTERNAL_KEY_PREFIX	"jobq:"
 

@@ -83,6 +83,29 @@ static void WorkerStartExecutors(void);
 
 static int	MySlot = -1;
 
+/* The failing units of this database's work, kept in its slot. */
+static bool
+WorkerUnitFailed(uint64 unit, int sqlerrcode)
+{
+	return jobq_bgw_unit_failed(MySlot, unit, sqlerrcode);
+}
+
+static bool
+WorkerUnitWorks(uint64 unit)
+{
+	return jobq_bgw_unit_works(MySlot, unit);
+}
+
+static bool
+WorkerUnitFailing(uint64 unit)
+{
+	return jobq_bgw_unit_failing(MySlot, unit);
+}
+
+static const JobqUnitMemory WorkerUnitMemory = {
+	WorkerUnitFailed, WorkerUnitWorks, WorkerUnitFailing
+};
+
 /* on_shmem_exit: this worker is gone. */
 static void
 WorkerDetach(int code, Datum arg)
@@ -154,6 +177,7 @@ WorkerAttach(bool one_pass)
 				slot->fired = 0;
 			}
 			MySlot = i;
+			jobq_contain_share(&WorkerUnitMemory);
 			ok = true;
 		}
 		break;

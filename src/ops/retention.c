@@ -293,18 +293,33 @@ NameArray(char **names, int n)
 	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
-/* Was queue failing when it was last pruned on its own? */
+/* The name of the unit that prunes queue alone, for the log. */
+static char *
+PruneUnitName(const char *queue)
+{
+	return psprintf("pruning finished jobs of queue \"%s\"", queue);
+}
+
+/*
+ * Was queue failing when it was last pruned on its own, by this process or
+ * (the shared pool) by an earlier pass of the database's worker?
+ */
 static bool
 QueueFailing(const char *queue)
 {
 	ListCell   *lc;
+	char	   *unit;
+	bool		failing;
 
 	foreach(lc, failing_queues)
 	{
 		if (strcmp((char *) lfirst(lc), queue) == 0)
 			return true;
 	}
-	return false;
+	unit = PruneUnitName(queue);
+	failing = jobq_unit_failing(unit);
+	pfree(unit);
+	return failing;
 }
 
 /*
@@ -315,7 +330,7 @@ static int64
 PruneOneQueue(char *queue, int limit, TimestampTz now, List **failing)
 {
 	JobqPruneUnit u;
-	char	   *unit = psprintf("pruning finished jobs of queue \"%s\"", queue);
+	char	   *unit = PruneUnitName(queue);
 
 	u.queues = NameArray(&queue, 1);
 	u.limit = limit;
@@ -350,6 +365,7 @@ jobq_prune_finished(int batch, bool *more)
 	int			nhealthy = 0;
 	char	  **queues;
 	char	  **healthy;
+	bool	   *was_failing;
 	ListCell   *lc;
 
 	*more = false;
@@ -359,10 +375,12 @@ jobq_prune_finished(int batch, bool *more)
 	nqueues = (int) SPI_processed;
 	queues = palloc(sizeof(char *) * Max(nqueues, 1));
 	healthy = palloc(sizeof(char *) * Max(nqueues, 1));
+	was_failing = palloc(sizeof(bool) * Max(nqueues, 1));
 	for (int i = 0; i < nqueues; i++)
 	{
 		queues[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		if (!QueueFailing(queues[i]))
+		was_failing[i] = QueueFailing(queues[i]);
+		if (!was_failing[i])
 			healthy[nhealthy++] = queues[i];
 	}
 
@@ -382,7 +400,7 @@ jobq_prune_finished(int batch, bool *more)
 	/* the failing ones alone, until they work again */
 	for (int i = 0; i < nqueues; i++)
 	{
-		if (!QueueFailing(queues[i]))
+		if (!was_failing[i])
 			continue;
 		if (jobs < batch)
 			jobs += PruneOneQueue(queues[i], (int) (batch - jobs), now, &failing);

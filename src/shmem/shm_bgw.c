@@ -227,6 +227,116 @@ MyDbSlot(void)
 	return cached;
 }
 
+/* ----------------------------------------------------------------
+ * Failing units of a database's background work (contain.c)
+ * ---------------------------------------------------------------- */
+
+/* Slot index, if it still serves this process's database (lock held). */
+static JobqDbSlot *
+UnitSlot(int index)
+{
+	JobqDbSlot *slot;
+
+	if (JobqBgw == NULL || index < 0 || index >= JobqBgw->nslots)
+		return NULL;
+	slot = &JobqBgw->slots[index];
+	return slot->dbid == MyDatabaseId ? slot : NULL;
+}
+
+/* The place of unit among slot's failing units; -1: none (lock held). */
+static int
+UnitPlace(JobqDbSlot *slot, uint64 unit)
+{
+	for (int i = 0; slot != NULL && i < JOBQ_FAILED_UNITS_KEPT; i++)
+	{
+		if (slot->failed_unit[i] == unit)
+			return i;
+	}
+	return -1;
+}
+
+/* The place a newly failing unit takes: a free one, else the stalest. */
+static int
+UnitNewPlace(JobqDbSlot *slot)
+{
+	int			place = 0;
+
+	for (int i = 0; i < JOBQ_FAILED_UNITS_KEPT; i++)
+	{
+		if (slot->failed_unit[i] == 0)
+			return i;
+		if (slot->failed_at[i] < slot->failed_at[place])
+			place = i;
+	}
+	return place;
+}
+
+/*
+ * Keep in the database's slot index that unit (a hash of its name) failed
+ * with sqlerrcode; true when it was kept there with that SQLSTATE already
+ * (an earlier pass logged it).
+ */
+bool
+jobq_bgw_unit_failed(int index, uint64 unit, int sqlerrcode)
+{
+	JobqDbSlot *slot;
+	bool		known = false;
+
+	unit = unit == 0 ? 1 : unit;	/* 0 marks a free place */
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	slot = UnitSlot(index);
+	if (slot != NULL)
+	{
+		int			place = UnitPlace(slot, unit);
+
+		known = place >= 0 && slot->failed_code[place] == sqlerrcode;
+		if (place < 0)
+			place = UnitNewPlace(slot);
+		slot->failed_unit[place] = unit;
+		slot->failed_code[place] = sqlerrcode;
+		slot->failed_at[place] = GetCurrentTimestamp();
+	}
+	LWLockRelease(JobqBgwLock);
+	return known;
+}
+
+/* Is unit failing in the database's slot index? */
+bool
+jobq_bgw_unit_failing(int index, uint64 unit)
+{
+	bool		failing;
+
+	unit = unit == 0 ? 1 : unit;
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	failing = UnitPlace(UnitSlot(index), unit) >= 0;
+	LWLockRelease(JobqBgwLock);
+	return failing;
+}
+
+/* Forget that unit failed in the database's slot index; true if it had. */
+bool
+jobq_bgw_unit_works(int index, uint64 unit)
+{
+	bool		failed;
+
+	/* most units never failed: look under a shared lock first */
+	failed = jobq_bgw_unit_failing(index, unit);
+	unit = unit == 0 ? 1 : unit;
+	if (failed)
+	{
+		JobqDbSlot *slot;
+		int			place;
+
+		LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+		slot = UnitSlot(index);
+		place = UnitPlace(slot, unit);
+		if (place >= 0)
+			slot->failed_unit[place] = 0;
+		LWLockRelease(JobqBgwLock);
+	}
+	return failed;
+}
+
 /*
  * A claim took leases that end at expires: lower this database's lease_due,
  * so that its worker (or the shared pool) comes back when they expire (a

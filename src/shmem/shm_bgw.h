@@ -58,6 +58,17 @@ typedef struct JobqDbSlot
 	pg_atomic_uint64 lease_due;
 
 	/*
+	 * The units of background work failing here (contain.c), kept across the
+	 * shared pool's passes so that each is logged once per cause, not once a
+	 * pass: a 64-bit hash of the unit's name (0: free), the SQLSTATE it last
+	 * failed with, when it last failed.  When all are taken the one that
+	 * failed longest ago makes way (it is logged again if it fails again).
+	 */
+	uint64		failed_unit[JOBQ_FAILED_UNITS_KEPT];
+	int			failed_code[JOBQ_FAILED_UNITS_KEPT];
+	TimestampTz failed_at[JOBQ_FAILED_UNITS_KEPT];
+
+	/*
 	 * The executors, by place: each one's pid (0: none runs there) and latch;
 	 * the job it runs (0: none) with that job's lease at claim; when
 	 * jobq.cancel interrupted it (0: not); whether the launcher sent SIGTERM
@@ -104,6 +115,11 @@ extern int	jobq_bgw_executor_pids(pid_t *pids);
 extern int	jobq_bgw_processes(void);
 extern bool jobq_bgw_executor_room(int starting);
 extern void jobq_bgw_slot_reset(JobqDbSlot *slot, Oid dbid);
+
+/* the failing units of a database's background work (contain.c) */
+extern bool jobq_bgw_unit_failed(int index, uint64 unit, int sqlerrcode);
+extern bool jobq_bgw_unit_works(int index, uint64 unit);
+extern bool jobq_bgw_unit_failing(int index, uint64 unit);
 
 /* a claim took leases ending at expires */
 extern void jobq_bgw_note_lease(TimestampTz expires);
