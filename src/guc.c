@@ -256,8 +256,8 @@ jobq_guc_init(void)
 								PGC_POSTMASTER, 0, NULL, NULL, NULL);
 
 		DefineCustomIntVariable("jobq.max_tracked_queues",
-								"Number of queues whose claim positions are kept in shared memory.",
-								"Queues beyond this number still work; their claims scan from the head of the queue.",
+								"Number of queues, of all databases, whose claim positions are kept in shared memory.",
+								"Queues beyond this number still work; their claims scan from the head of the queue, and their waiting claims poll.",
 								&jobq_max_tracked_queues,
 								1024, 16, 1000000,
 								PGC_POSTMASTER, 0,

@@ -7,8 +7,9 @@
  * DATABASE from it as template, ALTER DATABASE RENAME or SET TABLESPACE)
  * first block the database in shared memory and terminate its worker and
  * executors, so they never fail with "being accessed by other users"
- * because of jobq.  CREATE EXTENSION jobq has the launcher look at the
- * database as soon as it commits.
+ * because of jobq; a dropped database's queues give back their places in
+ * shared memory (shmem/shm_queue.c).  CREATE EXTENSION jobq has the launcher
+ * look at the database as soon as it commits.
  *
  *-------------------------------------------------------------------------
  */
@@ -21,6 +22,7 @@
 
 #include "bgw/hooks.h"
 #include "shmem/shm_bgw.h"
+#include "shmem/shm_queue.h"
 
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
@@ -99,6 +101,9 @@ jobq_ProcessUtility(PlannedStmt *pstmt, const char *queryString,
 		else
 			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 									params, queryEnv, dest, qc);
+		/* a dropped database's queues give their shared places back */
+		if (IsA(parsetree, DropdbStmt))
+			jobq_state_forget_database(alone);
 	}
 	PG_FINALLY();
 	{

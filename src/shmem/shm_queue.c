@@ -349,7 +349,18 @@ StateLookup(const char *queue, bool create)
 		return entry;
 
 	LWLockAcquire(JobqStateLock, LW_EXCLUSIVE);
-	entry = hash_search(JobqStateHash, &key, HASH_ENTER_NULL, &found);
+
+	/*
+	 * At most jobq.max_tracked_queues entries: a shared hash table grows past
+	 * its size into the server's spare shared memory, which the lock table
+	 * needs (one role making thousands of queues took it all, and other
+	 * databases' transactions failed with "out of shared memory").  Past it,
+	 * a queue has no entry: its claims scan from the head.
+	 */
+	if (hash_get_num_entries(JobqStateHash) >= jobq_max_tracked_queues)
+		entry = hash_search(JobqStateHash, &key, HASH_FIND, &found);
+	else
+		entry = hash_search(JobqStateHash, &key, HASH_ENTER_NULL, &found);
 	if (entry != NULL && !found)
 	{
 		SpinLockInit(&entry->mutex);
@@ -369,6 +380,28 @@ StateLookup(const char *queue, bool create)
 	}
 	LWLockRelease(JobqStateLock);
 	return entry;
+}
+
+/*
+ * Forget the queues of database dbid, which was dropped (no backend can be
+ * connected to it, so none uses its entries): their places go to others.
+ */
+void
+jobq_state_forget_database(Oid dbid)
+{
+	HASH_SEQ_STATUS seq;
+	JobqQueueState *entry;
+
+	if (JobqStateHash == NULL || !OidIsValid(dbid))
+		return;
+	LWLockAcquire(JobqStateLock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, JobqStateHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		if (entry->key.dbid == dbid)
+			(void) hash_search(JobqStateHash, &entry->key, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(JobqStateLock);
 }
 
 /*

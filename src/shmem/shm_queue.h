@@ -39,6 +39,7 @@ typedef struct JobqClaimIsland
 	uint64		gen;			/* the island's generation then */
 } JobqClaimIsland;
 
+extern void jobq_state_forget_database(Oid dbid);
 extern uint64 jobq_state_seed(void);
 extern uint64 jobq_state_kinds_id(Datum *kinds, bool *nulls, int n);
 extern uint64 jobq_state_begin_claim(Oid relid, const char *queue, uint64 kinds_id,
