@@ -30,6 +30,7 @@
 
 #include "access/genam.h"
 #include "access/tableam.h"
+#include "catalog/pg_namespace_d.h"
 #include "catalog/pg_proc_d.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
@@ -57,13 +58,18 @@
 #define MyLocalTransactionId	(MyProc->lxid)
 #endif
 
-/* One ACL check for every kind of object (16); jobq checks functions only. */
+/*
+ * One ACL check for every kind of object (16); jobq checks functions and
+ * schemas only.
+ */
 #if PG_VERSION_NUM < 160000
 static inline AclResult
 object_aclcheck(Oid classid, Oid objectid, Oid roleid, AclMode mode)
 {
+	if (classid == NamespaceRelationId)
+		return pg_namespace_aclcheck(objectid, roleid, mode);
 	if (classid != ProcedureRelationId)
-		elog(ERROR, "jobq: object_aclcheck shim covers functions only");
+		elog(ERROR, "jobq: object_aclcheck shim covers functions and schemas only");
 	return pg_proc_aclcheck(objectid, roleid, mode);
 }
 #endif

@@ -28,6 +28,12 @@
  *	  permanent: the job fails at once.  A handler that calls
  *	  jobq.snooze(delay) is re-queued after delay without spending a retry.
  *
+ * Before every claim, and again before every run, the executor checks that
+ * the handler's role may still run it (the administer capability on the
+ * queue, EXECUTE on the function, USAGE on its schema): a handler whose role
+ * lost one of them is not run (its jobs wait; the log says why), and a job
+ * claimed just before the revoke fails with 42501.
+ *
  * jobq.cancel of a job an executor runs sends that executor SIGINT, which
  * interrupts the handler (the ordinary query-cancel path).  A handler that
  * catches the cancel, or the statement timeout at the end of its lease, is
@@ -92,6 +98,7 @@
 #include "spi.h"
 #include "subxact.h"
 #include "bgw/handler_proc.h"
+#include "ops/handler_registry.h"
 #include "shmem/shm_bgw.h"
 #include "shmem/shm_queue.h"
 #include "workflow/depend.h"
@@ -220,8 +227,31 @@ LoadHandlers(MemoryContext cxt)
 }
 
 /*
- * Claim one job of queue of the kinds whose handlers run as role (SPI
- * connected); false when there is none.
+ * Log that handler h is not run, and why, at most once a minute for the
+ * same kind and reason, so a handler left behind does not flood the log.
+ */
+static void
+ExecLogRefusal(const JobqHandler *h, const char *why)
+{
+	static uint32 last_reason = 0;
+	static TimestampTz last_at = 0;
+	uint32		reason = hash_combine(hash_bytes((const unsigned char *) h->kind, strlen(h->kind)),
+									  hash_bytes((const unsigned char *) why, strlen(why)));
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (reason == last_reason && !TimestampDifferenceExceeds(last_at, now, 60 * 1000))
+		return;
+	last_reason = reason;
+	last_at = now;
+	ereport(LOG,
+			(errmsg("jobq executor: the handler of kind \"%s\" in queue \"%s\" is not run: %s",
+					h->kind, h->queue, why),
+			 errdetail("Its jobs wait for a worker. An administrator of the queue can remove the handler with jobq.unregister_handler, or grant the role what it lacks.")));
+}
+
+/*
+ * Claim one job of queue of the kinds whose handlers run as role and may
+ * still run (SPI connected); false when there is none.
  */
 static bool
 ExecClaim(const char *queue, Oid role, List *handlers, JobqExecJob *job, MemoryContext cxt)
@@ -240,10 +270,21 @@ ExecClaim(const char *queue, Oid role, List *handlers, JobqExecJob *job, MemoryC
 	foreach(lc, handlers)
 	{
 		JobqHandler *h = (JobqHandler *) lfirst(lc);
+		char	   *why;
 
-		if (strcmp(h->queue, queue) == 0 && h->run_as == role)
-			kinds[nkinds++] = CStringGetTextDatum(h->kind);
+		if (strcmp(h->queue, queue) != 0 || h->run_as != role)
+			continue;
+		/* a right of the role's revoked since it registered: not run */
+		why = jobq_handler_refusal(h->run_as, h->queue, h->handler);
+		if (why != NULL)
+		{
+			ExecLogRefusal(h, why);
+			continue;
+		}
+		kinds[nkinds++] = CStringGetTextDatum(h->kind);
 	}
+	if (nkinds == 0)
+		return false;
 	values[0] = CStringGetTextDatum(queue);
 	values[1] = CStringGetTextDatum(psprintf("jobq executor %d", MyProcPid));
 	values[2] = PointerGetDatum(construct_array(kinds, nkinds, TEXTOID, -1, false, TYPALIGN_INT));
@@ -403,6 +444,8 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("handler of kind \"%s\" would run as a superuser", h->kind)));
+	/* a right revoked since the claim: the attempt fails with 42501 */
+	jobq_handler_rights_check(h->run_as, h->queue, h->handler);
 
 	/* the handler's identity, search_path and time limit */
 	GetUserIdAndSecContext(&save_userid, &save_sec);

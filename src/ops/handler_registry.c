@@ -15,12 +15,14 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 
@@ -41,32 +43,78 @@ static SPIPlanPtr plan_unregister;
 static SPIPlanPtr plan_prune_dropped;
 
 /*
- * A kind's handler may be replaced or removed only by the role it runs as,
- * or a superuser: nobody takes over another role's jobs (SPI connected).
+ * A kind's handler may be replaced only by the role it runs as or a
+ * superuser (nobody takes over another role's handler), and removed also by
+ * an administrator of the queue it serves (a handler left behind by a role
+ * whose capability was revoked, say).  SPI connected, as the owner.
  */
 static void
-HandlerOwnerCheck(const char *kind, Oid role)
+HandlerOwnerCheck(const char *kind, Oid role, bool removing)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	bool		isnull;
 	Oid			owner;
+	char	   *queue;
 
 	values[0] = CStringGetTextDatum(kind);
 	jobq_spi_exec(jobq_plan(&plan_handler_owner,
-							"SELECT run_as FROM jobq.handler WHERE kind = $1",
+							"SELECT run_as, queue FROM jobq.handler WHERE kind = $1",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return;
 	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	/* not naming the role: the caller may not know of it */
-	if (owner != role && !superuser_arg(role))
+	queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	/* not naming the role nor the queue: the caller may not know of them */
+	if (owner != role && !superuser_arg(role) &&
+		!(removing && jobq_may(role, queue, JOBQ_CAP_ADMINISTER)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("the handler of kind \"%s\" belongs to another role", kind),
 				 errdetail("Handler kinds are shared by every queue of the database."),
-				 errhint("Only that role or a superuser may replace or remove it: choose a kind of your own (with your application's prefix, say).")));
+				 errhint("Only that role or a superuser may replace it, and an administrator of its queue remove it: choose a kind of your own (with your application's prefix, say).")));
+}
+
+/*
+ * Why role may not (any more) run function handler for queue, or NULL when
+ * it may: it must administer the queue, and have EXECUTE on the function and
+ * USAGE on its schema, as a call of it by name would need were the role
+ * connected.  Registering checks this, and the executors before every claim
+ * and every run: a right revoked since stops the handler.  SPI connected, as
+ * the owner.
+ */
+char	   *
+jobq_handler_refusal(Oid role, const char *queue, Oid handler)
+{
+	Oid			schema = get_func_namespace(handler);
+	const char *name = GetUserNameFromId(role, true);
+
+	if (!jobq_may(role, queue, JOBQ_CAP_ADMINISTER))
+		return psprintf("role \"%s\" does not hold the administer capability on queue \"%s\"",
+						name ? name : "?", queue);
+	if (object_aclcheck(ProcedureRelationId, handler, role, ACL_EXECUTE) != ACLCHECK_OK)
+		return psprintf("role \"%s\" has no EXECUTE privilege on function %s",
+						name ? name : "?", format_procedure(handler));
+	if (OidIsValid(schema) &&
+		object_aclcheck(NamespaceRelationId, schema, role, ACL_USAGE) != ACLCHECK_OK)
+		return psprintf("role \"%s\" has no USAGE privilege on schema %s",
+						name ? name : "?", get_namespace_name(schema));
+	return NULL;
+}
+
+/* Error out (42501) unless role may run handler for queue (as above). */
+void
+jobq_handler_rights_check(Oid role, const char *queue, Oid handler)
+{
+	char	   *why = jobq_handler_refusal(role, queue, handler);
+
+	if (why != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to run handler %s: %s", format_procedure(handler), why),
+				 errdetail("A handler runs as the role that registers it, which needs the administer capability on the queue, EXECUTE on the function and USAGE on its schema, at registration and at every job."),
+				 errhint("Grant the role what it lacks, or register the kind's handler as a role that has it.")));
 }
 
 /*
@@ -130,7 +178,8 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 	values[4] = BoolGetDatum(allow_superuser);
 	jobq_owner_begin(&saved);
 	jobq_require(run_as, queue, JOBQ_CAP_ADMINISTER);
-	HandlerOwnerCheck(kind, run_as);
+	jobq_handler_rights_check(run_as, queue, handler);	/* USAGE of its schema */
+	HandlerOwnerCheck(kind, run_as, false);
 
 	/*
 	 * A handler of that kind another role registered meanwhile (after the
@@ -148,7 +197,7 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 				  values, NULL, SPI_OK_INSERT);
 	if (SPI_processed == 0)
 	{
-		HandlerOwnerCheck(kind, run_as);
+		HandlerOwnerCheck(kind, run_as, false);
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("the handler of kind \"%s\" changed while it was registered", kind),
@@ -170,7 +219,7 @@ jobq_unregister_handler(PG_FUNCTION_ARGS)
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
-	HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller);
+	HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller, true);
 	jobq_spi_exec(jobq_plan(&plan_unregister,
 							"DELETE FROM jobq.handler WHERE kind = $1",
 							1, types),

@@ -2,7 +2,8 @@
  *
  * ops/handler_registry.h
  *	  Job handlers (ops/handler_registry.c): their registration is SQL-callable
- *	  only; pruning removes those of dropped roles.
+ *	  only; the executors check a handler's rights before each claim and run;
+ *	  pruning removes those of dropped roles.
  *
  *-------------------------------------------------------------------------
  */
@@ -12,5 +13,7 @@
 #include "postgres.h"
 
 extern int64 jobq_prune_dropped_handlers(int batch);
+extern char *jobq_handler_refusal(Oid role, const char *queue, Oid handler);
+extern void jobq_handler_rights_check(Oid role, const char *queue, Oid handler);
 
 #endif							/* JOBQ_HANDLER_REGISTRY_H */

@@ -194,5 +194,113 @@ for my $role (@roles)
 		'', "$role: nothing on q2 succeeds or shows anything");
 }
 
+# --- a right revoked after registration stops the handler -----------------
+# (a hostile review's find: the executors checked nothing at run time)
+# bob owns a SECURITY DEFINER function that reads his table; he lets alice
+# use it, alice registers it as her handler, then bob takes EXECUTE back: her
+# jobs must not run it as bob any more.  Then USAGE on the schema alone; then
+# mallory, whose administer capability on billing was revoked: her handler
+# stops and the queue's administrator can remove it.
+$node->safe_psql('postgres', q{
+	CREATE ROLE bob LOGIN;
+	CREATE ROLE alice LOGIN;
+	CREATE ROLE mallory LOGIN;
+	CREATE ROLE billing_admin LOGIN;
+	SELECT jobq.grant('qa', 'alice', 'administer');
+	SELECT jobq.grant('billing', 'billing_admin', 'administer');
+	SELECT jobq.grant('billing', 'mallory', 'administer');
+	CREATE SCHEMA bs AUTHORIZATION bob;
+	CREATE SCHEMA ms AUTHORIZATION mallory;
+	SET ROLE bob;
+	CREATE TABLE bs.secrets (s text);
+	INSERT INTO bs.secrets VALUES ('bob-private');
+	CREATE FUNCTION bs.peek(p jsonb) RETURNS jsonb LANGUAGE sql SECURITY DEFINER
+	    SET search_path = pg_catalog
+	    AS $$ SELECT jsonb_build_object('s', (SELECT string_agg(s, ',') FROM bs.secrets)) $$;
+	REVOKE EXECUTE ON FUNCTION bs.peek(jsonb) FROM PUBLIC;
+	GRANT USAGE ON SCHEMA bs TO alice;
+	GRANT EXECUTE ON FUNCTION bs.peek(jsonb) TO alice;
+	RESET ROLE;
+	SET ROLE alice;
+	SELECT jobq.register_handler('a.peek', 'bs.peek(jsonb)'::regprocedure, 'qa');
+	RESET ROLE;
+	SET ROLE mallory;
+	CREATE TABLE ms.loot (p jsonb);
+	CREATE FUNCTION ms.grab(p jsonb) RETURNS jsonb LANGUAGE sql
+	    AS $$ INSERT INTO ms.loot VALUES (p) RETURNING jsonb_build_object('ok', true) $$;
+	SELECT jobq.register_handler('m.grab', 'ms.grab(jsonb)'::regprocedure, 'billing');
+	RESET ROLE;});
+
+# while the rights hold, alice's handler runs
+my $peek = $node->safe_psql('postgres', q{SELECT job_id FROM jobq.enqueue('a.peek', '{}', 'qa')});
+ok($node->poll_query_until('postgres',
+		"SELECT status = 'completed' FROM jobq.job WHERE job_id = $peek"),
+	'revoke: the handler runs while its role holds its rights');
+
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	SET ROLE bob;
+	REVOKE EXECUTE ON FUNCTION bs.peek(jsonb) FROM alice;});
+$peek = $node->safe_psql('postgres', q{SELECT job_id FROM jobq.enqueue('a.peek', '{}', 'qa')});
+ok($node->wait_for_log(
+		qr/the handler of kind "a\.peek" in queue "qa" is not run: role "alice" has no EXECUTE privilege on function bs\.peek\(jsonb\)/,
+		$offset),
+	'revoke: without EXECUTE the handler is not run, and the log says why');
+is($node->safe_psql('postgres', "SELECT status FROM jobq.job WHERE job_id = $peek"),
+	'pending', 'revoke: the job waits, unclaimed; bob\'s function did not run for alice');
+
+# EXECUTE back, USAGE on the schema taken: still not run
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	SET ROLE bob;
+	GRANT EXECUTE ON FUNCTION bs.peek(jsonb) TO alice;
+	REVOKE USAGE ON SCHEMA bs FROM alice;});
+ok($node->wait_for_log(
+		qr/the handler of kind "a\.peek" in queue "qa" is not run: role "alice" has no USAGE privilege on schema bs/,
+		$offset),
+	'revoke: without USAGE on the function\'s schema the handler is not run');
+is($node->safe_psql('postgres', "SELECT status FROM jobq.job WHERE job_id = $peek"),
+	'pending', 'revoke: the job still waits');
+# (the function named by its number: a name in bs would need USAGE to be read)
+my $peek_oid = $node->safe_psql('postgres', q{SELECT 'bs.peek(jsonb)'::regprocedure::oid});
+my ($rc, $out, $err) = $node->psql('postgres', qq{
+	SET ROLE alice;
+	SELECT jobq.register_handler('a.peek2', ${peek_oid}::regprocedure, 'qa');});
+like($err, qr/permission denied to run handler bs\.peek\(jsonb\): role "alice" has no USAGE privilege on schema bs/,
+	'register_handler: USAGE on the function\'s schema is needed too');
+
+# both back: the waiting job runs
+$node->safe_psql('postgres', q{SET ROLE bob; GRANT USAGE ON SCHEMA bs TO alice;});
+ok($node->poll_query_until('postgres',
+		"SELECT status = 'completed' FROM jobq.job WHERE job_id = $peek"),
+	'revoke: with the rights back, the waiting job runs');
+
+# mallory's capability on billing revoked: her handler stops
+$node->safe_psql('postgres', q{
+	SET ROLE billing_admin;
+	SELECT jobq.revoke('billing', 'mallory', 'administer');});
+my $card = $node->safe_psql('postgres',
+	q{SELECT job_id FROM jobq.enqueue('m.grab', '{"card": "4111"}', 'billing')});
+$offset = -s $node->logfile;
+ok($node->wait_for_log(
+		qr/the handler of kind "m\.grab" in queue "billing" is not run: role "mallory" does not hold the administer capability on queue "billing"/,
+		$offset),
+	'revoke: without the capability on the queue the handler is not run');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM ms.loot}),
+	'0', 'revoke: the handler\'s role got no payload of the queue');
+# the queue's administrator removes it (it belonged to another role)
+is($node->safe_psql('postgres', q{
+	SET ROLE billing_admin;
+	SELECT jobq.unregister_handler('m.grab');}),
+	't', 'the queue\'s administrator removes the handler of a role that lost its capability');
+# a role that administers neither the handler's queue nor is its role may not
+($rc, $out, $err) = $node->psql('postgres', q{
+	SET ROLE billing_admin;
+	SELECT jobq.unregister_handler('a.peek');});
+like($err, qr/the handler of kind "a\.peek" belongs to another role/,
+	'an administrator of another queue may not remove the handler');
+is($node->safe_psql('postgres', q{SELECT status FROM jobq.job WHERE job_id = } . $card),
+	'pending', 'the queue\'s job waits for a worker');
+
 $node->stop;
 done_testing();
