@@ -39,6 +39,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -71,6 +72,7 @@ static SPIPlanPtr plan_all_permissions;
 static SPIPlanPtr plan_prune_grants;
 static SPIPlanPtr plan_grant;
 static SPIPlanPtr plan_revoke;
+static SPIPlanPtr plan_lacking;
 
 /* The owner of jobq's tables, cached for the current transaction. */
 static Oid
@@ -182,6 +184,28 @@ jobq_require(Oid role, const char *queue, JobqCapability cap)
 					 capability_names[cap])));
 }
 
+/*
+ * jobq_require for the queue of job job_id, a job named by its id alone:
+ * the error does not name the queue, which the caller may not know of (a
+ * role probing ids learns no other tenant's queue names).
+ */
+void
+jobq_require_job(Oid role, int64 job_id, const char *queue, JobqCapability cap)
+{
+	if (jobq_may(role, queue, cap))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to %s the queue of job %lld",
+					cap == JOBQ_CAP_ENQUEUE ? "enqueue into" :
+					cap == JOBQ_CAP_WORK ? "work on" : "administer",
+					(long long) job_id),
+			 errdetail("Role \"%s\" does not hold the %s capability on the job's queue.",
+					   GetUserNameFromId(role, true) ? GetUserNameFromId(role, true) : "?",
+					   capability_names[cap]),
+			 errhint("jobq.jobs lists the jobs of the queues the role holds a capability on.")));
+}
+
 /* The capability argument, checked. */
 static JobqCapability
 CapabilityArg(FunctionCallInfo fcinfo, int argno)
@@ -199,113 +223,170 @@ CapabilityArg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * The objects of later releases that GrantObjects grants where they exist:
- * a database still at an older release (served by this library until its
- * ALTER EXTENSION jobq UPDATE) lacks them.
+ * The functions each capability needs (regprocedure texts).  Those of one
+ * release and not another are granted where they exist: a database still at
+ * an older release (served by this library until its ALTER EXTENSION jobq
+ * UPDATE) lacks the later ones, and 0.2.0 re-created enqueue and
+ * enqueue_many with depends_on, 0.3.0 fail with details.
  */
-static const char *const LaterFunctions[] = {
-	"jobq.release(bigint, bigint)", /* 0.2.0, work */
-	"jobq.service_status()",	/* 0.2.0, every role */
-	"jobq.app_worker_rows()",	/* 0.3.0, every role */
+static const char *const EveryRoleFunctions[] = {
+	/* what the views call as the querying role */
+	"jobq.may_use_queue(text)", "jobq.may(text, text)", "jobq.worker_status()",
+	"jobq.kind_stats(interval, text)",
+	"jobq.service_status()",	/* 0.2.0 */
+	"jobq.app_worker_rows()",	/* 0.3.0 */
 };
-
-/*
- * What work needs that one release has and another not: fail gained
- * details in 0.3.0 (re-created), the worker registry came in 0.3.0.
- */
-static const char *const WorkFunctions[] = {
-	"jobq.fail(bigint, bigint, text, boolean, interval)",
-	"jobq.fail(bigint, bigint, text, boolean, interval, text)",
-	"jobq.register_worker(text, text[], jsonb)",
-	"jobq.unregister_worker(text)",
-};
-
-/*
- * Functions of enqueue and work that exist in one release or another (0.2.0
- * re-created enqueue and enqueue_many with depends_on): granted where they
- * exist.
- */
 static const char *const EnqueueFunctions[] = {
+	"jobq.priority(text)", "jobq.priority_label(integer)",
+	"jobq.cron_next(text, timestamptz, text)", "jobq.job(bigint)", "jobq.job_by_key(text, text)",
 	"jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text)",
 	"jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text)",
 	"jobq.enqueue(text, jsonb, text, integer, timestamptz, integer, text, text, bigint[], text)",
 	"jobq.enqueue_many(text, jsonb[], text, integer, timestamptz, integer, text[], text, bigint[], text)",
+	"jobq.parent_results(bigint)", "jobq.workflow_status(bigint)", "jobq.workflow_jobs(bigint)",
 };
-static const char *const WorkflowFunctions[] = {
-	"jobq.parent_results(bigint)",
-	"jobq.workflow_status(bigint)",
-	"jobq.workflow_jobs(bigint)",
+static const char *const WorkFunctions[] = {
+	"jobq.claim(text, text, integer, interval, text[], interval)",
+	"jobq.complete(bigint, bigint, jsonb)", "jobq.complete_many(bigint[], bigint[], jsonb[])",
+	"jobq.extend(bigint, bigint, interval)", "jobq.checkpoint(bigint, bigint, jsonb)",
+	"jobq.snooze(bigint, bigint, interval)",
+	"jobq.priority(text)", "jobq.priority_label(integer)",
+	"jobq.cron_next(text, timestamptz, text)", "jobq.job(bigint)", "jobq.job_by_key(text, text)",
+	"jobq.release(bigint, bigint)", /* 0.2.0 */
+	"jobq.fail(bigint, bigint, text, boolean, interval)",
+	"jobq.fail(bigint, bigint, text, boolean, interval, text)",
+	"jobq.register_worker(text, text[], jsonb)", "jobq.unregister_worker(text)",
+	"jobq.parent_results(bigint)", "jobq.workflow_status(bigint)", "jobq.workflow_jobs(bigint)",
+};
+static const char *const EveryRoleViews[] = {
+	"jobq.jobs", "jobq.dead_letter", "jobq.queue_stats", "jobq.queues", "jobq.schedules",
+	"jobq.workers", "jobq.kind_stats", "jobq.handlers",
+	"jobq.service", "jobq.workflows", "jobq.app_workers",
 };
 
-/* ", name" onto buf when the function (or, with relation, the relation) exists. */
+/* How long a grant waits for another transaction granting to the same objects. */
+#define JOBQ_GRANT_LOCK_TIMEOUT_MS	5000
+
+/* names onto the list of texts */
 static void
-AppendIfExists(StringInfo buf, const char *name, bool relation)
+AddNames(List **names, const char *const *add, int n)
 {
-	bool		isnull;
-
-	jobq_spi_exec_sql(psprintf("SELECT pg_catalog.%s(%s) IS NOT NULL",
-							   relation ? "to_regclass" : "to_regprocedure",
-							   quote_literal_cstr(name)),
-					  true, SPI_OK_SELECT);
-	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
-		appendStringInfo(buf, ", %s", name);
+	for (int i = 0; i < n; i++)
+		*names = lappend(*names, (void *) add[i]);
 }
 
-/* GRANT what calling the functions of capability cap needs to role. */
+/* The names as a text[] datum. */
+static Datum
+NamesArray(List *names)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(list_length(names), 1));
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, names)
+		elems[n++] = CStringGetTextDatum((const char *) lfirst(lc));
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/*
+ * GRANT what calling the functions of capability cap needs to role: USAGE on
+ * the schema, EXECUTE on those functions (an administrator: on every
+ * function of the schema), SELECT on the views; only what the role does not
+ * hold already (a GRANT writes the object's catalog row even when nothing
+ * changes, so every jobq.grant, whatever its queue, waited for any other
+ * tenant's open transaction that had granted, then failed with "tuple
+ * concurrently updated").  The first grant of a capability to a role still
+ * writes those rows: it waits at most JOBQ_GRANT_LOCK_TIMEOUT_MS for
+ * another transaction that does, then fails with 55P03 (40001 when that one
+ * commits meanwhile), to be tried again.  SPI connected, as the owner.
+ */
 static void
 GrantObjects(Oid role, JobqCapability cap)
 {
 	const char *rolename = quote_identifier(GetUserNameFromId(role, false));
-	const char *enqueue_fns =
-	"jobq.priority(text), jobq.priority_label(integer), jobq.cron_next(text, timestamptz, text),"
-	" jobq.job(bigint), jobq.job_by_key(text, text)";
-	const char *work_fns =
-	"jobq.claim(text, text, integer, interval, text[], interval),"
-	" jobq.complete(bigint, bigint, jsonb), jobq.complete_many(bigint[], bigint[], jsonb[]),"
-	" jobq.extend(bigint, bigint, interval),"
-	" jobq.checkpoint(bigint, bigint, jsonb), jobq.snooze(bigint, bigint, interval),"
-	" jobq.priority(text), jobq.priority_label(integer), jobq.cron_next(text, timestamptz, text),"
-	" jobq.job(bigint), jobq.job_by_key(text, text)";
+	Oid			types[4] = {OIDOID, TEXTARRAYOID, BOOLOID, TEXTARRAYOID};
+	Datum		values[4];
+	List	   *functions = NIL;
+	List	   *views = NIL;
+	bool		isnull;
 	StringInfoData sql;
+	MemoryContext cxt = CurrentMemoryContext;
+	int			nestlevel;
 
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "GRANT USAGE ON SCHEMA jobq TO %s;", rolename);
-	/* what the views call as the querying role */
-	appendStringInfoString(&sql,
-						   "GRANT EXECUTE ON FUNCTION jobq.may_use_queue(text), jobq.may(text, text),"
-						   " jobq.worker_status(), jobq.kind_stats(interval, text)");
-	AppendIfExists(&sql, LaterFunctions[1], false);
-	AppendIfExists(&sql, LaterFunctions[2], false);
-	appendStringInfo(&sql, " TO %s;", rolename);
+	AddNames(&functions, EveryRoleFunctions, lengthof(EveryRoleFunctions));
 	if (cap == JOBQ_CAP_ENQUEUE || cap == JOBQ_CAP_ADMINISTER)
-	{
-		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s", enqueue_fns);
-		for (int i = 0; i < lengthof(EnqueueFunctions); i++)
-			AppendIfExists(&sql, EnqueueFunctions[i], false);
-		for (int i = 0; i < lengthof(WorkflowFunctions); i++)
-			AppendIfExists(&sql, WorkflowFunctions[i], false);
-		appendStringInfo(&sql, " TO %s;", rolename);
-	}
+		AddNames(&functions, EnqueueFunctions, lengthof(EnqueueFunctions));
 	if (cap == JOBQ_CAP_WORK || cap == JOBQ_CAP_ADMINISTER)
+		AddNames(&functions, WorkFunctions, lengthof(WorkFunctions));
+	AddNames(&views, EveryRoleViews, lengthof(EveryRoleViews));
+	values[0] = ObjectIdGetDatum(role);
+	values[1] = NamesArray(functions);
+	values[2] = BoolGetDatum(cap == JOBQ_CAP_ADMINISTER);
+	values[3] = NamesArray(views);
+	jobq_spi_exec(jobq_plan(&plan_lacking,
+							"SELECT (SELECT NOT EXISTS (SELECT FROM pg_catalog.aclexplode(coalesce(n.nspacl,"
+							"          pg_catalog.acldefault('n', n.nspowner))) a"
+							"         WHERE a.grantee = $1 AND a.privilege_type = 'USAGE')"
+							"          FROM pg_catalog.pg_namespace n WHERE n.nspname = 'jobq'),"
+							" (SELECT pg_catalog.string_agg(pg_catalog.format('jobq.%I(%s)', p.proname,"
+							"          pg_catalog.pg_get_function_identity_arguments(p.oid)), ', ' ORDER BY p.oid)"
+							"    FROM pg_catalog.pg_proc p"
+							"   WHERE (p.oid = ANY (ARRAY(SELECT pg_catalog.to_regprocedure(f)"
+							"                              FROM pg_catalog.unnest($2) f))"
+							"          OR ($3 AND p.pronamespace = 'jobq'::pg_catalog.regnamespace))"
+							"     AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(coalesce(p.proacl,"
+							"          pg_catalog.acldefault('f', p.proowner))) a"
+							"         WHERE a.grantee = $1 AND a.privilege_type = 'EXECUTE')),"
+							" (SELECT pg_catalog.string_agg(pg_catalog.format('jobq.%I', c.relname), ', '"
+							"          ORDER BY c.oid)"
+							"    FROM pg_catalog.pg_class c"
+							"   WHERE c.oid = ANY (ARRAY(SELECT pg_catalog.to_regclass(v) FROM pg_catalog.unnest($4) v))"
+							"     AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(coalesce(c.relacl,"
+							"          pg_catalog.acldefault('r', c.relowner))) a"
+							"         WHERE a.grantee = $1 AND a.privilege_type = 'SELECT'))",
+							4, types),
+				  values, NULL, SPI_OK_SELECT);
+	initStringInfo(&sql);
+	if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull)
+		appendStringInfo(&sql, "GRANT USAGE ON SCHEMA jobq TO %s;", rolename);
+	if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2) != NULL)
+		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s TO %s;",
+						 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2), rolename);
+	if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3) != NULL)
+		appendStringInfo(&sql, "GRANT SELECT ON %s TO %s;",
+						 SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3), rolename);
+	if (sql.len == 0)
+		return;
+
+	nestlevel = NewGUCNestLevel();
+	(void) set_config_option("lock_timeout", CppAsString2(JOBQ_GRANT_LOCK_TIMEOUT_MS),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	PG_TRY();
 	{
-		appendStringInfo(&sql, "GRANT EXECUTE ON FUNCTION %s", work_fns);
-		AppendIfExists(&sql, LaterFunctions[0], false);
-		for (int i = 0; i < lengthof(WorkFunctions); i++)
-			AppendIfExists(&sql, WorkFunctions[i], false);
-		for (int i = 0; i < lengthof(WorkflowFunctions); i++)
-			AppendIfExists(&sql, WorkflowFunctions[i], false);
-		appendStringInfo(&sql, " TO %s;", rolename);
+		jobq_spi_exec_sql(sql.data, false, SPI_OK_UTILITY);
 	}
-	if (cap == JOBQ_CAP_ADMINISTER)
-		appendStringInfo(&sql, "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA jobq TO %s;", rolename);
-	appendStringInfoString(&sql,
-						   "GRANT SELECT ON jobq.jobs, jobq.dead_letter, jobq.queue_stats, jobq.queues,"
-						   " jobq.schedules, jobq.workers, jobq.kind_stats, jobq.handlers");
-	AppendIfExists(&sql, "jobq.service", true);
-	AppendIfExists(&sql, "jobq.workflows", true);
-	AppendIfExists(&sql, "jobq.app_workers", true);
-	appendStringInfo(&sql, " TO %s;", rolename);
-	jobq_spi_exec_sql(sql.data, false, SPI_OK_UTILITY);
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE &&
+			!(edata->sqlerrcode == ERRCODE_INTERNAL_ERROR && edata->message != NULL &&
+			  strcmp(edata->message, "tuple concurrently updated") == 0))
+			PG_RE_THROW();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ?
+						 ERRCODE_LOCK_NOT_AVAILABLE : ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not grant jobq's functions to role %s: another transaction is granting them",
+						rolename),
+				 errdetail("The first grant of a capability to a role grants it jobq's functions, which waits for other such grants to end (at most %d ms).",
+						   JOBQ_GRANT_LOCK_TIMEOUT_MS),
+				 errhint("Try again; grant outside long transactions.")));
+	}
+	PG_END_TRY();
+	AtEOXact_GUC(true, nestlevel);
 }
 
 /* jobq.grant(queue, role, capability): may be run by the queue's administrators */

@@ -31,6 +31,7 @@ extern Oid	jobq_owner_begin(JobqSavedUser *saved);
 extern void jobq_owner_end(const JobqSavedUser *saved);
 extern bool jobq_may(Oid role, const char *queue, JobqCapability cap);
 extern void jobq_require(Oid role, const char *queue, JobqCapability cap);
+extern void jobq_require_job(Oid role, int64 job_id, const char *queue, JobqCapability cap);
 extern void jobq_acl_set_handler_role(Oid role);
 extern void jobq_acl_set_handler_job(int64 job_id);
 extern void jobq_refuse_own_job(int64 job_id, const char *fn);
