@@ -287,6 +287,12 @@ SET jobq.max_cron_length = 10;
 SELECT jobq.schedule('s', '*/5 * * * * *', 'k');
 \echo :SQLSTATE
 RESET jobq.max_cron_length;
+-- retry_failed: NULL is every kind, every queue; an empty name is an error
+SELECT jobq.retry_failed('', 'q');
+\echo :SQLSTATE
+SELECT jobq.retry_failed(NULL, '');
+\echo :SQLSTATE
+:trace
 SET jobq.max_schedules = 1;
 SELECT jobq.schedule('s1', '0 0 1 1 *', 'k') > 0 AS first_schedule;
 SELECT jobq.schedule('s1', '0 0 2 1 *', 'k') > 0 AS same_name_updates;

@@ -95,8 +95,8 @@ RetryJob(int64 job_id, TimestampTz now, Oid caller)
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		return false;
-	jobq_require(caller, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
-				 JOBQ_CAP_ADMINISTER);
+	jobq_require_job(caller, job_id, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+					 JOBQ_CAP_ADMINISTER);
 
 	jobq_spi_exec(jobq_plan(&plan_retry_lock,
 							"SELECT queue, kind, priority, concurrency_key FROM jobq.job"
@@ -159,6 +159,9 @@ jobq_retry_failed(PG_FUNCTION_ARGS)
 	int64		retried = 0;
 	bool		isnull;
 
+	/* NULL: every kind, every queue; an empty or too long name is an error */
+	(void) jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, true);
+	(void) jobq_name_arg(fcinfo, 1, "queue", jobq_max_name_length, true);
 	values[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
 	nulls[0] = PG_ARGISNULL(0) ? 'n' : ' ';
 	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
@@ -391,7 +394,7 @@ ReadJobState(int64 job_id, Oid caller, JobqJobState * st)
 	st->run_at = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
 	st->kind = SPI_getvalue(tup, desc, 5);
 	st->concurrency_key = SPI_getvalue(tup, desc, 6);
-	jobq_require(caller, st->queue, JOBQ_CAP_ADMINISTER);
+	jobq_require_job(caller, job_id, st->queue, JOBQ_CAP_ADMINISTER);
 	return true;
 }
 

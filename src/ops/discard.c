@@ -276,7 +276,7 @@ jobq_discard(PG_FUNCTION_ARGS)
 	}
 	queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	jobq_require(saved.caller, queue, JOBQ_CAP_ADMINISTER);
+	jobq_require_job(saved.caller, job_id, queue, JOBQ_CAP_ADMINISTER);
 	if (strcmp(status, "failed") != 0 && strcmp(status, "cancelled") != 0)
 	{
 		jobq_owner_end(&saved);

@@ -85,7 +85,7 @@ static SPIPlanPtr plan_fired;
 static SPIPlanPtr plan_next_fire;
 static SPIPlanPtr plan_run_schedule;
 
-static void ScheduleRequire(Oid role, Datum name, bool missing_ok);
+static void ScheduleRequire(Oid role, Datum name);
 
 /* What firing needs of a schedule row. */
 typedef struct JobqSchedule
@@ -580,7 +580,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, TextDatumGetCString(values[4]), JOBQ_CAP_ADMINISTER);
 	/* re-scheduling an existing name also needs its current queue */
-	ScheduleRequire(saved.caller, values[0], true);
+	ScheduleRequire(saved.caller, values[0]);
 	ScheduleCountCheck(values[0], values[4]);
 
 	/*
@@ -595,7 +595,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 				  values, nulls, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed == 0)
 	{
-		ScheduleRequire(saved.caller, values[0], true);
+		ScheduleRequire(saved.caller, values[0]);
 		jobq_spi_exec(jobq_plan(&plan_upsert_moved,
 								JOBQ_SCHEDULE_UPSERT " RETURNING schedule_id", 9, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
@@ -607,11 +607,15 @@ jobq_schedule(PG_FUNCTION_ARGS)
 }
 
 /*
- * Error out unless role administers the queue of the schedule named name
- * (a missing schedule: unless missing_ok, administering every queue).
+ * Error out unless role administers the queue of the schedule named name, if
+ * there is one.  Of a name that does not exist unschedule, pause_schedule
+ * and resume_schedule answer false (run_schedule 42704) to every role, so a
+ * tenant's cleanup run twice does not fail; they tell only that no schedule
+ * of that name exists (schedule makes it, under the caller's capability on
+ * the queue it names).
  */
 static void
-ScheduleRequire(Oid role, Datum name, bool missing_ok)
+ScheduleRequire(Oid role, Datum name)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
@@ -621,12 +625,9 @@ ScheduleRequire(Oid role, Datum name, bool missing_ok)
 							"SELECT queue FROM jobq.schedule WHERE name = $1",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 0 && missing_ok)
-		return;
-	if (SPI_processed == 0)
-		jobq_require(role, NULL, JOBQ_CAP_ADMINISTER);
-	else if (!jobq_may(role, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
-					   JOBQ_CAP_ADMINISTER))
+	if (SPI_processed > 0 &&
+		!jobq_may(role, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
+				  JOBQ_CAP_ADMINISTER))
 	{
 		/* not naming its queue: the caller may not know of it */
 		ereport(ERROR,
@@ -654,7 +655,7 @@ ScheduleStatement(FunctionCallInfo fcinfo, SPIPlanPtr *cache, const char *sql,
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
-	ScheduleRequire(saved.caller, values[0], false);
+	ScheduleRequire(saved.caller, values[0]);
 	jobq_spi_exec(jobq_plan(cache, sql, 1, types), values, NULL, expected);
 	done = SPI_processed > 0;
 	jobq_owner_end(&saved);
@@ -696,7 +697,7 @@ jobq_resume_schedule(PG_FUNCTION_ARGS)
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
-	ScheduleRequire(saved.caller, values[0], false);
+	ScheduleRequire(saved.caller, values[0]);
 	jobq_spi_exec(jobq_plan(&plan_resume_lock,
 							"WITH old AS (SELECT schedule_id, paused FROM jobq.schedule"
 							" WHERE name = $1 FOR UPDATE)"
@@ -769,7 +770,7 @@ jobq_run_schedule(PG_FUNCTION_ARGS)
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
-	ScheduleRequire(saved.caller, values[0], false);
+	ScheduleRequire(saved.caller, values[0]);
 	jobq_spi_exec(jobq_plan(&plan_run_schedule,
 							"SELECT " JOBQ_SCHEDULE_COLUMNS " FROM jobq.schedule WHERE name = $1",
 							1, types),

@@ -29,7 +29,7 @@
 -- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
-SELECT plan(476);
+SELECT plan(478);
 
 SET LOCAL client_min_messages = warning;
 
@@ -339,8 +339,12 @@ SELECT throws_ok($$SELECT jobq.grant('*', 'priv_admin', 'administer')$$, '42501'
                  'admin of q1: granting itself every queue is denied (42501)');
 SELECT throws_ok($$SELECT jobq.revoke('*', 'priv_staradmin', 'administer')$$, '42501', NULL,
                  'admin of q1: revoking an administrator of every queue is denied (42501)');
-SELECT throws_ok($$SELECT jobq.unschedule('no such schedule')$$, '42501', NULL,
-                 'admin of q1: unscheduling a schedule of no queue is denied (42501)');
+SELECT is(jobq.unschedule('no such schedule'), false,
+          'admin of q1: unscheduling a schedule that does not exist answers false');
+SELECT is(jobq.pause_schedule('no such schedule'), false,
+          'admin of q1: pausing a schedule that does not exist answers false');
+SELECT throws_ok($$SELECT jobq.run_schedule('no such schedule')$$, '42704', NULL,
+                 'admin of q1: running a schedule that does not exist: 42704');
 SELECT throws_ok($$SELECT jobq.register_handler('view.q1.handled', 'public.priv_handler(jsonb)', 'q1')$$, '42501', NULL,
                  'admin of q1: taking over another role''s handler is denied (42501)');
 -- re-scheduling a name of q2's schedule into q1 would take q2's schedule over
