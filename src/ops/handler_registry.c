@@ -46,10 +46,13 @@ static SPIPlanPtr plan_prune_dropped;
  * A kind's handler may be replaced only by the role it runs as or a
  * superuser (nobody takes over another role's handler), and removed also by
  * an administrator of the queue it serves (a handler left behind by a role
- * whose capability was revoked, say).  SPI connected, as the owner.
+ * whose capability was revoked, say).  Returns whether kind has a handler,
+ * with its queue and role in *queue_out and *owner_out (when not NULL), for
+ * the statement that follows to act on that handler only.  SPI connected,
+ * as the owner.
  */
-static void
-HandlerOwnerCheck(const char *kind, Oid role, bool removing)
+static bool
+HandlerOwnerCheck(const char *kind, Oid role, bool removing, Datum *queue_out, Oid *owner_out)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
@@ -63,9 +66,13 @@ HandlerOwnerCheck(const char *kind, Oid role, bool removing)
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
-		return;
+		return false;
 	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	if (queue_out != NULL)
+		*queue_out = CStringGetTextDatum(queue);
+	if (owner_out != NULL)
+		*owner_out = owner;
 	/* not naming the role nor the queue: the caller may not know of them */
 	if (owner != role && !superuser_arg(role) &&
 		!(removing && jobq_may(role, queue, JOBQ_CAP_ADMINISTER)))
@@ -74,6 +81,7 @@ HandlerOwnerCheck(const char *kind, Oid role, bool removing)
 				 errmsg("the handler of kind \"%s\" belongs to another role", kind),
 				 errdetail("Handler kinds are shared by every queue of the database."),
 				 errhint("Only that role or a superuser may replace it, and an administrator of its queue remove it: choose a kind of your own (with your application's prefix, say).")));
+	return true;
 }
 
 /*
@@ -179,7 +187,7 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 	jobq_owner_begin(&saved);
 	jobq_require(run_as, queue, JOBQ_CAP_ADMINISTER);
 	jobq_handler_rights_check(run_as, queue, handler);	/* USAGE of its schema */
-	HandlerOwnerCheck(kind, run_as, false);
+	(void) HandlerOwnerCheck(kind, run_as, false, NULL, NULL);
 
 	/*
 	 * A handler of that kind another role registered meanwhile (after the
@@ -197,7 +205,7 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 				  values, NULL, SPI_OK_INSERT);
 	if (SPI_processed == 0)
 	{
-		HandlerOwnerCheck(kind, run_as, false);
+		(void) HandlerOwnerCheck(kind, run_as, false, NULL, NULL);
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("the handler of kind \"%s\" changed while it was registered", kind),
@@ -212,19 +220,25 @@ jobq_register_handler(PG_FUNCTION_ARGS)
 Datum
 jobq_unregister_handler(PG_FUNCTION_ARGS)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	bool		done;
+	Oid			types[3] = {TEXTOID, TEXTOID, OIDOID};
+	Datum		values[3];
+	Oid			owner;
+	bool		done = false;
 	JobqSavedUser saved;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "kind", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
-	HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller, true);
-	jobq_spi_exec(jobq_plan(&plan_unregister,
-							"DELETE FROM jobq.handler WHERE kind = $1",
-							1, types),
-				  values, NULL, SPI_OK_DELETE);
-	done = SPI_processed > 0;
+	/* only the handler as checked: one moved or replaced meanwhile stays */
+	if (HandlerOwnerCheck(TextDatumGetCString(values[0]), saved.caller, true, &values[1], &owner))
+	{
+		values[2] = ObjectIdGetDatum(owner);
+		jobq_spi_exec(jobq_plan(&plan_unregister,
+								"DELETE FROM jobq.handler WHERE kind = $1 AND queue = $2"
+								" AND run_as = $3",
+								3, types),
+					  values, NULL, SPI_OK_DELETE);
+		done = SPI_processed > 0;
+	}
 	jobq_owner_end(&saved);
 	PG_RETURN_BOOL(done);
 }

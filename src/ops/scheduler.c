@@ -85,7 +85,7 @@ static SPIPlanPtr plan_fired;
 static SPIPlanPtr plan_next_fire;
 static SPIPlanPtr plan_run_schedule;
 
-static void ScheduleRequire(Oid role, Datum name);
+static char *ScheduleRequire(Oid role, Datum name);
 
 /* What firing needs of a schedule row. */
 typedef struct JobqSchedule
@@ -534,11 +534,12 @@ Datum
 jobq_schedule(PG_FUNCTION_ARGS)
 {
 	JobqSavedUser saved;
-	Oid			types[9] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID,
-	TEXTOID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[9];
-	char		nulls[9];
+	Oid			types[10] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID,
+	TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID};
+	Datum		values[10];
+	char		nulls[10];
 	const char *cron;
+	char	   *current;
 	const char *timezone;
 	CronSpec	spec;
 	pg_tz	   *tz;
@@ -548,6 +549,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	bool		isnull;
 
 	memset(nulls, ' ', sizeof(nulls));
+	values[9] = (Datum) 0;
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	cron = jobq_name_arg(fcinfo, 1, "cron", jobq_max_cron_length, false);
 	values[2] = CStringGetTextDatum(jobq_name_arg(fcinfo, 2, "kind", jobq_max_name_length, false));
@@ -580,7 +582,7 @@ jobq_schedule(PG_FUNCTION_ARGS)
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, TextDatumGetCString(values[4]), JOBQ_CAP_ADMINISTER);
 	/* re-scheduling an existing name also needs its current queue */
-	ScheduleRequire(saved.caller, values[0]);
+	(void) ScheduleRequire(saved.caller, values[0]);
 	ScheduleCountCheck(values[0], values[4]);
 
 	/*
@@ -595,10 +597,22 @@ jobq_schedule(PG_FUNCTION_ARGS)
 				  values, nulls, SPI_OK_INSERT_RETURNING);
 	if (SPI_processed == 0)
 	{
-		ScheduleRequire(saved.caller, values[0]);
+		/*
+		 * it is in another queue: that one must be the caller's too, and the
+		 * update takes it only from there (moved again meanwhile: try again)
+		 */
+		current = ScheduleRequire(saved.caller, values[0]);
+		values[9] = CStringGetTextDatum(current != NULL ? current : TextDatumGetCString(values[4]));
 		jobq_spi_exec(jobq_plan(&plan_upsert_moved,
-								JOBQ_SCHEDULE_UPSERT " RETURNING schedule_id", 9, types),
+								JOBQ_SCHEDULE_UPSERT " WHERE jobq.schedule.queue = $10"
+								" RETURNING schedule_id", 10, types),
 					  values, nulls, SPI_OK_INSERT_RETURNING);
+		if (SPI_processed == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("schedule \"%s\" changed while it was scheduled",
+							jobq_quote_arg(TextDatumGetCString(values[0]))),
+					 errhint("Try again.")));
 	}
 	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	jobq_owner_end(&saved);
@@ -608,26 +622,30 @@ jobq_schedule(PG_FUNCTION_ARGS)
 
 /*
  * Error out unless role administers the queue of the schedule named name, if
- * there is one.  Of a name that does not exist unschedule, pause_schedule
- * and resume_schedule answer false (run_schedule 42704) to every role, so a
+ * there is one; returns that queue (NULL: there is none).  The statements
+ * that follow act on the schedule only in the queue returned: one moved or
+ * made meanwhile, in a queue the caller may not administer, is left alone.
+ * Of a name that does not exist unschedule, pause_schedule and
+ * resume_schedule answer false (run_schedule 42704) to every role, so a
  * tenant's cleanup run twice does not fail; they tell only that no schedule
- * of that name exists (schedule makes it, under the caller's capability on
- * the queue it names).
+ * of that name exists.
  */
-static void
+static char *
 ScheduleRequire(Oid role, Datum name)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
+	char	   *queue;
 
 	values[0] = name;
 	jobq_spi_exec(jobq_plan(&plan_schedule_queue,
 							"SELECT queue FROM jobq.schedule WHERE name = $1",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
-	if (SPI_processed > 0 &&
-		!jobq_may(role, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1),
-				  JOBQ_CAP_ADMINISTER))
+	if (SPI_processed == 0)
+		return NULL;
+	queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (!jobq_may(role, queue, JOBQ_CAP_ADMINISTER))
 	{
 		/* not naming its queue: the caller may not know of it */
 		ereport(ERROR,
@@ -637,6 +655,7 @@ ScheduleRequire(Oid role, Datum name)
 				 errdetail("It belongs to a queue the role does not administer; schedule names are shared by every queue of the database."),
 				 errhint("Choose another name, or ask an administrator of its queue.")));
 	}
+	return queue;
 }
 
 /*
@@ -649,15 +668,21 @@ ScheduleStatement(FunctionCallInfo fcinfo, SPIPlanPtr *cache, const char *sql,
 				  int expected)
 {
 	JobqSavedUser saved;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	bool		done;
+	char	   *queue;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
-	ScheduleRequire(saved.caller, values[0]);
-	jobq_spi_exec(jobq_plan(cache, sql, 1, types), values, NULL, expected);
-	done = SPI_processed > 0;
+	queue = ScheduleRequire(saved.caller, values[0]);
+	done = false;
+	if (queue != NULL)
+	{
+		values[1] = CStringGetTextDatum(queue);
+		jobq_spi_exec(jobq_plan(cache, sql, 2, types), values, NULL, expected);
+		done = SPI_processed > 0;
+	}
 	jobq_owner_end(&saved);
 	return done;
 }
@@ -667,7 +692,7 @@ Datum
 jobq_unschedule(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(ScheduleStatement(fcinfo, &plan_unschedule,
-									 "DELETE FROM jobq.schedule WHERE name = $1",
+									 "DELETE FROM jobq.schedule WHERE name = $1 AND queue = $2",
 									 SPI_OK_DELETE));
 }
 
@@ -677,7 +702,7 @@ jobq_pause_schedule(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(ScheduleStatement(fcinfo, &plan_pause,
 									 "UPDATE jobq.schedule SET paused = true, updated_at = now()"
-									 " WHERE name = $1",
+									 " WHERE name = $1 AND queue = $2",
 									 SPI_OK_UPDATE));
 }
 
@@ -691,22 +716,29 @@ Datum
 jobq_resume_schedule(PG_FUNCTION_ARGS)
 {
 	JobqSavedUser saved;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	bool		done = false;
+	char	   *queue;
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
-	ScheduleRequire(saved.caller, values[0]);
+	queue = ScheduleRequire(saved.caller, values[0]);
+	if (queue == NULL)
+	{
+		jobq_owner_end(&saved);
+		PG_RETURN_BOOL(false);
+	}
+	values[1] = CStringGetTextDatum(queue);
 	jobq_spi_exec(jobq_plan(&plan_resume_lock,
 							"WITH old AS (SELECT schedule_id, paused FROM jobq.schedule"
-							" WHERE name = $1 FOR UPDATE)"
+							" WHERE name = $1 AND queue = $2 FOR UPDATE)"
 							" UPDATE jobq.schedule s SET paused = false, updated_at = now()"
 							" FROM old WHERE s.schedule_id = old.schedule_id"
 							" RETURNING s.schedule_id, s.name, s.cron, s.kind, s.payload, s.queue,"
 							" s.timezone, s.misfire, s.priority, s.next_fire_at, s.last_fire_at,"
 							" old.paused",
-							1, types),
+							2, types),
 				  values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed > 0)
 	{
@@ -760,8 +792,9 @@ Datum
 jobq_run_schedule(PG_FUNCTION_ARGS)
 {
 	JobqSavedUser saved;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	char	   *queue;
 	JobqSchedule sched;
 	JobqNewJob	job = {0};
 	TimestampTz now = GetCurrentTimestamp();
@@ -770,10 +803,12 @@ jobq_run_schedule(PG_FUNCTION_ARGS)
 
 	values[0] = CStringGetTextDatum(jobq_name_arg(fcinfo, 0, "name", jobq_max_name_length, false));
 	jobq_owner_begin(&saved);
-	ScheduleRequire(saved.caller, values[0]);
+	queue = ScheduleRequire(saved.caller, values[0]);
+	values[1] = CStringGetTextDatum(queue != NULL ? queue : "");
 	jobq_spi_exec(jobq_plan(&plan_run_schedule,
-							"SELECT " JOBQ_SCHEDULE_COLUMNS " FROM jobq.schedule WHERE name = $1",
-							1, types),
+							"SELECT " JOBQ_SCHEDULE_COLUMNS " FROM jobq.schedule"
+							" WHERE name = $1 AND queue = $2",
+							2, types),
 				  values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 		ereport(ERROR,
