@@ -365,14 +365,28 @@ StateLookup(const char *queue, bool create)
 	{
 		SpinLockInit(&entry->mutex);
 		entry->relid = InvalidOid;
-		entry->epoch = 0;
+
+		/*
+		 * Born as a lowering to the head (epoch 1; due epoch 1): a claim that
+		 * began while the queue had no entry (past jobq.max_tracked_queues)
+		 * holds epoch 0, and the rows committed meanwhile lowered nothing, so
+		 * it must not move the new entry's position past them, nor set its
+		 * next due time.
+		 */
+		memset(entry->lowered, 0, sizeof(entry->lowered));
+		memset(entry->lowered_bounds, 0, sizeof(entry->lowered_bounds));
+		entry->epoch = 1;
+		entry->lowered[1 % JOBQ_LOWERED_KEPT].neg_priority = PG_INT32_MIN;
+		entry->lowered[1 % JOBQ_LOWERED_KEPT].run_at = DT_NOBEGIN;
+		entry->lowered[1 % JOBQ_LOWERED_KEPT].job_id = PG_INT64_MIN;
+		entry->lowered_bounds[1 % JOBQ_LOWERED_KEPT] = true;
 		entry->pos_valid = false;
 		entry->has_island = false;
 		entry->island_gen = 0;
 		entry->kinds_clock = 0;
 		memset(entry->kinds, 0, sizeof(entry->kinds));
 		entry->due_relid = InvalidOid;
-		entry->due_epoch = 0;
+		entry->due_epoch = 1;
 		entry->due_valid = false;
 		entry->next_due = DT_NOBEGIN;
 		ConditionVariableInit(&entry->cv);
@@ -823,7 +837,11 @@ StateLower(const char *queue, Oid relid, const JobqClaimPos *lo, const JobqClaim
 	int			slot;
 
 	if (entry == NULL)
+	{
+		/* an untracked queue may have handlers: their executors look */
+		jobq_bgw_wake_executors(MyDatabaseId);
 		return;
+	}
 	SpinLockAcquire(&entry->mutex);
 	entry->epoch++;
 	slot = entry->epoch % JOBQ_LOWERED_KEPT;
