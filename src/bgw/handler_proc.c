@@ -226,23 +226,48 @@ LoadHandlers(MemoryContext cxt)
 	return handlers;
 }
 
+/* Most (kind, reason) pairs an executor remembers having logged. */
+#define JOBQ_REFUSALS_KEPT	1024
+
+/* A refusal logged: the hash of its kind and reason, and when. */
+typedef struct JobqRefusalLogged
+{
+	uint64		reason;			/* hash key */
+	TimestampTz at;
+} JobqRefusalLogged;
+
 /*
- * Log that handler h is not run, and why, at most once a minute for the
- * same kind and reason, so a handler left behind does not flood the log.
+ * Log that handler h is not run, and why, at most once a minute for each
+ * kind and reason, however many handlers are refused (an executor checks
+ * each one at every round), so handlers left behind do not flood the log.
  */
 static void
 ExecLogRefusal(const JobqHandler *h, const char *why)
 {
-	static uint32 last_reason = 0;
-	static TimestampTz last_at = 0;
-	uint32		reason = hash_combine(hash_bytes((const unsigned char *) h->kind, strlen(h->kind)),
-									  hash_bytes((const unsigned char *) why, strlen(why)));
+	static HTAB *logged = NULL;
+	uint64		reason = hash_bytes_extended((const unsigned char *) why, strlen(why),
+											 hash_bytes_extended((const unsigned char *) h->kind,
+																 strlen(h->kind), 0));
 	TimestampTz now = GetCurrentTimestamp();
+	JobqRefusalLogged *entry;
+	bool		found;
 
-	if (reason == last_reason && !TimestampDifferenceExceeds(last_at, now, 60 * 1000))
+	if (logged == NULL || hash_get_num_entries(logged) >= JOBQ_REFUSALS_KEPT)
+	{
+		HASHCTL		ctl;
+
+		if (logged != NULL)
+			hash_destroy(logged);
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(JobqRefusalLogged);
+		ctl.hcxt = TopMemoryContext;
+		logged = hash_create("jobq refused handlers", 64, &ctl,
+							 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	entry = hash_search(logged, &reason, HASH_ENTER, &found);
+	if (found && !TimestampDifferenceExceeds(entry->at, now, 60 * 1000))
 		return;
-	last_reason = reason;
-	last_at = now;
+	entry->at = now;
 	ereport(LOG,
 			(errmsg("jobq executor: the handler of kind \"%s\" in queue \"%s\" is not run: %s",
 					h->kind, h->queue, why),

@@ -229,6 +229,7 @@ $node->safe_psql('postgres', q{
 	CREATE FUNCTION ms.grab(p jsonb) RETURNS jsonb LANGUAGE sql
 	    AS $$ INSERT INTO ms.loot VALUES (p) RETURNING jsonb_build_object('ok', true) $$;
 	SELECT jobq.register_handler('m.grab', 'ms.grab(jsonb)'::regprocedure, 'billing');
+	SELECT jobq.register_handler('m.grab2', 'ms.grab(jsonb)'::regprocedure, 'billing');
 	RESET ROLE;});
 
 # while the rights hold, alice's handler runs
@@ -276,18 +277,29 @@ ok($node->poll_query_until('postgres',
 	'revoke: with the rights back, the waiting job runs');
 
 # mallory's capability on billing revoked: her handler stops
+$offset = -s $node->logfile;
 $node->safe_psql('postgres', q{
 	SET ROLE billing_admin;
 	SELECT jobq.revoke('billing', 'mallory', 'administer');});
 my $card = $node->safe_psql('postgres',
 	q{SELECT job_id FROM jobq.enqueue('m.grab', '{"card": "4111"}', 'billing')});
-$offset = -s $node->logfile;
 ok($node->wait_for_log(
 		qr/the handler of kind "m\.grab" in queue "billing" is not run: role "mallory" does not hold the administer capability on queue "billing"/,
 		$offset),
 	'revoke: without the capability on the queue the handler is not run');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM ms.loot}),
 	'0', 'revoke: the handler\'s role got no payload of the queue');
+# two handlers refused, the executors woken by 100 commits: a line a kind
+$node->safe_psql('postgres',
+	"SELECT jobq.enqueue('" . ($_ % 2 ? 'm.grab' : 'm.grab2') . "', '{}', 'billing')")
+  for 1 .. 100;
+ok($node->wait_for_log(qr/the handler of kind "m\.grab2" in queue "billing" is not run/, $offset),
+	'revoke: the second refused handler is logged');
+sleep 2;
+my $lines = () = slurp_file($node->logfile, $offset) =~ /is not run: role "mallory"/g;
+# (by each executor: jobq.executors is 2)
+cmp_ok($lines, '<=', 4,
+	"revoke: each refused handler is logged once by each executor ($lines lines), not at every round");
 # the queue's administrator removes it (it belonged to another role)
 is($node->safe_psql('postgres', q{
 	SET ROLE billing_admin;
@@ -301,6 +313,8 @@ like($err, qr/the handler of kind "a\.peek" belongs to another role/,
 	'an administrator of another queue may not remove the handler');
 is($node->safe_psql('postgres', q{SELECT status FROM jobq.job WHERE job_id = } . $card),
 	'pending', 'the queue\'s job waits for a worker');
+is($node->safe_psql('postgres', q{SET ROLE billing_admin; SELECT jobq.unregister_handler('m.grab2')}),
+	't', 'the queue\'s administrator removes the other one too');
 
 $node->stop;
 done_testing();
