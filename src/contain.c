@@ -150,9 +150,21 @@ NoteFailure(const char *unit, ErrorData *edata)
 	if (found && entry->sqlerrcode == edata->sqlerrcode)
 		return;
 	entry->sqlerrcode = edata->sqlerrcode;
-	/* an earlier pass of the shared pool logged it */
-	if (unit_memory != NULL && unit_memory->failed(UnitHash(key), edata->sqlerrcode))
-		return;
+	if (unit_memory != NULL)
+	{
+		switch (unit_memory->failed(UnitHash(key), edata->sqlerrcode))
+		{
+			case JOBQ_UNIT_LOG:
+				break;
+			case JOBQ_UNIT_KNOWN:
+				return;			/* an earlier pass of the shared pool logged
+								 * it */
+			case JOBQ_UNIT_LATER:
+				/* not logged yet: not known here either, tried next round */
+				(void) hash_search(failed_units, key, HASH_REMOVE, NULL);
+				return;
+		}
+	}
 	ereport(WARNING,
 			(errcode(edata->sqlerrcode),
 			 errmsg("jobq: %s failed: %s", unit, edata->message),

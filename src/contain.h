@@ -16,15 +16,23 @@ extern bool jobq_run_unit_for(const char *unit, JobqUnitFn fn, void *arg,
 							  int lock_timeout_ms, int *sqlerrcode);
 extern void jobq_require_writable(const char *cmdname);
 
+/* What the memory beyond the process says of a failure just noted. */
+typedef enum JobqUnitNoted
+{
+	JOBQ_UNIT_LOG,				/* new (or a new SQLSTATE): log it */
+	JOBQ_UNIT_KNOWN,			/* logged before with that SQLSTATE */
+	JOBQ_UNIT_LATER,			/* no room to keep it, and another was logged
+								 * less than a minute ago: not now */
+} JobqUnitNoted;
+
 /*
  * Memory of failing units beyond the process, by the hash of a unit's name:
- * failed notes a failure and says whether it was noted already with that
- * SQLSTATE; works forgets a unit and says whether it was failing; failing
- * says whether it is.
+ * failed notes a failure (JobqUnitNoted); works forgets a unit and says
+ * whether it was failing; failing says whether it is.
  */
 typedef struct JobqUnitMemory
 {
-	bool		(*failed) (uint64 unit, int sqlerrcode);
+	JobqUnitNoted (*failed) (uint64 unit, int sqlerrcode);
 	bool		(*works) (uint64 unit);
 	bool		(*failing) (uint64 unit);
 } JobqUnitMemory;

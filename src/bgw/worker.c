@@ -84,7 +84,7 @@ static void WorkerStartExecutors(void);
 static int	MySlot = -1;
 
 /* The failing units of this database's work, kept in its slot. */
-static bool
+static JobqUnitNoted
 WorkerUnitFailed(uint64 unit, int sqlerrcode)
 {
 	return jobq_bgw_unit_failed(MySlot, unit, sqlerrcode);

@@ -33,6 +33,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "contain.h"
 #include "shmem/shm_bgw.h"
 
 JobqBgwShared *JobqBgw = NULL;
@@ -231,6 +232,9 @@ MyDbSlot(void)
  * Failing units of a database's background work (contain.c)
  * ---------------------------------------------------------------- */
 
+/* A failing unit not seen failing for this long gives its place up. */
+#define JOBQ_FAILED_UNIT_STALE_MS	(10 * 60 * 1000)
+
 /* Slot index, if it still serves this process's database (lock held). */
 static JobqDbSlot *
 UnitSlot(int index)
@@ -255,32 +259,37 @@ UnitPlace(JobqDbSlot *slot, uint64 unit)
 	return -1;
 }
 
-/* The place a newly failing unit takes: a free one, else the stalest. */
+/*
+ * A place for a newly failing unit: a free one, else one whose unit has not
+ * failed for JOBQ_FAILED_UNIT_STALE_MS (a schedule or queue dropped while it
+ * failed never works again to give its place back); -1: all are taken.
+ */
 static int
-UnitNewPlace(JobqDbSlot *slot)
+UnitNewPlace(JobqDbSlot *slot, TimestampTz now)
 {
-	int			place = 0;
-
 	for (int i = 0; i < JOBQ_FAILED_UNITS_KEPT; i++)
 	{
-		if (slot->failed_unit[i] == 0)
+		if (slot->failed_unit[i] == 0 ||
+			TimestampDifferenceExceeds(slot->failed_at[i], now, JOBQ_FAILED_UNIT_STALE_MS))
 			return i;
-		if (slot->failed_at[i] < slot->failed_at[place])
-			place = i;
 	}
-	return place;
+	return -1;
 }
 
 /*
  * Keep in the database's slot index that unit (a hash of its name) failed
- * with sqlerrcode; true when it was kept there with that SQLSTATE already
- * (an earlier pass logged it).
+ * with sqlerrcode.  JOBQ_UNIT_KNOWN: it was kept there with that SQLSTATE
+ * already (an earlier pass logged it); JOBQ_UNIT_LATER: every place is
+ * taken and a unit that found none was logged less than a minute ago (so
+ * many failing units cost a line a minute, not one each a pass); else
+ * JOBQ_UNIT_LOG.
  */
-bool
+JobqUnitNoted
 jobq_bgw_unit_failed(int index, uint64 unit, int sqlerrcode)
 {
 	JobqDbSlot *slot;
-	bool		known = false;
+	JobqUnitNoted noted = JOBQ_UNIT_LOG;
+	TimestampTz now = GetCurrentTimestamp();
 
 	unit = unit == 0 ? 1 : unit;	/* 0 marks a free place */
 	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
@@ -289,15 +298,23 @@ jobq_bgw_unit_failed(int index, uint64 unit, int sqlerrcode)
 	{
 		int			place = UnitPlace(slot, unit);
 
-		known = place >= 0 && slot->failed_code[place] == sqlerrcode;
+		if (place >= 0 && slot->failed_code[place] == sqlerrcode)
+			noted = JOBQ_UNIT_KNOWN;
 		if (place < 0)
-			place = UnitNewPlace(slot);
-		slot->failed_unit[place] = unit;
-		slot->failed_code[place] = sqlerrcode;
-		slot->failed_at[place] = GetCurrentTimestamp();
+			place = UnitNewPlace(slot, now);
+		if (place >= 0)
+		{
+			slot->failed_unit[place] = unit;
+			slot->failed_code[place] = sqlerrcode;
+			slot->failed_at[place] = now;
+		}
+		else if (!TimestampDifferenceExceeds(slot->failed_overflow_at, now, 60 * 1000))
+			noted = JOBQ_UNIT_LATER;
+		else
+			slot->failed_overflow_at = now;
 	}
 	LWLockRelease(JobqBgwLock);
-	return known;
+	return noted;
 }
 
 /* Is unit failing in the database's slot index? */

@@ -17,6 +17,7 @@
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 
+#include "contain.h"
 #include "jobq_limits.h"
 
 /* One database the launcher knows about. */
@@ -61,12 +62,15 @@ typedef struct JobqDbSlot
 	 * The units of background work failing here (contain.c), kept across the
 	 * shared pool's passes so that each is logged once per cause, not once a
 	 * pass: a 64-bit hash of the unit's name (0: free), the SQLSTATE it last
-	 * failed with, when it last failed.  When all are taken the one that
-	 * failed longest ago makes way (it is logged again if it fails again).
+	 * failed with, when it last failed.  A unit that works again gives its
+	 * place back, one not seen failing for ten minutes gives it up.  While
+	 * all are taken, the failures of other units are logged at most once a
+	 * minute (failed_overflow_at: the last one).
 	 */
 	uint64		failed_unit[JOBQ_FAILED_UNITS_KEPT];
 	int			failed_code[JOBQ_FAILED_UNITS_KEPT];
 	TimestampTz failed_at[JOBQ_FAILED_UNITS_KEPT];
+	TimestampTz failed_overflow_at;
 
 	/*
 	 * The executors, by place: each one's pid (0: none runs there) and latch;
@@ -117,7 +121,7 @@ extern bool jobq_bgw_executor_room(int starting);
 extern void jobq_bgw_slot_reset(JobqDbSlot *slot, Oid dbid);
 
 /* the failing units of a database's background work (contain.c) */
-extern bool jobq_bgw_unit_failed(int index, uint64 unit, int sqlerrcode);
+extern JobqUnitNoted jobq_bgw_unit_failed(int index, uint64 unit, int sqlerrcode);
 extern bool jobq_bgw_unit_works(int index, uint64 unit);
 extern bool jobq_bgw_unit_failing(int index, uint64 unit);
 

@@ -43,6 +43,10 @@ foreach my $db (qw(pool1 pool2))
 $node->safe_psql('pool1', q{
 	SELECT jobq.schedule('broken', '* * * * * *', 'broken.tick');
 	UPDATE jobq.schedule SET cron = 'not a cron' WHERE name = 'broken';});
+# in pool3, more failing schedules than a database's slot keeps (16)
+$node->safe_psql('pool3', q{
+	SELECT jobq.schedule('many' || g, '* * * * * *', 'many.tick') FROM generate_series(1, 20) g;
+	UPDATE jobq.schedule SET cron = 'not a cron';});
 
 is($node->safe_psql('pool1', 'SELECT served_by FROM jobq.service'),
 	'shared pool', 'three databases, jobq.max_workers = 1: the shared pool serves them');
@@ -69,12 +73,12 @@ sub watch_passes
 	my ($until, $want) = @_;
 	while (time < $until)
 	{
-		foreach my $db (qw(pool1 pool2))
+		foreach my $db (qw(pool1 pool2 pool3))
 		{
 			my $at = $node->safe_psql($db, 'SELECT last_served_at FROM jobq.service');
 			$served{$db}{$at} = 1 if $at ne '';
 		}
-		last unless grep { keys %{ $served{$_} || {} } < $want } qw(pool1 pool2);
+		last unless grep { keys %{ $served{$_} || {} } < $want } qw(pool1 pool2 pool3);
 		select(undef, undef, undef, 0.2);
 	}
 }
@@ -87,10 +91,16 @@ my $deadline = time + 120;
 watch_passes($deadline, 6);
 cmp_ok(passes('pool1'), '>=', 6, 'pool1 was served by six passes or more');
 cmp_ok(passes('pool2'), '>=', 6, 'pool2 was served by six passes or more');
+cmp_ok(passes('pool3'), '>=', 6, 'pool3 was served by six passes or more');
 is($node->safe_psql('pool1', q{SELECT count(*) FROM jobq.job WHERE kind = 'keep'}),
 	'1', 'the failing prune left its job as it was (it kept failing)');
 
 is(log_count($prune_failed, $start), 2, 'the failing prune is logged once in each of the two databases');
+# 20 failing schedules, 16 kept: those beyond cost a line a minute, not a
+# line each a pass (the test is shorter than a minute)
+my $many = log_count(qr/jobq: firing schedule "many\d+" failed/, $start);
+note "pool3: $many lines for 20 failing schedules";
+cmp_ok($many, '<=', 17, 'more failing units than a slot keeps: 16 lines, and one a minute for the rest');
 is(log_count($fire_failed, $start), 1, 'the failing schedule is logged once');
 
 # repaired, each works again and says so, once
