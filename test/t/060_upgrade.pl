@@ -36,7 +36,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # every release users may have installed, oldest first
-my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2');
+my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2', '0.3.3');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
@@ -430,11 +430,23 @@ for my $old (@released)
 	plant($db);
 
 	# deferred settling from before (0.2.0 on): a parent still there, and one
-	# purged (0.3.3 gives each row its parent's queue; the purged one goes)
-	$node->safe_psql($db, q{
-		INSERT INTO jobq.settle_deferred (parent_id, retry_at, attempts)
-		SELECT job_id, now() + interval '1 day', 0 FROM jobq.jobs WHERE kind = 'p.pending'
-		UNION ALL SELECT 999999999, now() + interval '1 day', 0}) if $old ne '0.1.0';
+	# purged (0.3.3 gives each row its parent's queue; the purged one goes;
+	# from 0.3.3 on a row names its queue, and none is left of a purged one)
+	if ($old eq '0.1.0') { }
+	elsif ($old lt '0.3.3')
+	{
+		$node->safe_psql($db, q{
+			INSERT INTO jobq.settle_deferred (parent_id, retry_at, attempts)
+			SELECT job_id, now() + interval '1 day', 0 FROM jobq.jobs WHERE kind = 'p.pending'
+			UNION ALL SELECT 999999999, now() + interval '1 day', 0});
+	}
+	else
+	{
+		$node->safe_psql($db, q{
+			INSERT INTO jobq.settle_deferred (parent_id, retry_at, attempts, queue)
+			SELECT job_id, now() + interval '1 day', 0, queue FROM jobq.jobs
+			 WHERE kind = 'p.pending'});
+	}
 
 	# the current library serves a database still at the old version
 	ok($node->poll_query_until($db,

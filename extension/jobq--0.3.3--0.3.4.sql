@@ -1,0 +1,13 @@
+\echo Use "ALTER EXTENSION jobq UPDATE TO '0.3.4'" to load this file. \quit
+
+/*
+ * extension/jobq--0.3.3--0.3.4.sql -- upgrade from release 0.3.3 to 0.3.4
+ *
+ * 0.3.4 changes no object of the schema: its fixes are in the library
+ * (handlers checked at every job, jobq.grant writing only what a role
+ * lacks, the shared memory of queues bounded, schedule and handler calls
+ * acting only on what they checked).  This script moves the version, so
+ * that every release stays one step of ALTER EXTENSION jobq UPDATE;
+ * test/t/060_upgrade.pl checks that a 0.3.3 database then has the schema a
+ * fresh install gets.  Nothing is granted here.
+ */
