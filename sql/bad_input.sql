@@ -137,6 +137,11 @@ SELECT * FROM jobq.claim(lease => '-1 minute');
 \echo :SQLSTATE
 SELECT * FROM jobq.claim(lease => '0 s');
 \echo :SQLSTATE
+-- a day by jobq's measure (a month of 30 days), but a day back in February
+SELECT * FROM jobq.claim(lease => '1 mon -29 days');
+\echo :SQLSTATE
+SELECT jobq.configure('new-queue', retention_completed => '1 day -1 hour');
+\echo :SQLSTATE
 
 -- a negative wait, and a wait under a transaction snapshot (it would never
 -- see the jobs it waits for)

@@ -196,6 +196,7 @@ jobq_check_interval_arg(const Interval *iv, const char *argname,
 				 min_us > 0 ?
 				 errmsg("%s must be a positive interval", argname) :
 				 errmsg("%s must not be negative", argname)));
+
 	if (usecs > max_us || !jobq_interval_in_range(iv))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_FIELD_OVERFLOW),
@@ -207,6 +208,18 @@ jobq_check_interval_arg(const Interval *iv, const char *argname,
 						 jobq_interval_text(jobq_interval_from_usecs(max_us))) :
 				 errhint("Use an interval from 0 up to %s.",
 						 jobq_interval_text(jobq_interval_from_usecs(max_us)))));
+
+	/*
+	 * '1 mon -29 days' measures a day here (a month is 30 days), but added to
+	 * a time in February it goes back a day: every part of an interval must
+	 * be positive or zero, so that it moves forward whatever the month
+	 */
+	if (iv->month < 0 || iv->day < 0 || iv->time < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not have a negative part", argname),
+				 errdetail("The %s given was %s.", argname, jobq_interval_text(iv)),
+				 errhint("Write it without negative parts: '23 hours', not '1 day -1 hour'.")));
 	return usecs;
 }
 
