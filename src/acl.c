@@ -163,6 +163,23 @@ jobq_may(Oid role, const char *queue, JobqCapability cap)
 	return may;
 }
 
+/* What capability cap lets a role do, for messages: "work on" (a queue). */
+static const char *
+CapabilityVerb(JobqCapability cap)
+{
+	return cap == JOBQ_CAP_ENQUEUE ? "enqueue into" :
+		cap == JOBQ_CAP_WORK ? "work on" : "administer";
+}
+
+/* role's name, for messages ("?" if it was dropped meanwhile). */
+static const char *
+RoleName(Oid role)
+{
+	const char *name = GetUserNameFromId(role, true);
+
+	return name ? name : "?";
+}
+
 /* Error out unless role holds capability cap on queue (SPI connected). */
 void
 jobq_require(Oid role, const char *queue, JobqCapability cap)
@@ -171,17 +188,12 @@ jobq_require(Oid role, const char *queue, JobqCapability cap)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("permission denied to %s queue \"%s\"",
-					cap == JOBQ_CAP_ENQUEUE ? "enqueue into" :
-					cap == JOBQ_CAP_WORK ? "work on" : "administer",
+			 errmsg("permission denied to %s queue \"%s\"", CapabilityVerb(cap),
 					queue ? queue : "*"),
 			 errdetail("Role \"%s\" does not hold the %s capability on it.",
-					   GetUserNameFromId(role, true) ? GetUserNameFromId(role, true) : "?",
-					   capability_names[cap]),
+					   RoleName(role), capability_names[cap]),
 			 errhint("An administrator of the queue can run jobq.grant('%s', '%s', '%s').",
-					 queue ? queue : "*",
-					 GetUserNameFromId(role, true) ? GetUserNameFromId(role, true) : "?",
-					 capability_names[cap])));
+					 queue ? queue : "*", RoleName(role), capability_names[cap])));
 }
 
 /*
@@ -196,13 +208,10 @@ jobq_require_job(Oid role, int64 job_id, const char *queue, JobqCapability cap)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("permission denied to %s the queue of job %lld",
-					cap == JOBQ_CAP_ENQUEUE ? "enqueue into" :
-					cap == JOBQ_CAP_WORK ? "work on" : "administer",
+			 errmsg("permission denied to %s the queue of job %lld", CapabilityVerb(cap),
 					(long long) job_id),
 			 errdetail("Role \"%s\" does not hold the %s capability on the job's queue.",
-					   GetUserNameFromId(role, true) ? GetUserNameFromId(role, true) : "?",
-					   capability_names[cap]),
+					   RoleName(role), capability_names[cap]),
 			 errhint("jobq.jobs lists the jobs of the queues the role holds a capability on.")));
 }
 
