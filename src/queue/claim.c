@@ -756,7 +756,7 @@ jobq_claim(PG_FUNCTION_ARGS)
 	}
 
 	deadline = GetCurrentTimestamp() + wait_us;
-	cv = jobq_state_wait_cv(args.queue);
+	cv = jobq_state_wait_begin(args.queue);
 	for (;;)
 	{
 		TimestampTz now;
@@ -804,6 +804,7 @@ jobq_claim(PG_FUNCTION_ARGS)
 	}
 	if (cv)
 		ConditionVariableCancelSleep();
+	jobq_state_wait_end();
 	ClaimEnds();
 	jobq_owner_end(&saved);
 	return (Datum) 0;

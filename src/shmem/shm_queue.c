@@ -186,6 +186,9 @@ typedef struct JobqQueueState
 	TimestampTz next_due;		/* no scheduled row is due before this */
 	ConditionVariable cv;		/* waiting claims sleep here */
 	bool		handled;		/* has job handlers: wake the executors too */
+	int			pins;			/* waiting claims sleeping on cv: the entry
+								 * must not go */
+	TimestampTz last_used;		/* when a backend last looked it up */
 } JobqQueueState;
 
 /* What this backend's transaction did to one queue's sets. */
@@ -217,11 +220,17 @@ typedef struct JobqShared
 									 * jobq.queue */
 	uint64		seed;			/* of hashes no client may predict, set at
 								 * start */
+	uint64		gen_floor;		/* no epoch, due epoch or island generation of
+								 * an entry that went exceeds it
+								 * (JobqStateLock) */
 } JobqShared;
 
 static HTAB *JobqStateHash = NULL;
 static LWLock *JobqStateLock = NULL;
 static JobqShared *jobq_shared = NULL;
+
+/* The entry this backend's waiting claim has pinned, or NULL. */
+static JobqQueueState *jobq_pinned = NULL;
 
 /* The current transaction wrote jobq.queue. */
 static bool jobq_settings_written = false;
@@ -300,6 +309,7 @@ StateShmemStartup(void)
 	if (!found)
 	{
 		pg_atomic_init_u64(&jobq_shared->settings_gen, 1);
+		jobq_shared->gen_floor = 0;
 		if (!pg_strong_random(&jobq_shared->seed, sizeof(jobq_shared->seed)))
 			jobq_shared->seed = (uint64) GetCurrentTimestamp() ^ ((uint64) MyProcPid << 32);
 	}
@@ -325,8 +335,76 @@ jobq_state_register_callbacks(void)
 }
 
 /*
+ * Remove an entry (JobqStateLock held exclusively), raising gen_floor to
+ * what a backend may still hold of it.
+ */
+static void
+StateRemove(JobqQueueState *entry)
+{
+	jobq_shared->gen_floor = Max(jobq_shared->gen_floor,
+								 Max(entry->epoch, Max(entry->due_epoch, entry->island_gen)));
+	(void) hash_search(JobqStateHash, &entry->key, HASH_REMOVE, NULL);
+}
+
+/*
+ * Give the place of the least recently used entry that no waiting claim has
+ * pinned to another queue (JobqStateLock held exclusively).  Entries of
+ * queues with handlers go last: the executors learn of a queue's handlers
+ * only when they load them.  Returns false when every entry is pinned.
+ *
+ * A claim, a due-time probe or a wake-up count of the entry that went may
+ * still be under way, holding its epoch, due epoch or island generation:
+ * gen_floor keeps the highest of them, and the queue's next entry starts
+ * above it (StateLookup), so whatever they hold is older than the new
+ * entry's first lowering, which is to the head of the queue.
+ */
+static bool
+StateEvict(void)
+{
+	HASH_SEQ_STATUS seq;
+	JobqQueueState *entry;
+	JobqQueueState *victim = NULL;
+	bool		victim_handled = false;
+
+	hash_seq_init(&seq, JobqStateHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		bool		pinned;
+
+		SpinLockAcquire(&entry->mutex);
+		pinned = entry->pins > 0;
+		SpinLockRelease(&entry->mutex);
+		if (pinned)
+			continue;
+		if (victim == NULL || (victim_handled && !entry->handled) ||
+			(victim_handled == entry->handled && entry->last_used < victim->last_used))
+		{
+			victim = entry;
+			victim_handled = entry->handled;
+		}
+	}
+	if (victim == NULL)
+		return false;
+	/* its executors look at once, and mark it again if it has handlers */
+	if (victim_handled)
+		jobq_bgw_wake_executors(victim->key.dbid);
+	StateRemove(victim);
+	return true;
+}
+
+/*
  * Find (or create) the shared entry of a queue of this database.  Returns
- * NULL when jobq is not preloaded or the table is full.
+ * NULL when jobq is not preloaded, or no place could be had; else the entry
+ * with JobqStateLock held, which keeps it in its place until StateRelease.
+ *
+ * At most jobq.max_tracked_queues entries: a shared hash table grows past its
+ * size into the server's spare shared memory, which the lock table needs
+ * (one role making thousands of queues took it all, and other databases'
+ * transactions failed with "out of shared memory").  When the table is full,
+ * a new queue takes the place of the least recently used one (StateEvict),
+ * so a tenant with many queues cannot keep the places from other tenants'
+ * queues in use.  A queue with no entry still works: its claims scan from
+ * the head, its waiting claims poll.
  */
 static JobqQueueState *
 StateLookup(const char *queue, bool create)
@@ -334,6 +412,7 @@ StateLookup(const char *queue, bool create)
 	JobqStateKey key;
 	JobqQueueState *entry;
 	bool		found;
+	TimestampTz now;
 
 	if (JobqStateHash == NULL || strlen(queue) > JOBQ_MAX_NAME_LEN)
 		return NULL;
@@ -341,59 +420,75 @@ StateLookup(const char *queue, bool create)
 	memset(&key, 0, sizeof(key));
 	key.dbid = MyDatabaseId;
 	strlcpy(key.queue, queue, sizeof(key.queue));
+	now = GetCurrentTimestamp();
 
 	LWLockAcquire(JobqStateLock, LW_SHARED);
 	entry = hash_search(JobqStateHash, &key, HASH_FIND, NULL);
-	LWLockRelease(JobqStateLock);
 	if (entry != NULL || !create)
+	{
+		if (entry == NULL)
+			LWLockRelease(JobqStateLock);
+		else
+			entry->last_used = now; /* a hint: a racing store does no harm */
 		return entry;
+	}
+	LWLockRelease(JobqStateLock);
 
 	LWLockAcquire(JobqStateLock, LW_EXCLUSIVE);
-
-	/*
-	 * At most jobq.max_tracked_queues entries: a shared hash table grows past
-	 * its size into the server's spare shared memory, which the lock table
-	 * needs (one role making thousands of queues took it all, and other
-	 * databases' transactions failed with "out of shared memory").  Past it,
-	 * a queue has no entry: its claims scan from the head.
-	 */
-	if (hash_get_num_entries(JobqStateHash) >= jobq_max_tracked_queues)
-		entry = hash_search(JobqStateHash, &key, HASH_FIND, &found);
-	else
+	entry = hash_search(JobqStateHash, &key, HASH_FIND, NULL);
+	if (entry == NULL &&
+		(hash_get_num_entries(JobqStateHash) < jobq_max_tracked_queues || StateEvict()))
 		entry = hash_search(JobqStateHash, &key, HASH_ENTER_NULL, &found);
-	if (entry != NULL && !found)
+	else
+		found = true;
+	if (entry == NULL)
 	{
+		LWLockRelease(JobqStateLock);
+		return NULL;
+	}
+	if (!found)
+	{
+		uint64		born = jobq_shared->gen_floor + 1;
+
 		SpinLockInit(&entry->mutex);
 		entry->relid = InvalidOid;
 
 		/*
-		 * Born as a lowering to the head (epoch 1; due epoch 1): a claim that
-		 * began while the queue had no entry (past jobq.max_tracked_queues)
-		 * holds epoch 0, and the rows committed meanwhile lowered nothing, so
-		 * it must not move the new entry's position past them, nor set its
-		 * next due time.
+		 * Born as a lowering to the head (due epoch too): a claim that began
+		 * while the queue had no entry holds epoch 0, one that began under an
+		 * entry of the queue that has gone holds at most gen_floor, and the
+		 * rows committed meanwhile lowered nothing, so it must not move the
+		 * new entry's position past them, nor set its next due time.
 		 */
 		memset(entry->lowered, 0, sizeof(entry->lowered));
 		memset(entry->lowered_bounds, 0, sizeof(entry->lowered_bounds));
-		entry->epoch = 1;
-		entry->lowered[1 % JOBQ_LOWERED_KEPT].neg_priority = PG_INT32_MIN;
-		entry->lowered[1 % JOBQ_LOWERED_KEPT].run_at = DT_NOBEGIN;
-		entry->lowered[1 % JOBQ_LOWERED_KEPT].job_id = PG_INT64_MIN;
-		entry->lowered_bounds[1 % JOBQ_LOWERED_KEPT] = true;
+		entry->epoch = born;
+		entry->lowered[born % JOBQ_LOWERED_KEPT].neg_priority = PG_INT32_MIN;
+		entry->lowered[born % JOBQ_LOWERED_KEPT].run_at = DT_NOBEGIN;
+		entry->lowered[born % JOBQ_LOWERED_KEPT].job_id = PG_INT64_MIN;
+		entry->lowered_bounds[born % JOBQ_LOWERED_KEPT] = true;
 		entry->pos_valid = false;
 		entry->has_island = false;
-		entry->island_gen = 0;
+		entry->island_gen = born;
 		entry->kinds_clock = 0;
 		memset(entry->kinds, 0, sizeof(entry->kinds));
 		entry->due_relid = InvalidOid;
-		entry->due_epoch = 1;
+		entry->due_epoch = born;
 		entry->due_valid = false;
 		entry->next_due = DT_NOBEGIN;
 		ConditionVariableInit(&entry->cv);
 		entry->handled = false;
+		entry->pins = 0;
 	}
-	LWLockRelease(JobqStateLock);
+	entry->last_used = now;
 	return entry;
+}
+
+/* Done with an entry StateLookup returned. */
+static inline void
+StateRelease(void)
+{
+	LWLockRelease(JobqStateLock);
 }
 
 /*
@@ -413,7 +508,7 @@ jobq_state_forget_database(Oid dbid)
 	while ((entry = hash_seq_search(&seq)) != NULL)
 	{
 		if (entry->key.dbid == dbid)
-			(void) hash_search(JobqStateHash, &entry->key, HASH_REMOVE, NULL);
+			StateRemove(entry);
 	}
 	LWLockRelease(JobqStateLock);
 }
@@ -506,6 +601,7 @@ jobq_state_begin_claim(Oid relid, const char *queue, uint64 kinds_id, JobqClaimP
 			}
 		}
 		SpinLockRelease(&entry->mutex);
+		StateRelease();
 	}
 	if (!valid)
 	{
@@ -600,6 +696,7 @@ jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 		 * have missed
 		 */
 		SpinLockRelease(&entry->mutex);
+		StateRelease();
 		return;
 	}
 	if (kinds_last != NULL)
@@ -642,6 +739,7 @@ jobq_state_end_claim(Oid relid, const char *queue, uint64 epoch,
 		k->used = ++entry->kinds_clock;
 	}
 	SpinLockRelease(&entry->mutex);
+	StateRelease();
 }
 
 /*
@@ -664,6 +762,7 @@ jobq_state_due_probe_needed(Oid relid, const char *queue, TimestampTz now,
 	if (entry->due_valid && entry->due_relid == relid && entry->next_due > now)
 		needed = false;
 	SpinLockRelease(&entry->mutex);
+	StateRelease();
 
 	/*
 	 * Rows this transaction put into jobq.scheduled are visible to it before
@@ -697,6 +796,7 @@ jobq_state_set_next_due(Oid relid, const char *queue, uint64 epoch,
 		entry->due_valid = true;
 	}
 	SpinLockRelease(&entry->mutex);
+	StateRelease();
 }
 
 /* jobq.ready's OID (InvalidOid if there is none). */
@@ -835,6 +935,7 @@ StateLower(const char *queue, Oid relid, const JobqClaimPos *lo, const JobqClaim
 {
 	JobqQueueState *entry = StateLookup(queue, false);
 	int			slot;
+	bool		handled;
 
 	if (entry == NULL)
 	{
@@ -879,8 +980,10 @@ StateLower(const char *queue, Oid relid, const JobqClaimPos *lo, const JobqClaim
 	SpinLockRelease(&entry->mutex);
 	/* rows became claimable: wake waiting claims, and executors */
 	ConditionVariableBroadcast(&entry->cv);
-	if (entry->handled)
-		jobq_bgw_wake_executors(entry->key.dbid);
+	handled = entry->handled;
+	StateRelease();
+	if (handled)
+		jobq_bgw_wake_executors(MyDatabaseId);
 }
 
 /* Executors run handlers for this queue: wake them when jobs get ready. */
@@ -890,7 +993,10 @@ jobq_state_mark_handled(const char *queue)
 	JobqQueueState *entry = StateLookup(queue, true);
 
 	if (entry != NULL)
+	{
 		entry->handled = true;
+		StateRelease();
+	}
 }
 
 /* Move a queue's next due time back to run_at and bump its due epoch. */
@@ -908,6 +1014,7 @@ StateLowerDue(const char *queue, TimestampTz run_at)
 	SpinLockRelease(&entry->mutex);
 	/* waiting claims re-compute when to look again */
 	ConditionVariableBroadcast(&entry->cv);
+	StateRelease();
 }
 
 /*
@@ -926,16 +1033,43 @@ jobq_state_wake_seq(const char *queue)
 	SpinLockAcquire(&entry->mutex);
 	seq = entry->epoch + entry->due_epoch;
 	SpinLockRelease(&entry->mutex);
+	StateRelease();
 	return seq;
 }
 
-/* The condition variable waiting claims of a queue sleep on, or NULL. */
+/*
+ * The condition variable a waiting claim of the queue sleeps on, or NULL
+ * (poll then).  The queue's entry keeps its place until jobq_state_wait_end
+ * (or the end of the transaction): a sleeper's condition variable must not
+ * become another queue's.  One waiting claim at a time per backend.
+ */
 ConditionVariable *
-jobq_state_wait_cv(const char *queue)
+jobq_state_wait_begin(const char *queue)
 {
-	JobqQueueState *entry = StateLookup(queue, true);
+	JobqQueueState *entry;
 
-	return entry ? &entry->cv : NULL;
+	Assert(jobq_pinned == NULL);
+	entry = StateLookup(queue, true);
+	if (entry == NULL)
+		return NULL;
+	SpinLockAcquire(&entry->mutex);
+	entry->pins++;
+	SpinLockRelease(&entry->mutex);
+	jobq_pinned = entry;
+	StateRelease();
+	return &entry->cv;
+}
+
+/* The waiting claim is done: its queue's entry may go. */
+void
+jobq_state_wait_end(void)
+{
+	if (jobq_pinned == NULL)
+		return;
+	SpinLockAcquire(&jobq_pinned->mutex);
+	jobq_pinned->pins--;
+	SpinLockRelease(&jobq_pinned->mutex);
+	jobq_pinned = NULL;
 }
 
 /*
@@ -954,6 +1088,7 @@ jobq_state_next_due(const char *queue)
 	if (entry->due_valid && entry->next_due != DT_NOEND)
 		next = entry->next_due;
 	SpinLockRelease(&entry->mutex);
+	StateRelease();
 	return next;
 }
 
@@ -975,7 +1110,10 @@ SettingsChanged(void)
 		JobqQueueState *entry = queue[0] != '\0' ? StateLookup(queue, false) : NULL;
 
 		if (entry != NULL)
+		{
 			ConditionVariableBroadcast(&entry->cv);
+			StateRelease();
+		}
 		else if (queue[0] == '\0')
 		{
 			HASH_SEQ_STATUS seq;
@@ -999,6 +1137,10 @@ static void
 jobq_state_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
+
+	/* a waiting claim that an error ended */
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		jobq_state_wait_end();
 
 	if (jobq_settings_written)
 	{

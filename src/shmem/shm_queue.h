@@ -60,7 +60,8 @@ extern void jobq_state_set_next_due(Oid relid, const char *queue,
 									uint64 epoch, TimestampTz next_due);
 extern void jobq_state_note_scheduled(const char *queue, TimestampTz run_at);
 extern void jobq_state_note_unscheduled(const char *queue);
-extern ConditionVariable *jobq_state_wait_cv(const char *queue);
+extern ConditionVariable *jobq_state_wait_begin(const char *queue);
+extern void jobq_state_wait_end(void);
 extern TimestampTz jobq_state_next_due(const char *queue);
 extern uint64 jobq_state_wake_seq(const char *queue);
 extern void jobq_state_mark_handled(const char *queue);

@@ -1,4 +1,5 @@
-# The claim positions in shared memory stay within jobq.max_tracked_queues.
+# The claim positions in shared memory stay within jobq.max_tracked_queues,
+# and the places go to the queues in use.
 #
 # Every queue a claim touches gets an entry in a shared hash table (its claim
 # position, its condition variable).  A shared hash table grows past the size
@@ -6,9 +7,13 @@
 # table needs when a transaction takes many locks.  A role that administers
 # queues in its own database could so make thousands of queues, claim once
 # in each, and leave sessions of every other database failing with "out of
-# shared memory" (a hostile review's find).  Past jobq.max_tracked_queues a
-# queue now has no entry: its claims scan from the head of the queue and its
-# waiting claims poll; nothing else changes for it.
+# shared memory" (a hostile review's find).  The table now stops at
+# jobq.max_tracked_queues, and a new queue takes the place of the least
+# recently used one, unless a waiting claim holds it: the tenant's queues
+# could otherwise keep every place until a restart, and other tenants'
+# claims would read from the head of their queues (a later review's find).
+# A queue with no place still works: its claims scan from the head of the
+# queue and its waiting claims poll.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -67,20 +72,104 @@ is( $node->safe_psql('victim', q{
 		ROLLBACK;}),
 	't', 'another database can still take 5,000 locks in one transaction');
 
-# a queue with no entry waits and gets a job enqueued meanwhile (by polling)
-my ($out, $err) = ('', '');
-my $h = IPC::Run::start(
-	[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('tenant'),
-	  '-c', q{SELECT kind FROM jobq.claim('late', wait => '30 s')} ],
-	'>', \$out, '2>', \$err);
-$node->poll_query_until('tenant', q{
-	SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE query LIKE '%jobq.claim(%wait%' AND wait_event_type = 'Extension'
-	   AND pid <> pg_backend_pid()})
-  or die 'the waiting claim never started to wait';
-$node->safe_psql('tenant', q{SELECT jobq.enqueue('ping', '{}', 'late')});
-$h->finish;
-is($out, "ping\n", 'a waiting claim on an untracked queue gets the job enqueued while it waited');
+# index entries of ready_claim_idx read so far in a database
+sub entries_read
+{
+	my ($db) = @_;
+	return $node->safe_psql($db, q{
+		SELECT pg_stat_force_next_flush();
+		SELECT pg_sleep(0.1);
+		SELECT pg_stat_clear_snapshot();
+		SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'ready_claim_idx'});
+}
+
+# The places go to the queues in use.  The tenant's 3,000 queues took every
+# place; a queue another database makes afterwards takes the place of the
+# least recently used one, so its claims start at its claim position: under
+# a held snapshot the 21st claim reads a few index entries, not the 2,000
+# dead ones of the jobs claimed before it (which it did when the places
+# were first come, first served).
+$node->safe_psql('victim', q{
+	SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[2001]),
+	                                       queue => 'mine')});
+my $holder = $node->background_psql('victim');
+$holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$holder->query_safe('SELECT count(*) FROM jobq.job');
+$node->safe_psql('victim', q{SELECT count(*) FROM jobq.claim('mine', batch => 100)})
+  for (1 .. 20);
+my $before_read = entries_read('victim');
+is($node->safe_psql('victim', q{SELECT count(*) FROM jobq.claim('mine')}),
+	'1', "the other database's queue gets its 2,001st job");
+my $read = entries_read('victim') - $before_read;
+cmp_ok($read, '<=', 10,
+	"its claim read $read index entries, not the 2,000 dead ones before its position");
+$holder->query_safe('COMMIT');
+$holder->quit;
+
+# Waiting claims keep their queues' places while the tenant's new queues
+# look for places (a sleeper's condition variable must not become another
+# queue's): 16 claims wait, so every place is held; a 17th queue's waiting
+# claim has none and polls; 2,000 more queues are claimed in (with no place
+# to take).  The first waiter's queue kept its claim position through all
+# that: under a held snapshot, the claim that gets its job reads a few index
+# entries, not the 2,000 dead ones of the jobs claimed there before (as a
+# new place would, born at the head of the queue).  Then each waiter gets
+# the job enqueued for it.
+$holder = $node->background_psql('tenant');
+$holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$holder->query_safe('SELECT count(*) FROM jobq.job');
+$node->safe_psql('tenant', q{
+	SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[2000]),
+	                                       queue => 'wait1')});
+$node->safe_psql('tenant', q{SELECT count(*) FROM jobq.claim('wait1', batch => 100)})
+  for (1 .. 20);
+my @waiters;
+foreach my $i (1 .. 17)
+{
+	my ($wout, $werr) = ('', '');
+	push @waiters, [
+		IPC::Run::start(
+			[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('tenant'),
+			  '-c', qq{SELECT payload->>'n' FROM jobq.claim('wait$i', wait => '60 s')} ],
+			'>', \$wout, '2>', \$werr),
+		\$wout, \$werr ];
+	next if $i < 16;
+	$node->poll_query_until('tenant', qq{
+		SELECT count(*) = $i FROM pg_stat_activity
+		 WHERE query LIKE '%jobq.claim(%wait%' AND wait_event_type = 'Extension'
+		   AND pid <> pg_backend_pid()})
+	  or die 'the waiting claims never started to wait';
+}
+for (my $from = 5001; $from <= 7000; $from += 100)
+{
+	my $to = $from + 99;
+	$node->safe_psql('tenant', qq{
+		SET ROLE dba;
+		SELECT count(*) FROM generate_series($from, $to) g,
+		       LATERAL jobq.enqueue('x', '{}', 'spam' || g);
+		SELECT count(*) FROM generate_series($from, $to) g,
+		       LATERAL jobq.claim('spam' || g);});
+}
+$before_read = entries_read('tenant');
+$node->safe_psql('tenant', q{SELECT jobq.enqueue('w', '{"n": 1}', 'wait1')});
+$waiters[0][0]->finish;
+$read = entries_read('tenant') - $before_read;
+is(${ $waiters[0][1] }, "1\n", 'the first waiter got its job');
+cmp_ok($read, '<=', 20,
+	"its claim read $read index entries, not the 2,000 dead ones before its position");
+$node->safe_psql('tenant', join('',
+	map { qq{SELECT jobq.enqueue('w', '{"n": $_}', 'wait$_');} } reverse 2 .. 17));
+my $woken = '';
+foreach my $i (1 .. 17)
+{
+	my ($h, $wout, $werr) = @{ $waiters[ $i - 1 ] };
+	$h->finish;
+	$woken .= $$wout =~ s/\n//r . ($$werr ne '' ? "($$werr)" : '') . ' ';
+}
+is($woken, join(' ', 1 .. 17) . ' ',
+	'each waiting claim got its job, the one of the queue with no place too');
+$holder->query_safe('COMMIT');
+$holder->quit;
 
 $node->stop;
 done_testing();
