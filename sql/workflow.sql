@@ -238,6 +238,15 @@ COMMIT;
 SELECT status, count(*) FROM jobq.jobs WHERE queue = 'fan' GROUP BY status ORDER BY status;
 RESET jobq.max_batch;
 
+-- a dependent cancelled by a parent that was then discarded cannot run, and
+-- the hint does not send the user to retry a job that is gone
+SELECT job_id AS gp FROM jobq.enqueue('gp', queue => 'gone', max_retries => 0) \gset
+SELECT job_id AS gc FROM jobq.enqueue('gc', queue => 'gone', depends_on => ARRAY[:gp]) \gset
+SELECT jobq.fail(job_id, lease_token, 'down', retryable => false) FROM jobq.claim('gone');
+SELECT jobq.discard(:gp) AS discarded;
+SELECT jobq.retry(:gc) IS NULL AS retried;
+SELECT status FROM jobq.jobs WHERE job_id = :gc;
+
 SET client_min_messages = warning;
 DROP EXTENSION jobq CASCADE;
 DROP OWNED BY wf_tenant, wf_other1, wf_other2, wf_other3;

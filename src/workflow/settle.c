@@ -747,6 +747,7 @@ jobq_retry_blocks(int64 job_id)
 	int32		left;
 	bool		cancel_mode;
 	int64		bad = 0;
+	bool		bad_gone = false;
 	int64	   *reset;
 	int			nreset = 0;
 	JobqReader *reader;
@@ -844,6 +845,8 @@ jobq_retry_blocks(int64 job_id)
 		while (jobq_edges_next(reader, &e))
 			if ((e.outcome == 'f' || e.outcome == 'x') && (bad == 0 || e.parent < bad))
 				bad = e.parent;
+		/* a parent discarded (or pruned) cannot be retried */
+		bad_gone = bad != 0 && jobq_job_status(reader, bad) == 0;
 	}
 	jobq_reader_close(reader);
 	if (bad != 0)
@@ -851,6 +854,8 @@ jobq_retry_blocks(int64 job_id)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("job %lld cannot run: its parent job %lld did not complete",
 						(long long) job_id, (long long) bad),
+				 bad_gone ?
+				 errhint("The parent is gone (discarded or pruned): enqueue the job again without it.") :
 				 errhint("Retry the parent: the jobs cancelled because of it come back with it.")));
 	return left > 0;
 }
