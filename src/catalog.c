@@ -65,6 +65,7 @@ static const char *const rel_names[JOBQ_NUM_RELS] = {
 	[JOBQ_IDX_DEPENDENT_PKEY] = "dependent_pkey",
 	[JOBQ_IDX_SETTLE_DEFERRED_PKEY] = "settle_deferred_pkey",
 	[JOBQ_IDX_SETTLE_DEFERRED_QUEUE] = "settle_deferred_queue_idx",
+	[JOBQ_IDX_DEPENDENCY_PARENT_QUEUE] = "dependency_parent_queue_idx",
 	[JOBQ_SEQ_JOB_ID] = "job_id_seq",
 };
 
@@ -221,6 +222,16 @@ bool
 jobq_settle_by_queue(void)
 {
 	return OidIsValid(jobq_relid(JOBQ_IDX_SETTLE_DEFERRED_QUEUE));
+}
+
+/*
+ * Do edges name their parent's queue (0.3.5 on: jobq.workflows reads the
+ * edges of the querying role's queues only)?
+ */
+bool
+jobq_edges_name_queue(void)
+{
+	return OidIsValid(jobq_relid(JOBQ_IDX_DEPENDENCY_PARENT_QUEUE));
 }
 
 /* The OID of the jobq extension here, or InvalidOid (read every time). */

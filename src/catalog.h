@@ -35,6 +35,7 @@ typedef enum JobqRelId
 	JOBQ_IDX_DEPENDENT_PKEY,
 	JOBQ_IDX_SETTLE_DEFERRED_PKEY,
 	JOBQ_IDX_SETTLE_DEFERRED_QUEUE, /* from 0.3.3 */
+	JOBQ_IDX_DEPENDENCY_PARENT_QUEUE,	/* from 0.3.5 */
 	/* sequences */
 	JOBQ_SEQ_JOB_ID,
 	JOBQ_NUM_RELS
@@ -47,6 +48,7 @@ extern const char *jobq_rel_name(JobqRelId rel);
 extern AttrNumber jobq_attnum(JobqRelId rel, const char *column);
 extern bool jobq_depend_installed(void);
 extern bool jobq_settle_by_queue(void);
+extern bool jobq_edges_name_queue(void);
 extern Oid	jobq_extension_oid(void);
 extern char *jobq_schema_version(void);
 

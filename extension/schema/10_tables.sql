@@ -245,10 +245,13 @@ CREATE TABLE jobq.dependency (
     parent_id     bigint NOT NULL,
     child_id      bigint NOT NULL,
     parent_status text,
+    parent_queue  text COLLATE "C",
     PRIMARY KEY (parent_id, child_id)
 );
 COMMENT ON TABLE jobq.dependency IS
     'one row per (parent, child) dependency; parent_status is the parent''s outcome once it finished (NULL before)';
+COMMENT ON COLUMN jobq.dependency.parent_queue IS
+    'the parent''s queue (0.3.5): jobq.workflows finds the roots of a queue without reading other queues'' edges; NULL in an edge whose parent was gone when the column came';
 
 CREATE TABLE jobq.dependent (
     job_id            bigint PRIMARY KEY,

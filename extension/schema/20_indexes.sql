@@ -84,6 +84,9 @@ CREATE INDEX dependency_unsettled_idx ON jobq.dependency (parent_id, child_id)
     WHERE parent_status IS NULL;
 COMMENT ON INDEX jobq.dependency_unsettled_idx IS
     'the dependencies whose parent has not finished yet (or whose settling is under way), by parent';
+CREATE INDEX dependency_parent_queue_idx ON jobq.dependency (parent_queue, parent_id);
+COMMENT ON INDEX jobq.dependency_parent_queue_idx IS
+    'the parents of each queue: jobq.workflows reads only the queues the querying role may use';
 
 /* ---------------------------------------------------------------------
  * jobq.settle_deferred

@@ -164,19 +164,27 @@ COMMENT ON VIEW jobq.app_workers IS
  * Workflows
  * ------------------------------------------------------------------- */
 
--- The roots: the distinct parents, one descent of jobq.dependency's
--- primary key each (a loose index scan), each that is no one's child and
--- is kept, in a queue the querying role may use.  The subqueries keep
--- every step a probe per parent, whatever the statistics say (LIMIT and
--- OFFSET keep the planner from turning them into joins, which it could
--- make hash joins over whole tables), and workflow_status runs for the
--- roots alone.
+-- The roots: in each queue the querying role may use, the distinct parents
+-- of that queue, one descent of jobq.dependency's index by queue and parent
+-- each (a loose index scan), each that is no one's child and is kept.  So
+-- the view reads the edges of the role's own queues only, however many
+-- workflows other tenants keep (until 0.3.5 it walked every parent of the
+-- database).  The subqueries keep every step a probe per parent, whatever
+-- the statistics say (LIMIT and OFFSET keep the planner from turning them
+-- into joins, which it could make hash joins over whole tables), and
+-- workflow_status runs for the roots alone.
 CREATE VIEW jobq.workflows WITH (security_barrier) AS
-WITH RECURSIVE parent(id) AS (
-    SELECT (SELECT d.parent_id FROM jobq.dependency d ORDER BY d.parent_id LIMIT 1)
+WITH RECURSIVE parent(queue, id) AS (
+    SELECT q.name,
+           (SELECT d.parent_id FROM jobq.dependency d
+             WHERE d.parent_queue OPERATOR(pg_catalog.=) q.name
+             ORDER BY d.parent_id LIMIT 1)
+      FROM (SELECT q.name FROM jobq.queue q WHERE jobq.may_use_queue(q.name) OFFSET 0) q
   UNION ALL
-    SELECT (SELECT d.parent_id FROM jobq.dependency d
-             WHERE d.parent_id OPERATOR(pg_catalog.>) p.id
+    SELECT p.queue,
+           (SELECT d.parent_id FROM jobq.dependency d
+             WHERE d.parent_queue OPERATOR(pg_catalog.=) p.queue
+               AND d.parent_id OPERATOR(pg_catalog.>) p.id
              ORDER BY d.parent_id LIMIT 1)
       FROM parent p
      WHERE p.id IS NOT NULL
@@ -188,9 +196,9 @@ SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
  CROSS JOIN LATERAL (SELECT j.job_id, j.queue, j.kind, j.created_at
                        FROM jobq.job j
                       WHERE j.job_id OPERATOR(pg_catalog.=) p.id
+                        AND j.queue OPERATOR(pg_catalog.=) p.queue
                         AND (SELECT d.child_id FROM jobq.dependency d
                               WHERE d.child_id OPERATOR(pg_catalog.=) p.id LIMIT 1) IS NULL
-                        AND jobq.may_use_queue(j.queue)
                      OFFSET 0) r
  CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s;
 COMMENT ON VIEW jobq.workflows IS

@@ -54,6 +54,7 @@
 
 static SPIPlanPtr plan_read_parents;
 static SPIPlanPtr plan_record;
+static SPIPlanPtr plan_record_0_3_4;	/* edges without their parent's queue */
 static SPIPlanPtr plan_lock_at_commit;
 static SPIPlanPtr plan_lock_nowait;
 static SPIPlanPtr plan_lock_wait;
@@ -238,6 +239,7 @@ jobq_parents_read(JobqParents *p, Oid caller)
 	nrows = SPI_processed;
 	sees_all = jobq_may(caller, NULL, JOBQ_CAP_ADMINISTER);
 	p->statuses = palloc0(sizeof(Datum) * p->n);
+	p->queues = palloc0(sizeof(Datum) * p->n);
 	p->left = 0;
 	p->failed = 0;
 	for (int i = 0; i < p->n; i++)
@@ -268,6 +270,7 @@ jobq_parents_read(JobqParents *p, Oid caller)
 			if (!right->work)
 				NoParent(p->ids[i], right->enqueue ? queue : NULL);
 		}
+		p->queues[i] = CStringGetTextDatum(queue);
 		if (FinishedStatus(status) != 0)
 		{
 			p->statuses[i] = CStringGetTextDatum(status);
@@ -525,8 +528,9 @@ void
 jobq_parents_record(const JobqParents *p, const int64 *children, const bool *created,
 					int nchildren, TimestampTz now)
 {
-	Oid			types[5] = {INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, INT4OID, TEXTOID};
-	Datum		values[5];
+	Oid			types[6] = {INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, INT4OID, TEXTOID,
+	TEXTARRAYOID};
+	Datum		values[6];
 	int64	   *ids = palloc(sizeof(int64) * Max(nchildren, 1));
 	bool	   *snulls = palloc(sizeof(bool) * p->n);
 	int			n = 0;
@@ -547,14 +551,27 @@ jobq_parents_record(const JobqParents *p, const int64 *children, const bool *cre
 	values[2] = jobq_id_array(ids, n);
 	values[3] = Int32GetDatum(p->left);
 	values[4] = CStringGetTextDatum(p->run_on_failure ? "run" : "cancel");
-	jobq_spi_exec(jobq_plan_generic(&plan_record,
-									"WITH e AS (INSERT INTO jobq.dependency (parent_id, child_id, parent_status)"
-									" SELECT p.id, c.id, p.status FROM unnest($1, $2) AS p(id, status)"
-									" CROSS JOIN unnest($3) AS c(id))"
-									" INSERT INTO jobq.dependent (job_id, parents_left, on_parent_failure)"
-									" SELECT c.id, $4, $5 FROM unnest($3) AS c(id)",
-									5, types),
-				  values, NULL, SPI_OK_INSERT);
+	values[5] = PointerGetDatum(construct_array(p->queues, p->n, TEXTOID, -1, false, TYPALIGN_INT));
+	if (jobq_edges_name_queue())
+		jobq_spi_exec(jobq_plan_generic(&plan_record,
+										"WITH e AS (INSERT INTO jobq.dependency"
+										" (parent_id, child_id, parent_status, parent_queue)"
+										" SELECT p.id, c.id, p.status, p.queue"
+										" FROM unnest($1, $2, $6) AS p(id, status, queue)"
+										" CROSS JOIN unnest($3) AS c(id))"
+										" INSERT INTO jobq.dependent (job_id, parents_left, on_parent_failure)"
+										" SELECT c.id, $4, $5 FROM unnest($3) AS c(id)",
+										6, types),
+					  values, NULL, SPI_OK_INSERT);
+	else
+		jobq_spi_exec(jobq_plan_generic(&plan_record_0_3_4,
+										"WITH e AS (INSERT INTO jobq.dependency (parent_id, child_id, parent_status)"
+										" SELECT p.id, c.id, p.status FROM unnest($1, $2) AS p(id, status)"
+										" CROSS JOIN unnest($3) AS c(id))"
+										" INSERT INTO jobq.dependent (job_id, parents_left, on_parent_failure)"
+										" SELECT c.id, $4, $5 FROM unnest($3) AS c(id)",
+										5, types),
+					  values, NULL, SPI_OK_INSERT);
 	RememberParents(p);
 	qsort(ids, n, sizeof(int64), jobq_id_compare);
 	if (p->failed != 0 && !p->run_on_failure)

@@ -23,6 +23,7 @@ typedef struct JobqParents
 	bool		run_on_failure; /* on_parent_failure = 'run' */
 	/* set by jobq_parents_read */
 	Datum	   *statuses;		/* each parent's outcome, (Datum) 0 unfinished */
+	Datum	   *queues;			/* each parent's queue */
 	int			left;			/* parents not finished */
 	int64		failed;			/* the first that ended failed or cancelled,
 								 * or 0 */

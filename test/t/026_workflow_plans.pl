@@ -2,7 +2,8 @@
 # say (issue "No tenant stalls another", items 2 and 4), on a stock server
 # (jit on).  Two databases: "empty", and "crowd", where another tenant has a
 # parent with 150,000 blocked children (150,000 edges, n_distinct(parent_id)
-# = 1 once analyzed), and both analyzed, as autovacuum does.  In each, in one
+# = 1 once analyzed), and both analyzed, as autovacuum does; then the other
+# tenant makes 30,000 more roots in "crowd".  In each, in one
 # session (plans and caches warmed by a first run of every operation), a
 # tenant runs the workflow operations on its own jobs, and
 # pg_stat_statements counts the shared buffers each touched (its top-level
@@ -92,6 +93,20 @@ foreach my $db (qw(empty crowd))
 is($node->safe_psql('crowd', q{
 	SELECT n_distinct FROM pg_stats WHERE schemaname = 'jobq' AND tablename = 'dependency'
 	   AND attname = 'parent_id'}), '1', 'crowd: analyzed, one parent');
+
+# and, since the analysis, 30,000 workflows of the other tenant: 30 fan-ins
+# of 1,000 parents each, every parent a root (jobq.workflows walked every
+# parent of the database until 0.3.5: the tenant's read of it took 30,000
+# probes more here)
+$node->safe_psql('crowd', q{
+	SET ROLE other;
+	SELECT count(*) FROM generate_series(1, 30) g,
+	       LATERAL jobq.enqueue('o.fanin', queue => 'o',
+	           depends_on => ARRAY(SELECT job_id FROM jobq.enqueue_many('o.root',
+	                               array_fill(jsonb_build_object('fan', g), ARRAY[1000]), queue => 'o')));
+});
+is($node->safe_psql('crowd', 'SELECT count(DISTINCT parent_id) FROM jobq.dependency'), '30001',
+	'crowd: another tenant has 30,001 parents');
 
 # the tenant's jobs, in both databases alike: parents with one child each, a
 # pending parent, chains of 500, parents of 1,000 children, chains of 1,000
@@ -262,7 +277,7 @@ foreach my $op ('jobs chain', 'status chain', 'jobs fan', 'status fan', 'parents
 	note sprintf('%-12s  empty: %7d buffers, %8.1f ms   crowd: %7d buffers, %8.1f ms',
 		$op, $e->[0], $e->[1], $c->[0], $c->[1]);
 	cmp_ok($c->[0], '<=', 2 * $e->[0] + 100,
-		"$op costs about the same among another tenant's 150,000 edges (buffers: $c->[0] there, $e->[0] without)");
+		"$op costs about the same among another tenant's 180,000 edges (buffers: $c->[0] there, $e->[0] without)");
 	next unless $read_jobs{$op};
 	my $bound = 20 * $read_jobs{$op} + 100;
 	cmp_ok(($e->[0] > $c->[0] ? $e->[0] : $c->[0]), '<=', $bound,
@@ -285,7 +300,7 @@ foreach my $op ('complete', 'enqueue', 'cancel', 'retry', 'fail', 'retry fan', '
 	note sprintf('%-9s  empty: %7d buffers, %8.1f ms   crowd: %7d buffers, %8.1f ms',
 		$op, $e->[0], $e->[1], $c->[0], $c->[1]);
 	cmp_ok($c->[0], '<=', 2 * $e->[0] + 100,
-		"$op costs about the same among another tenant's 150,000 edges (buffers: $c->[0] there, $e->[0] without)");
+		"$op costs about the same among another tenant's 180,000 edges (buffers: $c->[0] there, $e->[0] without)");
 	cmp_ok(($e->[0] > $c->[0] ? $e->[0] : $c->[0]), '<=', $bound,
 		"$op costs the jobs it changes ($jobs{$op}), at most $bound buffers, in both");
 }

@@ -36,7 +36,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # every release users may have installed, oldest first
-my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2', '0.3.3');
+my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2', '0.3.3', '0.3.4');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
@@ -448,6 +448,14 @@ for my $old (@released)
 			 WHERE kind = 'p.pending'});
 	}
 
+	# a workflow from before (0.2.0 on): its root shows in jobq.workflows
+	# after the upgrade (0.3.5 gives each edge its parent's queue, which the
+	# view reads by)
+	$node->safe_psql($db, q{
+		SELECT jobq.enqueue('w.kid', '{}', 'wf',
+		    depends_on => ARRAY[(SELECT job_id FROM jobq.enqueue('w.root', '{}', 'wf'))])})
+	  if $old ne '0.1.0';
+
 	# the current library serves a database still at the old version
 	ok($node->poll_query_until($db,
 		q{SELECT status = 'pending' AND retry_count = 1 FROM jobq.jobs WHERE kind = 'p.expiring'}),
@@ -470,6 +478,10 @@ for my $old (@released)
 		SELECT string_agg(s.queue || ' ' || j.kind, ',') FROM jobq.settle_deferred s
 		  LEFT JOIN jobq.jobs j ON j.job_id = s.parent_id}),
 		'default p.pending', "$old: a deferred parent's row names its queue, a purged parent's is gone")
+	  if $old ne '0.1.0';
+	is($node->safe_psql($db, q{
+		SELECT string_agg(queue || ' ' || kind || ' ' || total || ' ' || blocked, ',') FROM jobq.workflows}),
+		'wf w.root 2 1', "$old: a workflow from before shows in jobq.workflows")
 	  if $old ne '0.1.0';
 
 	# roles granted before the update get the release's new functions when
