@@ -38,19 +38,19 @@ COMMENT ON INDEX jobq.dependency_parent_queue_idx IS
 -- The roots of the queues the role may use only (extension/schema/80_views.sql).
 CREATE OR REPLACE VIEW jobq.workflows WITH (security_barrier) AS
 WITH RECURSIVE parent(queue, id) AS (
-    SELECT q.name,
-           (SELECT d.parent_id FROM jobq.dependency d
-             WHERE d.parent_queue OPERATOR(pg_catalog.=) q.name
-             ORDER BY d.parent_id LIMIT 1)
+    SELECT n.parent_queue, n.parent_id
       FROM (SELECT q.name FROM jobq.queue q WHERE jobq.may_use_queue(q.name) OFFSET 0) q
+     CROSS JOIN LATERAL (SELECT d.parent_queue, d.parent_id FROM jobq.dependency d
+                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (q.name, 0::bigint)
+                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n
+     WHERE n.parent_queue OPERATOR(pg_catalog.=) q.name
   UNION ALL
-    SELECT p.queue,
-           (SELECT d.parent_id FROM jobq.dependency d
-             WHERE d.parent_queue OPERATOR(pg_catalog.=) p.queue
-               AND d.parent_id OPERATOR(pg_catalog.>) p.id
-             ORDER BY d.parent_id LIMIT 1)
+    SELECT n.parent_queue, n.parent_id
       FROM parent p
-     WHERE p.id IS NOT NULL
+     CROSS JOIN LATERAL (SELECT d.parent_queue, d.parent_id FROM jobq.dependency d
+                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (p.queue, p.id)
+                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n
+     WHERE n.parent_queue OPERATOR(pg_catalog.=) p.queue
 )
 SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
        s.total, s.blocked, s.pending, s.running, s.completed, s.failed, s.cancelled,
@@ -60,8 +60,8 @@ SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
                        FROM jobq.job j
                       WHERE j.job_id OPERATOR(pg_catalog.=) p.id
                         AND j.queue OPERATOR(pg_catalog.=) p.queue
-                        AND (SELECT d.child_id FROM jobq.dependency d
-                              WHERE d.child_id OPERATOR(pg_catalog.=) p.id LIMIT 1) IS NULL
+                        AND (SELECT t.job_id FROM jobq.dependent t
+                              WHERE t.job_id OPERATOR(pg_catalog.=) p.id) IS NULL
                      OFFSET 0) r
  CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s;
 COMMENT ON VIEW jobq.workflows IS

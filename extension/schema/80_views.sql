@@ -166,28 +166,32 @@ COMMENT ON VIEW jobq.app_workers IS
 
 -- The roots: in each queue the querying role may use, the distinct parents
 -- of that queue, one descent of jobq.dependency's index by queue and parent
--- each (a loose index scan), each that is no one's child and is kept.  So
--- the view reads the edges of the role's own queues only, however many
--- workflows other tenants keep (until 0.3.5 it walked every parent of the
--- database).  The subqueries keep every step a probe per parent, whatever
--- the statistics say (LIMIT and OFFSET keep the planner from turning them
--- into joins, which it could make hash joins over whole tables), and
--- workflow_status runs for the roots alone.
+-- each (a loose index scan), each that is no one's child (no row in
+-- jobq.dependent) and is kept.  So the view reads the edges of the role's
+-- own queues only, however many workflows other tenants keep (until 0.3.5
+-- it walked every parent of the database).  Every step is a probe whatever
+-- the statistics say: the next parent is the least (queue, parent) above
+-- the last one, an order only that index gives, so no plan can read the
+-- primary key or the whole table for it (with an equality on the queue it
+-- could walk the primary key past other queues' edges); the child test and
+-- the job are primary-key look-ups (the child test read jobq.dependency by
+-- child, which once analyzed could be a full scan per parent); LIMIT and
+-- OFFSET keep the planner from turning the subqueries into joins.
 CREATE VIEW jobq.workflows WITH (security_barrier) AS
 WITH RECURSIVE parent(queue, id) AS (
-    SELECT q.name,
-           (SELECT d.parent_id FROM jobq.dependency d
-             WHERE d.parent_queue OPERATOR(pg_catalog.=) q.name
-             ORDER BY d.parent_id LIMIT 1)
+    SELECT n.parent_queue, n.parent_id
       FROM (SELECT q.name FROM jobq.queue q WHERE jobq.may_use_queue(q.name) OFFSET 0) q
+     CROSS JOIN LATERAL (SELECT d.parent_queue, d.parent_id FROM jobq.dependency d
+                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (q.name, 0::bigint)
+                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n
+     WHERE n.parent_queue OPERATOR(pg_catalog.=) q.name
   UNION ALL
-    SELECT p.queue,
-           (SELECT d.parent_id FROM jobq.dependency d
-             WHERE d.parent_queue OPERATOR(pg_catalog.=) p.queue
-               AND d.parent_id OPERATOR(pg_catalog.>) p.id
-             ORDER BY d.parent_id LIMIT 1)
+    SELECT n.parent_queue, n.parent_id
       FROM parent p
-     WHERE p.id IS NOT NULL
+     CROSS JOIN LATERAL (SELECT d.parent_queue, d.parent_id FROM jobq.dependency d
+                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (p.queue, p.id)
+                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n
+     WHERE n.parent_queue OPERATOR(pg_catalog.=) p.queue
 )
 SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
        s.total, s.blocked, s.pending, s.running, s.completed, s.failed, s.cancelled,
@@ -197,8 +201,8 @@ SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
                        FROM jobq.job j
                       WHERE j.job_id OPERATOR(pg_catalog.=) p.id
                         AND j.queue OPERATOR(pg_catalog.=) p.queue
-                        AND (SELECT d.child_id FROM jobq.dependency d
-                              WHERE d.child_id OPERATOR(pg_catalog.=) p.id LIMIT 1) IS NULL
+                        AND (SELECT t.job_id FROM jobq.dependent t
+                              WHERE t.job_id OPERATOR(pg_catalog.=) p.id) IS NULL
                      OFFSET 0) r
  CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s;
 COMMENT ON VIEW jobq.workflows IS

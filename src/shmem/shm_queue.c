@@ -188,7 +188,8 @@ typedef struct JobqQueueState
 	bool		handled;		/* has job handlers: wake the executors too */
 	int			pins;			/* waiting claims sleeping on cv: the entry
 								 * must not go */
-	TimestampTz last_used;		/* when a backend last looked it up */
+	bool		used;			/* looked up since the clock last passed */
+	int			clock_slot;		/* its place in jobq_clock */
 } JobqQueueState;
 
 /* What this backend's transaction did to one queue's sets. */
@@ -223,14 +224,28 @@ typedef struct JobqShared
 	uint64		gen_floor;		/* no epoch, due epoch or island generation of
 								 * an entry that went exceeds it
 								 * (JobqStateLock) */
+	int			clock_n;		/* entries, in jobq_clock[0 .. clock_n) */
+	int			clock_hand;		/* where the next eviction looks first */
 } JobqShared;
 
 static HTAB *JobqStateHash = NULL;
 static LWLock *JobqStateLock = NULL;
 static JobqShared *jobq_shared = NULL;
 
-/* The entry this backend's waiting claim has pinned, or NULL. */
+/*
+ * Every entry of the hash table, in no order, for the clock of evictions
+ * (JobqStateLock): jobq.max_tracked_queues places.
+ */
+static JobqQueueState **jobq_clock = NULL;
+
+/*
+ * The entry this backend's waiting claim has pinned, or NULL, and the
+ * subtransaction that pinned it: an abort of that subtransaction (a
+ * cancelled claim inside a savepoint rolled back to) or of the transaction
+ * unpins it.
+ */
 static JobqQueueState *jobq_pinned = NULL;
+static SubTransactionId jobq_pinned_subid = InvalidSubTransactionId;
 
 /* The current transaction wrote jobq.queue. */
 static bool jobq_settings_written = false;
@@ -273,8 +288,9 @@ jobq_claim_pos_compare(const JobqClaimPos *a, const JobqClaimPos *b)
 static Size
 StateShmemSize(void)
 {
-	return add_size(hash_estimate_size(jobq_max_tracked_queues, sizeof(JobqQueueState)),
-					MAXALIGN(sizeof(JobqShared)));
+	return add_size(add_size(hash_estimate_size(jobq_max_tracked_queues, sizeof(JobqQueueState)),
+							 MAXALIGN(sizeof(JobqShared))),
+					MAXALIGN(mul_size(jobq_max_tracked_queues, sizeof(JobqQueueState *))));
 }
 
 /* shmem_request_hook: reserve our shared memory and lock. */
@@ -305,11 +321,16 @@ StateShmemStartup(void)
 								  jobq_max_tracked_queues,
 								  jobq_max_tracked_queues,
 								  &info, HASH_ELEM | HASH_BLOBS);
+	jobq_clock = ShmemInitStruct("jobq queue clock",
+								 mul_size(jobq_max_tracked_queues, sizeof(JobqQueueState *)),
+								 &found);
 	jobq_shared = ShmemInitStruct("jobq shared", sizeof(JobqShared), &found);
 	if (!found)
 	{
 		pg_atomic_init_u64(&jobq_shared->settings_gen, 1);
 		jobq_shared->gen_floor = 0;
+		jobq_shared->clock_n = 0;
+		jobq_shared->clock_hand = 0;
 		if (!pg_strong_random(&jobq_shared->seed, sizeof(jobq_shared->seed)))
 			jobq_shared->seed = (uint64) GetCurrentTimestamp() ^ ((uint64) MyProcPid << 32);
 	}
@@ -341,16 +362,28 @@ jobq_state_register_callbacks(void)
 static void
 StateRemove(JobqQueueState *entry)
 {
+	int			last = --jobq_shared->clock_n;
+
 	jobq_shared->gen_floor = Max(jobq_shared->gen_floor,
 								 Max(entry->epoch, Max(entry->due_epoch, entry->island_gen)));
+	/* the clock's last entry takes its slot */
+	jobq_clock[entry->clock_slot] = jobq_clock[last];
+	jobq_clock[entry->clock_slot]->clock_slot = entry->clock_slot;
 	(void) hash_search(JobqStateHash, &entry->key, HASH_REMOVE, NULL);
 }
 
 /*
- * Give the place of the least recently used entry that no waiting claim has
- * pinned to another queue (JobqStateLock held exclusively).  Entries of
- * queues with handlers go last: the executors learn of a queue's handlers
- * only when they load them.  Returns false when every entry is pinned.
+ * Give the place of an entry not used lately that no waiting claim has
+ * pinned to another queue (JobqStateLock held exclusively): a clock, which
+ * passes over the entries looked up since it last passed them (clearing
+ * their mark) and takes the first that was not, so an eviction looks at a
+ * few entries, not at every one under the lock every backend needs (a scan
+ * of 100,000 entries took 28 ms, and stalled every database's claims).
+ * Returns false when every entry is pinned.  A queue with handlers that loses its place
+ * loses its mark (handled): until the executors mark its new entry again
+ * (each round, at least once a second), a commit that makes its jobs ready
+ * wakes them as for a queue with no place, and after that not at all, so
+ * its jobs wait for their next round.
  *
  * A claim, a due-time probe or a wake-up count of the entry that went may
  * still be under way, holding its epoch, due epoch or island generation:
@@ -361,35 +394,28 @@ StateRemove(JobqQueueState *entry)
 static bool
 StateEvict(void)
 {
-	HASH_SEQ_STATUS seq;
-	JobqQueueState *entry;
-	JobqQueueState *victim = NULL;
-	bool		victim_handled = false;
-
-	hash_seq_init(&seq, JobqStateHash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
+	for (int step = 0; step < 2 * jobq_shared->clock_n; step++)
 	{
+		JobqQueueState *entry;
 		bool		pinned;
 
+		if (jobq_shared->clock_hand >= jobq_shared->clock_n)
+			jobq_shared->clock_hand = 0;
+		entry = jobq_clock[jobq_shared->clock_hand++];
 		SpinLockAcquire(&entry->mutex);
 		pinned = entry->pins > 0;
 		SpinLockRelease(&entry->mutex);
 		if (pinned)
 			continue;
-		if (victim == NULL || (victim_handled && !entry->handled) ||
-			(victim_handled == entry->handled && entry->last_used < victim->last_used))
+		if (entry->used)
 		{
-			victim = entry;
-			victim_handled = entry->handled;
+			entry->used = false;
+			continue;
 		}
+		StateRemove(entry);
+		return true;
 	}
-	if (victim == NULL)
-		return false;
-	/* its executors look at once, and mark it again if it has handlers */
-	if (victim_handled)
-		jobq_bgw_wake_executors(victim->key.dbid);
-	StateRemove(victim);
-	return true;
+	return false;
 }
 
 /*
@@ -401,10 +427,10 @@ StateEvict(void)
  * size into the server's spare shared memory, which the lock table needs
  * (one role making thousands of queues took it all, and other databases'
  * transactions failed with "out of shared memory").  When the table is full,
- * a new queue takes the place of the least recently used one (StateEvict),
- * so a tenant with many queues cannot keep the places from other tenants'
- * queues in use.  A queue with no entry still works: its claims scan from
- * the head, its waiting claims poll.
+ * a new queue takes the place of one not used lately (StateEvict), so a
+ * tenant with many queues cannot keep the places from other tenants' queues
+ * in use.  A queue with no entry still works: its claims scan from the
+ * head, its waiting claims poll.
  */
 static JobqQueueState *
 StateLookup(const char *queue, bool create)
@@ -412,7 +438,6 @@ StateLookup(const char *queue, bool create)
 	JobqStateKey key;
 	JobqQueueState *entry;
 	bool		found;
-	TimestampTz now;
 
 	if (JobqStateHash == NULL || strlen(queue) > JOBQ_MAX_NAME_LEN)
 		return NULL;
@@ -420,7 +445,6 @@ StateLookup(const char *queue, bool create)
 	memset(&key, 0, sizeof(key));
 	key.dbid = MyDatabaseId;
 	strlcpy(key.queue, queue, sizeof(key.queue));
-	now = GetCurrentTimestamp();
 
 	LWLockAcquire(JobqStateLock, LW_SHARED);
 	entry = hash_search(JobqStateHash, &key, HASH_FIND, NULL);
@@ -428,8 +452,8 @@ StateLookup(const char *queue, bool create)
 	{
 		if (entry == NULL)
 			LWLockRelease(JobqStateLock);
-		else
-			entry->last_used = now; /* a hint: a racing store does no harm */
+		else if (!entry->used)
+			entry->used = true; /* a hint: a racing store does no harm */
 		return entry;
 	}
 	LWLockRelease(JobqStateLock);
@@ -479,8 +503,10 @@ StateLookup(const char *queue, bool create)
 		ConditionVariableInit(&entry->cv);
 		entry->handled = false;
 		entry->pins = 0;
+		entry->clock_slot = jobq_shared->clock_n++;
+		jobq_clock[entry->clock_slot] = entry;
 	}
-	entry->last_used = now;
+	entry->used = true;
 	return entry;
 }
 
@@ -986,11 +1012,17 @@ StateLower(const char *queue, Oid relid, const JobqClaimPos *lo, const JobqClaim
 		jobq_bgw_wake_executors(MyDatabaseId);
 }
 
-/* Executors run handlers for this queue: wake them when jobs get ready. */
+/*
+ * Executors run handlers for this queue: wake them when jobs get ready.  It
+ * marks the queue's entry if it has one, and takes no place: a queue with
+ * none wakes them anyway (StateLower), and executors that took places for
+ * every queue with handlers, each round, would let a tenant with more of
+ * those than places evict other tenants' queues once a second.
+ */
 void
 jobq_state_mark_handled(const char *queue)
 {
-	JobqQueueState *entry = StateLookup(queue, true);
+	JobqQueueState *entry = StateLookup(queue, false);
 
 	if (entry != NULL)
 	{
@@ -1048,7 +1080,7 @@ jobq_state_wait_begin(const char *queue)
 {
 	JobqQueueState *entry;
 
-	Assert(jobq_pinned == NULL);
+	jobq_state_wait_end();
 	entry = StateLookup(queue, true);
 	if (entry == NULL)
 		return NULL;
@@ -1056,6 +1088,7 @@ jobq_state_wait_begin(const char *queue)
 	entry->pins++;
 	SpinLockRelease(&entry->mutex);
 	jobq_pinned = entry;
+	jobq_pinned_subid = GetCurrentSubTransactionId();
 	StateRelease();
 	return &entry->cv;
 }
@@ -1066,10 +1099,13 @@ jobq_state_wait_end(void)
 {
 	if (jobq_pinned == NULL)
 		return;
+	/* no longer on its wake-up list, before the entry may become another's */
+	ConditionVariableCancelSleep();
 	SpinLockAcquire(&jobq_pinned->mutex);
 	jobq_pinned->pins--;
 	SpinLockRelease(&jobq_pinned->mutex);
 	jobq_pinned = NULL;
+	jobq_pinned_subid = InvalidSubTransactionId;
 }
 
 /*
@@ -1138,8 +1174,9 @@ jobq_state_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
-	/* a waiting claim that an error ended */
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	/* a waiting claim that an error ended (none is left at a commit) */
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
 		jobq_state_wait_end();
 
 	if (jobq_settings_written)
@@ -1229,6 +1266,9 @@ jobq_state_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 	if (event != SUBXACT_EVENT_ABORT_SUB)
 		return;
+	/* a waiting claim of this subtransaction (or a child) that an error ended */
+	if (jobq_pinned != NULL && jobq_pinned_subid >= mySubid)
+		jobq_state_wait_end();
 	foreach(lc, jobq_notes)
 	{
 		JobqQueueNote *note = (JobqQueueNote *) lfirst(lc);
