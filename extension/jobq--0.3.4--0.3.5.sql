@@ -37,9 +37,20 @@ COMMENT ON INDEX jobq.dependency_parent_queue_idx IS
 
 -- The roots of the queues the role may use only (extension/schema/80_views.sql).
 CREATE OR REPLACE VIEW jobq.workflows WITH (security_barrier) AS
-WITH RECURSIVE parent(queue, id) AS (
+WITH RECURSIVE queue(name) AS (
+    SELECT (SELECT d.parent_queue FROM jobq.dependency d
+             WHERE d.parent_queue IS NOT NULL
+             ORDER BY d.parent_queue LIMIT 1)
+  UNION ALL
+    SELECT (SELECT d.parent_queue FROM jobq.dependency d
+             WHERE d.parent_queue OPERATOR(pg_catalog.>) q.name
+             ORDER BY d.parent_queue LIMIT 1)
+      FROM queue q
+     WHERE q.name IS NOT NULL
+), parent(queue, id) AS (
     SELECT n.parent_queue, n.parent_id
-      FROM (SELECT q.name FROM jobq.queue q WHERE jobq.may_use_queue(q.name) OFFSET 0) q
+      FROM (SELECT q.name FROM queue q
+             WHERE q.name IS NOT NULL AND jobq.may_use_queue(q.name) OFFSET 0) q
      CROSS JOIN LATERAL (SELECT d.parent_queue, d.parent_id FROM jobq.dependency d
                           WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (q.name, 0::bigint)
                           ORDER BY d.parent_queue, d.parent_id LIMIT 1) n

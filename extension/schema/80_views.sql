@@ -164,23 +164,36 @@ COMMENT ON VIEW jobq.app_workers IS
  * Workflows
  * ------------------------------------------------------------------- */
 
--- The roots: in each queue the querying role may use, the distinct parents
--- of that queue, one descent of jobq.dependency's index by queue and parent
--- each (a loose index scan), each that is no one's child (no row in
--- jobq.dependent) and is kept.  So the view reads the edges of the role's
--- own queues only, however many workflows other tenants keep (until 0.3.5
--- it walked every parent of the database).  Every step is a probe whatever
--- the statistics say: the next parent is the least (queue, parent) above
--- the last one, an order only that index gives, so no plan can read the
--- primary key or the whole table for it (with an equality on the queue it
--- could walk the primary key past other queues' edges); the child test and
--- the job are primary-key look-ups (the child test read jobq.dependency by
--- child, which once analyzed could be a full scan per parent); LIMIT and
--- OFFSET keep the planner from turning the subqueries into joins.
+-- The roots: the queues that have parents (one descent of jobq.dependency's
+-- index by queue and parent each, a loose index scan), those of them the
+-- querying role may use, and in each the distinct parents (one descent
+-- each), each that is no one's child (no row in jobq.dependent) and is
+-- kept.  So the view reads the edges of the role's own queues only, and one
+-- index entry for each other queue with workflows, however many workflows
+-- other tenants keep (until 0.3.5 it walked every parent of the database).
+-- Every step is a probe whatever the statistics say: the next parent is the
+-- least (queue, parent) above the last one, an order only that index gives,
+-- so no plan can read the primary key or the whole table for it (with an
+-- equality on the queue it could walk the primary key past other queues'
+-- edges); the child test and the job are primary-key look-ups (the child
+-- test read jobq.dependency by child, which once analyzed could be a full
+-- scan per parent); LIMIT and OFFSET keep the planner from turning the
+-- subqueries into joins.
 CREATE VIEW jobq.workflows WITH (security_barrier) AS
-WITH RECURSIVE parent(queue, id) AS (
+WITH RECURSIVE queue(name) AS (
+    SELECT (SELECT d.parent_queue FROM jobq.dependency d
+             WHERE d.parent_queue IS NOT NULL
+             ORDER BY d.parent_queue LIMIT 1)
+  UNION ALL
+    SELECT (SELECT d.parent_queue FROM jobq.dependency d
+             WHERE d.parent_queue OPERATOR(pg_catalog.>) q.name
+             ORDER BY d.parent_queue LIMIT 1)
+      FROM queue q
+     WHERE q.name IS NOT NULL
+), parent(queue, id) AS (
     SELECT n.parent_queue, n.parent_id
-      FROM (SELECT q.name FROM jobq.queue q WHERE jobq.may_use_queue(q.name) OFFSET 0) q
+      FROM (SELECT q.name FROM queue q
+             WHERE q.name IS NOT NULL AND jobq.may_use_queue(q.name) OFFSET 0) q
      CROSS JOIN LATERAL (SELECT d.parent_queue, d.parent_id FROM jobq.dependency d
                           WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (q.name, 0::bigint)
                           ORDER BY d.parent_queue, d.parent_id LIMIT 1) n
