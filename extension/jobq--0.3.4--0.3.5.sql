@@ -37,7 +37,7 @@ COMMENT ON INDEX jobq.dependency_parent_queue_idx IS
 
 -- The roots of the queues the role may use only (extension/schema/80_views.sql).
 CREATE OR REPLACE VIEW jobq.workflows WITH (security_barrier) AS
-WITH RECURSIVE queue(name) AS (
+WITH RECURSIVE every_queue(name) AS (
     SELECT (SELECT d.parent_queue FROM jobq.dependency d
              WHERE d.parent_queue IS NOT NULL
              ORDER BY d.parent_queue LIMIT 1)
@@ -45,35 +45,40 @@ WITH RECURSIVE queue(name) AS (
     SELECT (SELECT d.parent_queue FROM jobq.dependency d
              WHERE d.parent_queue OPERATOR(pg_catalog.>) q.name
              ORDER BY d.parent_queue LIMIT 1)
-      FROM queue q
+      FROM every_queue q
      WHERE q.name IS NOT NULL
-), parent(queue, id) AS (
-    SELECT n.parent_queue, n.parent_id
-      FROM (SELECT q.name FROM queue q
-             WHERE q.name IS NOT NULL AND jobq.may_use_queue(q.name) OFFSET 0) q
-     CROSS JOIN LATERAL (SELECT d.parent_queue, d.parent_id FROM jobq.dependency d
-                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (q.name, 0::bigint)
-                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n
-     WHERE n.parent_queue OPERATOR(pg_catalog.=) q.name
+), walk(queues, i, id) AS (
+    SELECT CASE WHEN jobq.may_use_queue('*')
+                THEN ARRAY(SELECT q.name FROM every_queue q WHERE q.name IS NOT NULL)
+                ELSE ARRAY(SELECT p.queue FROM (SELECT DISTINCT p.queue FROM jobq.permission p) p
+                            WHERE jobq.may_use_queue(p.queue))
+           END,
+           1, 0::bigint
   UNION ALL
-    SELECT n.parent_queue, n.parent_id
-      FROM parent p
-     CROSS JOIN LATERAL (SELECT d.parent_queue, d.parent_id FROM jobq.dependency d
-                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (p.queue, p.id)
-                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n
-     WHERE n.parent_queue OPERATOR(pg_catalog.=) p.queue
+    SELECT w.queues,
+           CASE WHEN n.parent_id IS NULL THEN w.i OPERATOR(pg_catalog.+) 1 ELSE w.i END,
+           COALESCE(n.parent_id, 0)
+      FROM walk w
+      LEFT JOIN LATERAL (SELECT d.parent_id FROM jobq.dependency d
+                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>)
+                                (w.queues[w.i], w.id)
+                            AND (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.<=)
+                                (w.queues[w.i], 9223372036854775807::bigint)
+                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n ON true
+     WHERE w.i OPERATOR(pg_catalog.<=) pg_catalog.cardinality(w.queues)
 )
 SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
        s.total, s.blocked, s.pending, s.running, s.completed, s.failed, s.cancelled,
        s.can_finish
-  FROM parent p
+  FROM walk w
  CROSS JOIN LATERAL (SELECT j.job_id, j.queue, j.kind, j.created_at
                        FROM jobq.job j
-                      WHERE j.job_id OPERATOR(pg_catalog.=) p.id
-                        AND j.queue OPERATOR(pg_catalog.=) p.queue
+                      WHERE j.job_id OPERATOR(pg_catalog.=) w.id
+                        AND j.queue OPERATOR(pg_catalog.=) w.queues[w.i]
                         AND (SELECT t.job_id FROM jobq.dependent t
-                              WHERE t.job_id OPERATOR(pg_catalog.=) p.id) IS NULL
+                              WHERE t.job_id OPERATOR(pg_catalog.=) w.id) IS NULL
                      OFFSET 0) r
- CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s;
+ CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s
+ WHERE w.id OPERATOR(pg_catalog.<>) 0;
 COMMENT ON VIEW jobq.workflows IS
     'one row per workflow root still kept (a job with dependents and no parents): its jobs by status and can_finish';

@@ -31,6 +31,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -552,6 +553,14 @@ jobq_parents_record(const JobqParents *p, const int64 *children, const bool *cre
 	values[3] = Int32GetDatum(p->left);
 	values[4] = CStringGetTextDatum(p->run_on_failure ? "run" : "cancel");
 	values[5] = PointerGetDatum(construct_array(p->queues, p->n, TEXTOID, -1, false, TYPALIGN_INT));
+
+	/*
+	 * Whether edges name their parent's queue is read under the lock the
+	 * insert takes anyway: an ALTER EXTENSION jobq UPDATE to 0.3.5 running
+	 * meanwhile (which adds the column) is waited for, not raced, so no edge
+	 * written after it names no queue.
+	 */
+	LockRelationOid(jobq_relid_required(JOBQ_REL_DEPENDENCY), RowExclusiveLock);
 	if (jobq_edges_name_queue())
 		jobq_spi_exec(jobq_plan_generic(&plan_record,
 										"WITH e AS (INSERT INTO jobq.dependency"
