@@ -8,8 +8,8 @@
 # queues in its own database could so make thousands of queues, claim once
 # in each, and leave sessions of every other database failing with "out of
 # shared memory" (a hostile review's find).  The table now stops at
-# jobq.max_tracked_queues, and a new queue takes the place of the least
-# recently used one, unless a waiting claim holds it: the tenant's queues
+# jobq.max_tracked_queues, and a new queue takes the place of one not used
+# lately (a clock), unless a waiting claim holds it: the tenant's queues
 # could otherwise keep every place until a restart, and other tenants'
 # claims would read from the head of their queues (a later review's find).
 # A queue with no place still works: its claims scan from the head of the
@@ -150,8 +150,8 @@ sub entries_read
 }
 
 # The places go to the queues in use.  The tenant's 3,000 queues took every
-# place; a queue another database makes afterwards takes the place of the
-# least recently used one, so its claims start at its claim position: under
+# place; a queue another database makes afterwards takes the place of one
+# not used lately, so its claims start at its claim position: under
 # a held snapshot the 21st claim reads a few index entries, not the 2,000
 # dead ones of the jobs claimed before it (which it did when the places
 # were first come, first served).
