@@ -802,9 +802,7 @@ jobq_claim(PG_FUNCTION_ARGS)
 			CHECK_FOR_INTERRUPTS();
 		}
 	}
-	if (cv)
-		ConditionVariableCancelSleep();
-	jobq_state_wait_end();
+	jobq_state_wait_end();		/* cancels the sleep, if any */
 	ClaimEnds();
 	jobq_owner_end(&saved);
 	return (Datum) 0;

@@ -62,6 +62,19 @@ static SPIPlanPtr plan_lock_wait;
 static SPIPlanPtr plan_parents_json;
 
 /*
+ * The edges of the parents $1 (their outcomes $2, and from 0.3.5 their
+ * queues $6: with_queue ", parent_queue", queue_arg ", $6") to the children
+ * $3, and the children's counters ($4 parents left, $5 on_parent_failure).
+ */
+#define JOBQ_RECORD_SQL(with_queue, queue_arg) \
+	"WITH e AS (INSERT INTO jobq.dependency (parent_id, child_id, parent_status" with_queue ")" \
+	" SELECT p.id, c.id, p.status" with_queue \
+	" FROM unnest($1, $2" queue_arg ") AS p(id, status" with_queue ")" \
+	" CROSS JOIN unnest($3) AS c(id))" \
+	" INSERT INTO jobq.dependent (job_id, parents_left, on_parent_failure)" \
+	" SELECT c.id, $4, $5 FROM unnest($3) AS c(id)"
+
+/*
  * A parent this transaction recorded dependencies on, with the outcome it
  * read then: 0 unfinished, else 'c'ompleted, 'f'ailed or 'x' (cancelled).
  * In TopTransactionContext; checked again at commit.
@@ -563,22 +576,12 @@ jobq_parents_record(const JobqParents *p, const int64 *children, const bool *cre
 	LockRelationOid(jobq_relid_required(JOBQ_REL_DEPENDENCY), RowExclusiveLock);
 	if (jobq_edges_name_queue())
 		jobq_spi_exec(jobq_plan_generic(&plan_record,
-										"WITH e AS (INSERT INTO jobq.dependency"
-										" (parent_id, child_id, parent_status, parent_queue)"
-										" SELECT p.id, c.id, p.status, p.queue"
-										" FROM unnest($1, $2, $6) AS p(id, status, queue)"
-										" CROSS JOIN unnest($3) AS c(id))"
-										" INSERT INTO jobq.dependent (job_id, parents_left, on_parent_failure)"
-										" SELECT c.id, $4, $5 FROM unnest($3) AS c(id)",
+										JOBQ_RECORD_SQL(", parent_queue", ", $6"),
 										6, types),
 					  values, NULL, SPI_OK_INSERT);
 	else
 		jobq_spi_exec(jobq_plan_generic(&plan_record_0_3_4,
-										"WITH e AS (INSERT INTO jobq.dependency (parent_id, child_id, parent_status)"
-										" SELECT p.id, c.id, p.status FROM unnest($1, $2) AS p(id, status)"
-										" CROSS JOIN unnest($3) AS c(id))"
-										" INSERT INTO jobq.dependent (job_id, parents_left, on_parent_failure)"
-										" SELECT c.id, $4, $5 FROM unnest($3) AS c(id)",
+										JOBQ_RECORD_SQL("", ""),
 										5, types),
 					  values, NULL, SPI_OK_INSERT);
 	RememberParents(p);
