@@ -56,6 +56,17 @@ CREATE INDEX rate_window_idx ON jobq.rate_window (queue, claimed_at);
 COMMENT ON INDEX jobq.rate_window_idx IS 'claims per queue by time';
 
 /* ---------------------------------------------------------------------
+ * jobq.permission
+ * ------------------------------------------------------------------- */
+
+-- The queues a role may use are read by the roles whose privileges it has
+-- (jobq.usable_queue, jobq.may_use_queue): its own capabilities, not every
+-- tenant's.
+CREATE INDEX permission_role_idx ON jobq.permission (role, queue);
+COMMENT ON INDEX jobq.permission_role_idx IS
+    'capabilities by role: the queues a role may use, without reading the other roles''';
+
+/* ---------------------------------------------------------------------
  * jobq.idempotency_key
  * ------------------------------------------------------------------- */
 

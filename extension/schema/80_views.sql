@@ -36,6 +36,33 @@ COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, 
  * Queues
  * ------------------------------------------------------------------- */
 
+-- The rows of jobq.queue the querying role may use, for the views below:
+-- every queue for a role that may use all (a superuser, the owner, a
+-- capability on '*'); else the queues of the capabilities held by the
+-- roles whose privileges it has, read by role (permission_role_idx) and
+-- looked up one by one, so that a role's read costs its own queues, not
+-- every queue of the database (0.3.5 asked jobq.may_use_queue of each:
+-- 200,000 buffers beside another tenant's 20,000 queues).  Inside jobq's
+-- SECURITY DEFINER functions the current user is the owner, whose
+-- privileges take in every role: jobq.may_use_queue, which asks about the
+-- session's role there, has the last word.  Granted to no one: the views
+-- read it with their owner's rights.
+CREATE VIEW jobq.usable_queue WITH (security_barrier) AS
+SELECT q.* FROM jobq.queue q
+ WHERE jobq.may_use_queue('*')
+UNION ALL
+SELECT q.*
+  FROM (SELECT DISTINCT p.queue FROM jobq.permission p
+         WHERE p.role OPERATOR(pg_catalog.=) ANY (ARRAY(
+                   SELECT r.oid FROM pg_catalog.pg_roles r
+                    WHERE pg_catalog.pg_has_role(r.oid, 'USAGE')))) v
+ CROSS JOIN LATERAL (SELECT * FROM jobq.queue q
+                      WHERE q.name OPERATOR(pg_catalog.=) v.queue OFFSET 0) q
+ WHERE NOT jobq.may_use_queue('*')
+   AND jobq.may_use_queue(v.queue);
+COMMENT ON VIEW jobq.usable_queue IS
+    'the queues the querying role may use (for jobq''s views; granted to no one)';
+
 CREATE VIEW jobq.queues WITH (security_barrier) AS
 SELECT q.name AS queue, q.paused,
        q.max_retries, q.lease, q.backoff_base, q.backoff_cap, q.backoff_jitter,
@@ -44,8 +71,7 @@ SELECT q.name AS queue, q.paused,
        q.breaker_threshold, q.breaker_state, q.breaker_failures,
        q.breaker_tripped_at, q.breaker_reason,
        q.created_at, q.updated_at
-  FROM jobq.queue q
- WHERE jobq.may_use_queue(q.name);
+  FROM jobq.usable_queue q;
 COMMENT ON VIEW jobq.queues IS
     'one row per queue: every setting of jobq.configure, paused, and the circuit breaker''s state';
 
@@ -82,7 +108,7 @@ SELECT q.name AS queue,
        q.max_concurrency, q.max_per_key, q.rate_limit, q.rate_period,
        q.breaker_threshold,
        COALESCE(f.blocked, 0) AS blocked
-  FROM jobq.queue q
+  FROM jobq.usable_queue q
  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS ready, pg_catalog.min(r.run_at) AS oldest
                        FROM jobq.ready r
                       WHERE r.queue OPERATOR(pg_catalog.=) q.name) r
@@ -110,8 +136,7 @@ SELECT q.name AS queue,
                     pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed
                FROM jobq.job j
               WHERE j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
-              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) (q.name OPERATOR(pg_catalog.||) '')
- WHERE jobq.may_use_queue(q.name);
+              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) (q.name OPERATOR(pg_catalog.||) '');
 COMMENT ON VIEW jobq.queue_stats IS
     'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits; blocked jobs waiting for their parents';
 
@@ -164,57 +189,61 @@ COMMENT ON VIEW jobq.app_workers IS
  * Workflows
  * ------------------------------------------------------------------- */
 
--- The roots.  First the queues the querying role may use: those it holds a
--- capability on (from jobq.permission), or, for a role that may use every
--- queue, the queues that have parents (a loose scan of jobq.dependency's
--- index by queue and parent, one descent each).  Then one walk over them
--- (walk: the queues, the one at hand, the last parent found in it, 0 when
--- none yet), one descent of that index per distinct parent and one per
--- queue, each parent kept that is no one's child (no row in
--- jobq.dependent) and is kept.  So a tenant's read costs its own queues'
--- parents, whatever other tenants keep (until 0.3.5 it walked every parent
--- of the database).  Every step is a probe whatever the statistics say: the
--- next parent is the least (queue, parent) above the last one and not past
--- the queue, an order and bounds only that index gives, so no plan can read
--- the primary key or the whole table for it, and the scan stops at the
--- queue's last edge (not in the next queue's entries, dead or uncommitted);
--- the child test and the job are primary-key look-ups (the child test read
--- jobq.dependency by child, which once analyzed could be a full scan per
--- parent); LIMIT and OFFSET keep the planner from turning the subqueries
--- into joins.  The walk starts from one row, as a plain loose scan would,
--- so the planner's estimate of the view stays small (one start row per
--- queue made it estimate 17 million rows and compile the read with JIT,
--- 200 ms on a stock server).
+-- The roots, in one walk over the queues the querying role may use (walk:
+-- the roles whose capabilities it has, NULL when it may use every queue;
+-- the queue at hand, '' before the first; the last parent found in it, 0
+-- when none yet).  In a queue, each step is the next parent, one descent
+-- of jobq.dependency's index by queue and parent; past the queue's last,
+-- the next queue: for a role that may use every queue, the next queue that
+-- has parents (a loose scan of the same index); else the least queue above
+-- the one at hand among the capabilities of its roles, one descent of
+-- jobq.permission's index by role each.  A parent is kept that is no one's
+-- child (no row in jobq.dependent) and is kept.  So a tenant's read costs
+-- its own queues and their parents, whatever other tenants keep (until
+-- 0.3.5 it walked every parent of the database; 0.3.5 carried the list of
+-- the role's queues in every row of the walk, which for 20,000 queues
+-- wrote 4 GB of temporary files).  Every step is a probe whatever the
+-- statistics say: the next parent is the least (queue, parent) above the
+-- last one and not past the queue, an order and bounds only that index
+-- gives, so no plan can read the primary key or the whole table for it,
+-- and the scan stops at the queue's last edge (not in the next queue's
+-- entries, dead or uncommitted); the child test and the job are
+-- primary-key look-ups; LIMIT and OFFSET keep the planner from turning the
+-- subqueries into joins.  The walk starts from one row, so the planner's
+-- estimate of the view stays small (one start row per queue made it
+-- estimate 17 million rows and compile the read with JIT, 200 ms on a
+-- stock server).  Inside jobq's SECURITY DEFINER functions the current
+-- user's roles are every role: jobq.may_use_queue has the last word.
 CREATE VIEW jobq.workflows WITH (security_barrier) AS
-WITH RECURSIVE every_queue(name) AS (
-    SELECT (SELECT d.parent_queue FROM jobq.dependency d
-             WHERE d.parent_queue IS NOT NULL
-             ORDER BY d.parent_queue LIMIT 1)
-  UNION ALL
-    SELECT (SELECT d.parent_queue FROM jobq.dependency d
-             WHERE d.parent_queue OPERATOR(pg_catalog.>) q.name
-             ORDER BY d.parent_queue LIMIT 1)
-      FROM every_queue q
-     WHERE q.name IS NOT NULL
-), walk(queues, i, id) AS (
-    SELECT CASE WHEN jobq.may_use_queue('*')
-                THEN ARRAY(SELECT q.name FROM every_queue q WHERE q.name IS NOT NULL)
-                ELSE ARRAY(SELECT p.queue FROM (SELECT DISTINCT p.queue FROM jobq.permission p) p
-                            WHERE jobq.may_use_queue(p.queue))
+WITH RECURSIVE walk(roles, queue, id) AS (
+    SELECT CASE WHEN NOT jobq.may_use_queue('*')
+                THEN ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
+                            WHERE pg_catalog.pg_has_role(r.oid, 'USAGE'))
            END,
-           1, 0::bigint
+           ''::text COLLATE "C", 0::bigint
   UNION ALL
-    SELECT w.queues,
-           CASE WHEN n.parent_id IS NULL THEN w.i OPERATOR(pg_catalog.+) 1 ELSE w.i END,
+    SELECT w.roles,
+           CASE WHEN n.parent_id IS NOT NULL THEN w.queue
+                WHEN w.roles IS NULL
+                THEN (SELECT d.parent_queue FROM jobq.dependency d
+                       WHERE d.parent_queue OPERATOR(pg_catalog.>) w.queue
+                       ORDER BY d.parent_queue LIMIT 1)
+                ELSE (SELECT pg_catalog.min(m.queue)
+                        FROM pg_catalog.unnest(w.roles) r(oid)
+                       CROSS JOIN LATERAL (SELECT p.queue FROM jobq.permission p
+                                            WHERE p.role OPERATOR(pg_catalog.=) r.oid
+                                              AND p.queue OPERATOR(pg_catalog.>) w.queue
+                                            ORDER BY p.queue LIMIT 1) m)
+           END,
            COALESCE(n.parent_id, 0)
       FROM walk w
       LEFT JOIN LATERAL (SELECT d.parent_id FROM jobq.dependency d
                           WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>)
-                                (w.queues[w.i], w.id)
+                                (w.queue, w.id)
                             AND (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.<=)
-                                (w.queues[w.i], 9223372036854775807::bigint)
+                                (w.queue, 9223372036854775807::bigint)
                           ORDER BY d.parent_queue, d.parent_id LIMIT 1) n ON true
-     WHERE w.i OPERATOR(pg_catalog.<=) pg_catalog.cardinality(w.queues)
+     WHERE w.queue IS NOT NULL
 )
 SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
        s.total, s.blocked, s.pending, s.running, s.completed, s.failed, s.cancelled,
@@ -223,11 +252,12 @@ SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
  CROSS JOIN LATERAL (SELECT j.job_id, j.queue, j.kind, j.created_at
                        FROM jobq.job j
                       WHERE j.job_id OPERATOR(pg_catalog.=) w.id
-                        AND j.queue OPERATOR(pg_catalog.=) w.queues[w.i]
+                        AND j.queue OPERATOR(pg_catalog.=) w.queue
                         AND (SELECT t.job_id FROM jobq.dependent t
                               WHERE t.job_id OPERATOR(pg_catalog.=) w.id) IS NULL
                      OFFSET 0) r
  CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s
- WHERE w.id OPERATOR(pg_catalog.<>) 0;
+ WHERE w.id OPERATOR(pg_catalog.<>) 0
+   AND jobq.may_use_queue(w.queue);
 COMMENT ON VIEW jobq.workflows IS
     'one row per workflow root still kept (a job with dependents and no parents): its jobs by status and can_finish';

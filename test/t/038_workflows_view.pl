@@ -1,9 +1,12 @@
 # jobq.workflows costs a tenant the workflows of its own queues, whatever
-# other tenants keep and whatever the statistics say.
+# other tenants keep and whatever the statistics say; jobq.queues,
+# jobq.queue_stats and jobq.jobs cost it its own queues, whatever other
+# tenants' queues (0.3.6).
 #
 # Two databases: "alone", where a tenant has 10 workflows (a root with a
 # child each), and "shared", where it has the same and another tenant has
-# 20,000 roots (a fan-in of 20,000 parents, the documented pattern), both
+# 20,000 roots (a fan-in of 20,000 parents, the documented pattern) and
+# 5,002 queues granted to it, 2,000 of them with a workflow each, both
 # analyzed as autovacuum does (so jobq.dependency has 11 distinct children,
 # one of them nearly every row, and two queues, one of them nearly every
 # row).  The tenant's read of the
@@ -52,27 +55,36 @@ $node->safe_psql('shared', q{
 	                        array_fill('{}'::jsonb, ARRAY[20000]), queue => 'a')));
 	RESET ROLE;
 	SELECT count(*) FROM generate_series(1, 5000) g, LATERAL jobq.enqueue('z', '{}', 'z' || g);
+	-- the other tenant's 5,000 queues are its own, as a real tenant's are
+	-- (0.3.5 asked may_use_queue of each: 10 buffers a queue), and 2,000 of
+	-- them have a workflow
+	SELECT count(jobq.grant('z' || g, 'atk', 'work')) FROM generate_series(1, 5000) g;
+	SELECT count(*) FROM generate_series(1, 2000) g,
+	       LATERAL jobq.enqueue('z.kid', '{}', 'z' || g,
+	           depends_on => ARRAY(SELECT job_id FROM jobq.enqueue('z.root', '{}', 'z' || g)));
 });
 foreach my $db (qw(alone shared))
 {
 	$node->safe_psql($db, 'ANALYZE');
 }
-is($node->safe_psql('shared', 'SELECT count(DISTINCT parent_id) FROM jobq.dependency'), '20010',
-	'shared: 20,010 parents');
+is($node->safe_psql('shared', 'SELECT count(DISTINCT parent_id) FROM jobq.dependency'), '22010',
+	'shared: 22,010 parents');
 
 # shared buffers a read of the view by $role takes in $db (the top plan
 # node's, which include its children's and the functions' they call), its
 # time, and whether it was compiled by JIT
 sub view_cost
 {
-	my ($db, $role) = @_;
+	my ($db, $role, $view) = @_;
+	$view //= 'jobq.workflows';
 	my $json = $node->safe_psql($db, qq{
 		SET ROLE $role;
-		EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM jobq.workflows});
+		EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM $view});
 	my ($hit) = $json =~ /"Shared Hit Blocks": (\d+)/;
 	my ($read) = $json =~ /"Shared Read Blocks": (\d+)/;
 	my ($ms) = $json =~ /"Actual Total Time": ([\d.]+)/;
-	return ($hit + $read, $ms, $json =~ /"JIT"/ ? 1 : 0);
+	my ($temp) = $json =~ /"Temp Written Blocks": (\d+)/;
+	return ($hit + $read, $ms, $json =~ /"JIT"/ ? 1 : 0, $temp);
 }
 
 foreach my $db (qw(alone shared))
@@ -85,7 +97,9 @@ foreach my $db (qw(alone shared))
 }
 is($node->safe_psql('shared', q{
 	SET ROLE atk; SELECT count(*) || ' ' || count(DISTINCT kind) FROM jobq.workflows}),
-	'20000 1', 'shared: the other tenant sees its 20,000 roots');
+	'22000 2', 'shared: the other tenant sees its 22,000 roots');
+is($node->safe_psql('shared', q{SELECT count(*) || ' ' || count(DISTINCT queue) FROM jobq.workflows}),
+	'22010 2002', 'shared: a superuser sees every root');
 
 view_cost($_, 'vic') foreach qw(alone shared);    # warm
 my ($alone, $alone_ms, $alone_jit) = view_cost('alone', 'vic');
@@ -96,6 +110,35 @@ cmp_ok($shared, '<=', 2 * $alone + 100,
 	"the tenant's read costs about the same beside another tenant's 20,000 roots and 5,000 queues"
 	  . " ($shared buffers, $alone alone)");
 is($alone_jit + $shared_jit, 0, 'the read is not compiled by JIT (its estimate stays small)');
+
+# the queues' views: a tenant's read costs its own queue, whatever the
+# other tenant's 5,002 (0.3.5 asked jobq.may_use_queue of every queue of
+# the database, 10 buffers each; jobq.jobs asked it again whenever more
+# than 256 queues had been seen)
+foreach my $view (qw(jobq.queues jobq.queue_stats jobq.jobs))
+{
+	view_cost($_, 'vic', $view) foreach qw(alone shared);    # warm
+	my ($a) = view_cost('alone', 'vic', $view);
+	my ($b) = view_cost('shared', 'vic', $view);
+	my ($su) = view_cost('shared', $node->safe_psql('shared', 'SELECT current_user'), $view);
+	note("the tenant's read of $view: alone $a buffers, beside the other tenant $b; a superuser's $su");
+	# jobq.jobs and jobq.queue_stats read every job of the database (no
+	# index by queue): a tenant's read may cost what a superuser's does,
+	# not 10 buffers more per queue of the other tenant's
+	cmp_ok($b, '<=', $view eq 'jobq.queues' ? 2 * $a + 20 : $su + 2 * $a + 100,
+		"the tenant's read of $view costs its own queue beside another's 5,002 ($b buffers, $a alone)");
+}
+
+# a role's own many queues are walked one at a time: the list of them is
+# not carried in every row of the walk (0.3.5: temporary files that grew
+# with the square of the number of queues)
+foreach my $role ('atk', $node->safe_psql('shared', 'SELECT current_user'))
+{
+	my ($cost, $ms, $jit, $temp) = view_cost('shared', $role);
+	note("$role\'s read of jobq.workflows, 2,002 queues with workflows: $cost buffers, $ms ms, "
+		  . ($temp // 0) . ' temporary blocks');
+	is($temp // 0, 0, "$role\'s read of its many queues' workflows writes no temporary file");
+}
 
 # another tenant's open transaction with 20,000 parents in the queue that
 # sorts right after the tenant's: the tenant's walk stops at its queue's

@@ -36,7 +36,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # every release users may have installed, oldest first
-my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2', '0.3.3', '0.3.4');
+my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2', '0.3.3', '0.3.4', '0.3.5');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
@@ -482,6 +482,21 @@ for my $old (@released)
 	is($node->safe_psql($db, q{
 		SELECT string_agg(queue || ' ' || kind || ' ' || total || ' ' || blocked, ',') FROM jobq.workflows}),
 		'wf w.root 2 1', "$old: a workflow from before shows in jobq.workflows")
+	  if $old ne '0.1.0';
+
+	# a role granted before the update reads the views of queues as before,
+	# with no new grant: they read jobq.usable_queue (0.3.6) with their
+	# owner's rights and call only jobq.may_use_queue
+	is($node->safe_psql($db, q{
+		SET ROLE up_app;
+		SELECT (SELECT string_agg(queue, ',' ORDER BY queue) FROM jobq.queues) || ' '
+		       || (SELECT string_agg(queue, ',' ORDER BY queue) FROM jobq.queue_stats)}),
+		$node->safe_psql($db, q{
+		SELECT string_agg(name, ',' ORDER BY name) || ' ' || string_agg(name, ',' ORDER BY name)
+		  FROM jobq.queue WHERE name IN ('default', 'inproc')}),
+		"$old: a role granted before reads jobq.queues and jobq.queue_stats of its queues after the update");
+	is($node->safe_psql($db, q{SET ROLE up_app; SELECT count(*) FROM jobq.workflows}), '0',
+		"$old: and jobq.workflows (none in its queues)")
 	  if $old ne '0.1.0';
 
 	# roles granted before the update get the release's new functions when
