@@ -29,7 +29,7 @@
 -- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
-SELECT plan(478);
+SELECT plan(486);
 
 SET LOCAL client_min_messages = warning;
 
@@ -440,6 +440,44 @@ SELECT is((SELECT pg_catalog.array_agg(DISTINCT pg_catalog.substr(queue, 6)::int
           (SELECT pg_catalog.array_agg(i ORDER BY i) FROM generate_series(3, 300, 3) i),
           'and exactly those queues, asked again in the same transaction');
 RESET ROLE;
+
+--
+-- capabilities held through role membership (0.3.6 reads a role's queues
+-- by the roles whose privileges it has): a member sees its group's queues
+-- in every view, a NOINHERIT member only its own until it SETs ROLE to the
+-- group; a member of a holder of '*' sees every queue; jobq.usable_queue
+-- is granted to no one
+--
+CREATE ROLE priv_grp;
+CREATE ROLE priv_mem IN ROLE priv_grp;
+CREATE ROLE priv_noinh NOINHERIT IN ROLE priv_grp;
+CREATE ROLE priv_stargrp;
+CREATE ROLE priv_starmem IN ROLE priv_stargrp;
+SELECT count(*) FROM jobq.grant('many.1', 'priv_grp', 'work') \gset
+SELECT count(*) FROM jobq.grant('many.2', 'priv_noinh', 'enqueue') \gset
+SELECT count(*) FROM jobq.grant('*', 'priv_stargrp', 'enqueue') \gset
+SET LOCAL ROLE priv_mem;
+SELECT is((SELECT pg_catalog.string_agg(queue, ',' ORDER BY queue) FROM jobq.queues),
+          'many.1', 'a member sees its group''s queue in jobq.queues');
+SELECT is((SELECT pg_catalog.string_agg(queue, ',' ORDER BY queue) FROM jobq.queue_stats),
+          'many.1', 'and in jobq.queue_stats');
+SELECT is((SELECT pg_catalog.string_agg(DISTINCT queue, ',') FROM jobq.jobs), 'many.1', 'and its jobs in jobq.jobs');
+RESET ROLE;
+SET LOCAL ROLE priv_noinh;
+SELECT is((SELECT pg_catalog.string_agg(queue, ',' ORDER BY queue) FROM jobq.queues),
+          'many.2', 'a NOINHERIT member sees its own queue, not its group''s');
+SELECT is((SELECT pg_catalog.string_agg(DISTINCT queue, ',') FROM jobq.jobs), 'many.2', 'and its own jobs only');
+SET LOCAL ROLE priv_grp;
+SELECT is((SELECT pg_catalog.string_agg(queue, ',' ORDER BY queue) FROM jobq.queues),
+          'many.1', 'as the group, the group''s queue');
+RESET ROLE;
+SELECT count(*) AS nqueues FROM jobq.queue \gset
+SET LOCAL ROLE priv_starmem;
+SELECT is((SELECT count(*) FROM jobq.queues), :nqueues::bigint,
+          'a member of a holder of * sees every queue');
+RESET ROLE;
+SELECT pg_temp.try('priv_mem', 'SELECT count(*) >= 0 FROM jobq.usable_queue', false, false,
+                   'jobq.usable_queue is granted to no one (42501)');
 
 --
 -- a role with no grant: 42501 on everything, views included
