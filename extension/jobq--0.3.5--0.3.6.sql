@@ -6,8 +6,9 @@
  * What 0.3.6 changes in a 0.3.5 database, by object.  The schema as it is,
  * which a fresh install gets, is in extension/schema/; test/t/060_upgrade.pl
  * checks that this script brings a database to it.  Nothing is granted here:
- * the views read jobq.usable_queue with their owner's rights and call only
- * jobq.may_use_queue, which every role granted before holds.
+ * the views read jobq.granted_queue and jobq.usable_queue with their
+ * owner's rights and call only jobq.may_use_queue, which every role
+ * granted before holds.
  */
 
 /* ---------------------------------------------------------------------
@@ -19,24 +20,87 @@ COMMENT ON INDEX jobq.permission_role_idx IS
     'capabilities by role: the queues a role may use, without reading the other roles''';
 
 /* ---------------------------------------------------------------------
+ * Functions
+ * ------------------------------------------------------------------- */
+
+-- One row, as it always returned: the planner's estimate of jobq.workflows
+-- counted 1,000 a root.
+ALTER FUNCTION jobq.workflow_status(bigint) ROWS 1;
+
+/* ---------------------------------------------------------------------
  * Views
  * ------------------------------------------------------------------- */
 
 -- The queues the querying role may use, read by its roles
--- (extension/schema/80_views.sql).
+-- (extension/schema/80_views.sql): their names, then their rows.
+CREATE VIEW jobq.granted_queue WITH (security_barrier) AS
+WITH RECURSIVE asker(oid, super) AS (
+    SELECT a.oid, a.rolsuper
+      FROM pg_catalog.pg_roles u
+      JOIN pg_catalog.pg_roles a
+        ON a.rolname OPERATOR(pg_catalog.=) CASE
+               WHEN u.rolsuper OR u.oid OPERATOR(pg_catalog.=)
+                    (SELECT c.relowner FROM pg_catalog.pg_class c
+                      WHERE c.oid OPERATOR(pg_catalog.=) 'jobq.job'::pg_catalog.regclass)
+               THEN COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), SESSION_USER)
+               ELSE u.rolname END
+     WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER
+), member_of(oid) AS (
+    SELECT a.oid FROM asker a
+  UNION
+    SELECT m.roleid FROM pg_catalog.pg_auth_members m
+      JOIN member_of r ON m.member OPERATOR(pg_catalog.=) r.oid
+), roles(a) AS (
+    SELECT ARRAY(SELECT r.oid FROM member_of r, asker a
+                  WHERE pg_catalog.pg_has_role(a.oid, r.oid, 'USAGE')
+                  ORDER BY r.oid)
+), walk(i, queue) AS (
+    SELECT 1, ''::text COLLATE "C"
+     WHERE NOT jobq.may_use_queue('*') AND NOT (SELECT a.super FROM asker a)
+  UNION ALL
+    SELECT CASE WHEN n.queue IS NULL THEN w.i OPERATOR(pg_catalog.+) 1 ELSE w.i END,
+           COALESCE(n.queue, ''::text COLLATE "C")
+      FROM walk w
+      LEFT JOIN LATERAL (SELECT p.queue FROM jobq.permission p
+                          WHERE p.role OPERATOR(pg_catalog.=) (SELECT r.a[w.i] FROM roles r)
+                            AND p.queue OPERATOR(pg_catalog.>) w.queue
+                          ORDER BY p.queue LIMIT 1) n ON true
+     WHERE w.i OPERATOR(pg_catalog.<=) (SELECT pg_catalog.cardinality(r.a) FROM roles r)
+), every(name) AS (
+    SELECT (SELECT q.name FROM jobq.queue q ORDER BY q.name LIMIT 1)
+     WHERE NOT jobq.may_use_queue('*') AND (SELECT a.super FROM asker a)
+  UNION ALL
+    SELECT (SELECT q.name FROM jobq.queue q
+             WHERE q.name OPERATOR(pg_catalog.>) e.name
+             ORDER BY q.name LIMIT 1)
+      FROM every e
+     WHERE e.name IS NOT NULL
+)
+SELECT w.queue AS name
+  FROM walk w
+ WHERE w.queue OPERATOR(pg_catalog.<>) ''
+   AND NOT EXISTS (SELECT FROM jobq.permission p, roles r
+                    WHERE p.queue OPERATOR(pg_catalog.=) w.queue
+                      AND p.role OPERATOR(pg_catalog.=) ANY (r.a[1:w.i OPERATOR(pg_catalog.-) 1]))
+   AND jobq.may_use_queue(w.queue)
+UNION ALL
+SELECT e.name
+  FROM every e
+ WHERE e.name IS NOT NULL
+   AND jobq.may_use_queue(e.name);
+COMMENT ON VIEW jobq.granted_queue IS
+    'the names of the queues the querying role may use, for a role that may not use every queue (for jobq''s views; granted to no one)';
+
 CREATE VIEW jobq.usable_queue WITH (security_barrier) AS
-SELECT q.* FROM jobq.queue q
- WHERE jobq.may_use_queue('*')
+SELECT q.*
+  FROM (SELECT * FROM jobq.queue q
+         WHERE jobq.may_use_queue('*')
+         LIMIT (SELECT 9223372036854775807)) q
 UNION ALL
 SELECT q.*
-  FROM (SELECT DISTINCT p.queue FROM jobq.permission p
-         WHERE p.role OPERATOR(pg_catalog.=) ANY (ARRAY(
-                   SELECT r.oid FROM pg_catalog.pg_roles r
-                    WHERE pg_catalog.pg_has_role(r.oid, 'USAGE')))) v
+  FROM jobq.granted_queue g
  CROSS JOIN LATERAL (SELECT * FROM jobq.queue q
-                      WHERE q.name OPERATOR(pg_catalog.=) v.queue OFFSET 0) q
- WHERE NOT jobq.may_use_queue('*')
-   AND jobq.may_use_queue(v.queue);
+                      WHERE q.name OPERATOR(pg_catalog.=) g.name OFFSET 0) q;
 COMMENT ON VIEW jobq.usable_queue IS
     'the queues the querying role may use (for jobq''s views; granted to no one)';
 
@@ -104,47 +168,44 @@ SELECT q.name AS queue,
               GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) (q.name OPERATOR(pg_catalog.||) '');
 
 CREATE OR REPLACE VIEW jobq.workflows WITH (security_barrier) AS
-WITH RECURSIVE walk(roles, queue, id) AS (
-    SELECT CASE WHEN NOT jobq.may_use_queue('*')
-                THEN ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
-                            WHERE pg_catalog.pg_has_role(r.oid, 'USAGE'))
-           END,
-           ''::text COLLATE "C", 0::bigint
+WITH RECURSIVE every_queue(name) AS (
+    SELECT (SELECT d.parent_queue FROM jobq.dependency d
+             WHERE d.parent_queue IS NOT NULL
+             ORDER BY d.parent_queue LIMIT 1)
+     WHERE jobq.may_use_queue('*')
   UNION ALL
-    SELECT w.roles,
-           CASE WHEN n.parent_id IS NOT NULL THEN w.queue
-                WHEN w.roles IS NULL
-                THEN (SELECT d.parent_queue FROM jobq.dependency d
-                       WHERE d.parent_queue OPERATOR(pg_catalog.>) w.queue
-                       ORDER BY d.parent_queue LIMIT 1)
-                ELSE (SELECT pg_catalog.min(m.queue)
-                        FROM pg_catalog.unnest(w.roles) r(oid)
-                       CROSS JOIN LATERAL (SELECT p.queue FROM jobq.permission p
-                                            WHERE p.role OPERATOR(pg_catalog.=) r.oid
-                                              AND p.queue OPERATOR(pg_catalog.>) w.queue
-                                            ORDER BY p.queue LIMIT 1) m)
-           END,
-           COALESCE(n.parent_id, 0)
-      FROM walk w
-      LEFT JOIN LATERAL (SELECT d.parent_id FROM jobq.dependency d
-                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>)
-                                (w.queue, w.id)
-                            AND (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.<=)
-                                (w.queue, 9223372036854775807::bigint)
-                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n ON true
-     WHERE w.queue IS NOT NULL
+    SELECT (SELECT d.parent_queue FROM jobq.dependency d
+             WHERE d.parent_queue OPERATOR(pg_catalog.>) q.name
+             ORDER BY d.parent_queue LIMIT 1)
+      FROM every_queue q
+     WHERE q.name IS NOT NULL
+), queues(name) AS (
+    SELECT q.name FROM every_queue q WHERE q.name IS NOT NULL
+  UNION ALL
+    SELECT g.name FROM jobq.granted_queue g
 )
 SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
        s.total, s.blocked, s.pending, s.running, s.completed, s.failed, s.cancelled,
        s.can_finish
-  FROM walk w
+  FROM queues q
+ CROSS JOIN LATERAL (
+       WITH RECURSIVE walk(id) AS (
+           SELECT 0::bigint
+         UNION ALL
+           SELECT (SELECT d.parent_id FROM jobq.dependency d
+                    WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (q.name, w.id)
+                      AND (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.<=)
+                          (q.name, 9223372036854775807::bigint)
+                    ORDER BY d.parent_queue, d.parent_id LIMIT 1)
+             FROM walk w
+            WHERE w.id IS NOT NULL
+       )
+       SELECT w.id FROM walk w WHERE w.id OPERATOR(pg_catalog.>) 0) w
  CROSS JOIN LATERAL (SELECT j.job_id, j.queue, j.kind, j.created_at
                        FROM jobq.job j
                       WHERE j.job_id OPERATOR(pg_catalog.=) w.id
-                        AND j.queue OPERATOR(pg_catalog.=) w.queue
+                        AND j.queue OPERATOR(pg_catalog.=) q.name
                         AND (SELECT t.job_id FROM jobq.dependent t
                               WHERE t.job_id OPERATOR(pg_catalog.=) w.id) IS NULL
                      OFFSET 0) r
- CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s
- WHERE w.id OPERATOR(pg_catalog.<>) 0
-   AND jobq.may_use_queue(w.queue);
+ CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s;

@@ -65,9 +65,12 @@ PG_FUNCTION_INFO_V1(jobq_may_sql);
 static uint64 acl_generation = 0;
 static bool acl_callback_registered = false;
 
+static bool MayHold(Oid role, const char *queue, JobqCapability cap, bool any_cap);
+
 static const char *const capability_names[] = {"enqueue", "work", "administer"};
 
 static SPIPlanPtr plan_permissions;
+static SPIPlanPtr plan_usable_roles;
 static SPIPlanPtr plan_usable;
 static SPIPlanPtr plan_prune_grants;
 static SPIPlanPtr plan_grant;
@@ -135,6 +138,16 @@ jobq_owner_end(const JobqSavedUser *saved)
 bool
 jobq_may(Oid role, const char *queue, JobqCapability cap)
 {
+	return MayHold(role, queue, cap, false);
+}
+
+/*
+ * Does role hold cap on queue (or on '*'), or with any_cap any capability
+ * there?  SPI must be connected, as the owner.
+ */
+static bool
+MayHold(Oid role, const char *queue, JobqCapability cap, bool any_cap)
+{
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 	bool		may = false;
@@ -155,7 +168,7 @@ jobq_may(Oid role, const char *queue, JobqCapability cap)
 		char	   *held = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 
 		may = has_privs_of_role(role, holder) &&
-			(strcmp(held, "administer") == 0 || strcmp(held, capability_names[cap]) == 0);
+			(any_cap || strcmp(held, "administer") == 0 || strcmp(held, capability_names[cap]) == 0);
 		pfree(held);
 	}
 	/* a caller that asks once per job (retry_failed) must not keep them all */
@@ -545,14 +558,17 @@ jobq_asking_role(void)
  * jobq.may_use_queue answers true for, a capability on them held by the
  * role or by a role whose privileges it has; as a text[]; NULL when it may
  * use every queue (a superuser, the owner, a capability on '*').  For a
- * view that would ask jobq.may_use_queue of a great many names.  SPI
- * connected, as the owner.
+ * view that would ask jobq.may_use_queue of a great many names.  At most
+ * limit of them, in name order (0: all).  SPI connected, as the owner.
  */
 ArrayType  *
-jobq_usable_queues(Oid role)
+jobq_usable_queues(Oid role, int limit)
 {
-	Oid			types[1] = {OIDOID};
-	Datum		values[1];
+	Oid			types[2] = {OIDOID, INT4OID};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	Datum		roles;
+	bool		isnull;
 	Datum	   *names;
 	int			n = 0;
 
@@ -560,21 +576,39 @@ jobq_usable_queues(Oid role)
 		return NULL;
 
 	/*
-	 * By the roles whose privileges it has, one probe each of the index by
-	 * role: a role's own queues, whatever the others' (0.3.5 read every
-	 * capability of the database).
+	 * The roles whose privileges it has: the roles it is a member of,
+	 * directly or not (pg_auth_members by member, not every role of the
+	 * cluster), that pg_has_role says it has the privileges of.  Then their
+	 * capabilities, by the index on jobq.permission by role: a role's own
+	 * queues, whatever the others' (0.3.5 read every capability of the
+	 * database).  The second statement is planned for the roles at hand:
+	 * where another role holds nearly every capability, a plan for any roles
+	 * reads the whole table.
 	 */
 	values[0] = ObjectIdGetDatum(role);
-	jobq_spi_exec(jobq_plan(&plan_usable,
-							"SELECT DISTINCT p.queue FROM jobq.permission p"
-							" WHERE p.role = ANY (ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r"
-							" WHERE pg_catalog.pg_has_role($1, r.oid, 'USAGE')))",
+	jobq_spi_exec(jobq_plan(&plan_usable_roles,
+							"WITH RECURSIVE m(oid) AS (SELECT $1"
+							" UNION SELECT a.roleid FROM pg_catalog.pg_auth_members a"
+							" JOIN m ON a.member = m.oid)"
+							" SELECT pg_catalog.array_agg(m.oid) FROM m"
+							" WHERE pg_catalog.pg_has_role($1, m.oid, 'USAGE')",
 							1, types),
 				  values, NULL, SPI_OK_SELECT);
+	roles = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return construct_empty_array(TEXTOID);
+	types[0] = OIDARRAYOID;
+	values[0] = roles;
+	values[1] = Int32GetDatum(limit);
+	nulls[1] = limit > 0 ? ' ' : 'n';
+	jobq_spi_exec(jobq_plan_custom(&plan_usable,
+								   "SELECT DISTINCT p.queue FROM jobq.permission p"
+								   " WHERE p.role = ANY ($1) ORDER BY p.queue LIMIT $2",
+								   2, types),
+				  values, nulls, SPI_OK_SELECT);
 	names = palloc(sizeof(Datum) * Max(SPI_processed, 1));
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull;
 		Datum		queue = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
 
 		if (strcmp(TextDatumGetCString(queue), "*") == 0)
@@ -633,16 +667,21 @@ jobq_may_sql(PG_FUNCTION_ARGS)
  * transaction), one role and one acl_generation: a revoke that another
  * session commits is seen by the next statement, as a READ COMMITTED
  * snapshot sees it, and a transaction held open does not keep a revoked
- * queue visible.
+ * queue visible.  (All the statements of one simple-query message share
+ * their start time: there they hold for the message.)
  *
- * The first question of a statement reads every queue the role may use at
- * once (UsableLoad), by the roles whose privileges it has: a view reads rows
- * of many queues in any order, and asking jobq.permission about each queue
- * once made a role's read of its own queues cost every other tenant's
- * queues (0.3.5: 10 buffers a queue, 200,000 beside another tenant's 20,000
- * queues).  A role that may use more than JOBQ_USABLE_MAX queues (not
- * through '*') is asked about queue by queue instead, and at most
- * JOBQ_MAY_USE_CACHE_MAX answers are kept at once.
+ * The first JOBQ_MAY_USE_ASK_MAX queues of a statement are asked about one
+ * by one (a query of jobq.permission each), which is what a function about
+ * one job needs; the answers are kept in a hash (at most
+ * JOBQ_MAY_USE_CACHE_MAX at once).  Past them the statement reads every
+ * queue the role may use at once (UsableLoad), by the roles whose
+ * privileges it has, into a sorted array of names (their length and a
+ * pointer each), and answers from that: a view reads rows of many queues
+ * in any order, and asking about each queue made a role's read of its own
+ * queues cost every other tenant's (0.3.5: 200,000 buffers beside another
+ * tenant's 20,000 queues).  A role that may use more than JOBQ_USABLE_MAX
+ * queues (not through '*') goes on queue by queue.  The memory goes at the
+ * end of the transaction.
  */
 typedef struct MayUseEntry
 {
@@ -650,16 +689,34 @@ typedef struct MayUseEntry
 	bool		may;			/* the answer */
 } MayUseEntry;
 
-#define JOBQ_USABLE_MAX			100000
+#define JOBQ_MAY_USE_ASK_MAX	8
+#define JOBQ_USABLE_MAX			1000000
 #define JOBQ_MAY_USE_CACHE_MAX	256
 
-static HTAB *may_use_cache = NULL;
-static bool may_use_complete = false;	/* it holds every usable queue */
+static MemoryContext may_use_cxt = NULL;	/* the cache's memory */
+static HTAB *may_use_cache = NULL;	/* answers asked one by one */
+static char **usable_names = NULL;	/* with may_use_complete: sorted */
+static int	usable_n = 0;
+static int	may_use_asked = 0;	/* queues asked about one by one */
+static bool may_use_loaded = false; /* UsableLoad was tried */
+static bool may_use_complete = false;	/* usable_names are all */
 static bool may_use_every = false;	/* the role may use every queue */
 static LocalTransactionId may_use_lxid = InvalidLocalTransactionId;
 static TimestampTz may_use_statement = 0;
 static uint64 may_use_generation = 0;
 static Oid	may_use_role = InvalidOid;
+
+/* Forget the answers and free their memory. */
+static void
+MayUseForget(void)
+{
+	if (may_use_cxt != NULL)
+		MemoryContextReset(may_use_cxt);
+	may_use_cache = NULL;
+	usable_names = NULL;
+	usable_n = 0;
+	may_use_lxid = InvalidLocalTransactionId;
+}
 
 static HTAB *
 MayUseCreate(void)
@@ -668,23 +725,31 @@ MayUseCreate(void)
 
 	ctl.keysize = JOBQ_MAX_NAME_LEN + 1;
 	ctl.entrysize = sizeof(MayUseEntry);
-	return hash_create("jobq may_use_queue answers", 16, &ctl, HASH_ELEM | HASH_STRINGS);
+	ctl.hcxt = may_use_cxt;
+	return hash_create("jobq may_use_queue answers", 16, &ctl,
+					   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+}
+
+static int
+NameCmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *) a, *(char *const *) b);
 }
 
 /*
- * Fill the empty cache with every queue role may use (jobq_usable_queues).
- * Returns false, and leaves the cache empty, for a role with more than
- * JOBQ_USABLE_MAX of them.
+ * Read every queue role may use (jobq_usable_queues) into usable_names, or
+ * set may_use_every.  Returns false, keeping nothing, for a role with more
+ * than JOBQ_USABLE_MAX of them.
  */
 static bool
-UsableLoad(HTAB *cache, Oid role)
+UsableLoad(Oid role)
 {
 	JobqSavedUser saved;
 	ArrayType  *usable;
 	bool		loaded = true;
 
 	jobq_owner_begin(&saved);
-	usable = jobq_usable_queues(role);
+	usable = jobq_usable_queues(role, JOBQ_USABLE_MAX + 1);
 	if (usable == NULL)
 		may_use_every = true;
 	else if (ArrayGetNItems(ARR_NDIM(usable), ARR_DIMS(usable)) > JOBQ_USABLE_MAX)
@@ -695,13 +760,12 @@ UsableLoad(HTAB *cache, Oid role)
 		int			n;
 
 		deconstruct_array(usable, TEXTOID, -1, false, TYPALIGN_INT, &names, NULL, &n);
+		usable_names = MemoryContextAlloc(may_use_cxt, sizeof(char *) * Max(n, 1));
 		for (int i = 0; i < n; i++)
-		{
-			char	   *queue = TextDatumGetCString(names[i]);
-
-			if (strlen(queue) <= JOBQ_MAX_NAME_LEN)
-				((MayUseEntry *) hash_search(cache, queue, HASH_ENTER, NULL))->may = true;
-		}
+			usable_names[i] = MemoryContextStrdup(may_use_cxt, TextDatumGetCString(names[i]));
+		/* in C order, whatever the order of the statement */
+		qsort(usable_names, n, sizeof(char *), NameCmp);
+		usable_n = n;
 	}
 	jobq_owner_end(&saved);
 	return loaded;
@@ -709,45 +773,50 @@ UsableLoad(HTAB *cache, Oid role)
 
 /*
  * The cache of may_use_queue answers for role in this statement at this
- * acl_generation, made again when any of them changed, or emptied when it
- * holds answers queue by queue and is full.
+ * acl_generation, made again when any of them changed; the hash of answers
+ * asked one by one is emptied when full.
  */
 static HTAB *
 MayUseCache(Oid role)
 {
-	bool		same = may_use_cache != NULL &&
-	may_use_lxid == MyLocalTransactionId &&
-	may_use_statement == GetCurrentStatementStartTimestamp() &&
-	may_use_generation == acl_generation &&
-	may_use_role == role;
-
-	if (same && !may_use_complete &&
+	if (may_use_cache != NULL &&
+		(may_use_lxid != MyLocalTransactionId ||
+		 may_use_statement != GetCurrentStatementStartTimestamp() ||
+		 may_use_generation != acl_generation ||
+		 may_use_role != role))
+		MayUseForget();
+	if (may_use_cache != NULL &&
 		hash_get_num_entries(may_use_cache) >= JOBQ_MAY_USE_CACHE_MAX)
 	{
 		hash_destroy(may_use_cache);
 		may_use_cache = MayUseCreate();
 	}
-	if (!same)
+	if (may_use_cache == NULL)
 	{
-		if (may_use_cache != NULL)
-			hash_destroy(may_use_cache);
-		/* an error while loading leaves it to be made again */
-		may_use_lxid = InvalidLocalTransactionId;
+		if (may_use_cxt == NULL)
+			may_use_cxt = AllocSetContextCreate(TopMemoryContext, "jobq may_use_queue",
+												ALLOCSET_DEFAULT_SIZES);
 		may_use_cache = MayUseCreate();
+		may_use_asked = 0;
+		may_use_loaded = false;
+		may_use_complete = false;
 		may_use_every = false;
-		may_use_complete = UsableLoad(may_use_cache, role);
-		if (!may_use_complete)
-		{
-			may_use_every = false;
-			hash_destroy(may_use_cache);
-			may_use_cache = MayUseCreate();
-		}
 		may_use_lxid = MyLocalTransactionId;
 		may_use_statement = GetCurrentStatementStartTimestamp();
 		may_use_generation = acl_generation;
 		may_use_role = role;
 	}
 	return may_use_cache;
+}
+
+/* The memory of the answers goes at the end of the transaction. */
+static void
+AclXactCallback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		MayUseForget();
 }
 
 /*
@@ -770,12 +839,15 @@ jobq_may_use_queue(PG_FUNCTION_ARGS)
 	if (!acl_callback_registered)
 	{
 		RegisterSubXactCallback(AclSubXactCallback, NULL);
+		RegisterXactCallback(AclXactCallback, NULL);
 		acl_callback_registered = true;
 	}
 	cache = MayUseCache(role);
 	if (may_use_every)
 		PG_RETURN_BOOL(true);
-	/* a name too long for a key (no queue has one) is not in the cache */
+	if (may_use_complete)
+		PG_RETURN_BOOL(bsearch(&queue, usable_names, usable_n, sizeof(char *), NameCmp) != NULL);
+	/* a name too long for a key (no queue has one) is asked every time */
 	if (strlen(queue) > JOBQ_MAX_NAME_LEN)
 		cache = NULL;
 	else
@@ -784,11 +856,24 @@ jobq_may_use_queue(PG_FUNCTION_ARGS)
 		if (entry != NULL)
 			PG_RETURN_BOOL(entry->may);
 	}
-	if (may_use_complete)
-		PG_RETURN_BOOL(false);
+
+	/* past a few queues, read all the role's at once */
+	if (!may_use_loaded && ++may_use_asked > JOBQ_MAY_USE_ASK_MAX)
+	{
+		may_use_loaded = true;
+		if (UsableLoad(role) && may_use_cache != NULL &&
+			may_use_generation == acl_generation)
+		{
+			may_use_complete = true;
+			if (may_use_every)
+				PG_RETURN_BOOL(true);
+			PG_RETURN_BOOL(bsearch(&queue, usable_names, usable_n, sizeof(char *), NameCmp) != NULL);
+		}
+		may_use_every = false;
+	}
 
 	jobq_owner_begin(&saved);
-	may = jobq_may(role, queue, JOBQ_CAP_ENQUEUE) || jobq_may(role, queue, JOBQ_CAP_WORK);
+	may = MayHold(role, queue, JOBQ_CAP_ENQUEUE, true);
 	jobq_owner_end(&saved);
 
 	/* keep the answer only if asking it changed none of what it holds for */

@@ -39,7 +39,7 @@ extern void jobq_refuse_own_job(int64 job_id, const char *fn);
 /* jobq.may_use_queue(queue) and jobq.may(queue, capability), for C callers too */
 extern Datum jobq_may_use_queue(PG_FUNCTION_ARGS);
 extern Oid	jobq_asking_role(void);
-extern ArrayType *jobq_usable_queues(Oid role);
+extern ArrayType *jobq_usable_queues(Oid role, int limit);
 extern int64 jobq_prune_dropped_grants(int batch);
 extern Datum jobq_may_sql(PG_FUNCTION_ARGS);
 

@@ -120,6 +120,17 @@ jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
 }
 
 /*
+ * As jobq_plan, for a statement whose best plan depends on the values at
+ * every call (a role's rows of a table where another role has nearly all):
+ * a custom plan each time, never the generic one.
+ */
+SPIPlanPtr
+jobq_plan_custom(SPIPlanPtr *cache, const char *sql, int nargs, Oid *argtypes)
+{
+	return PlanCached(cache, sql, nargs, argtypes, CURSOR_OPT_CUSTOM_PLAN);
+}
+
+/*
  * Execute a saved plan under the pg_catalog search path and check the SPI
  * result code; latest: with the latest committed state as the snapshot.
  */

@@ -16,6 +16,8 @@ extern SPIPlanPtr jobq_plan(SPIPlanPtr *cache, const char *sql, int nargs,
 							Oid *argtypes);
 extern SPIPlanPtr jobq_plan_generic(SPIPlanPtr *cache, const char *sql, int nargs,
 									Oid *argtypes);
+extern SPIPlanPtr jobq_plan_custom(SPIPlanPtr *cache, const char *sql, int nargs,
+								   Oid *argtypes);
 extern void jobq_spi_exec_latest(SPIPlanPtr plan, Datum *values, const char *nulls,
 								 int expected);
 extern void jobq_spi_exec(SPIPlanPtr plan, Datum *values, const char *nulls,

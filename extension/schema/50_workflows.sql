@@ -41,7 +41,7 @@ CREATE FUNCTION jobq.workflow_status(root bigint)
 RETURNS TABLE (total bigint, blocked bigint, pending bigint, running bigint,
                completed bigint, failed bigint, cancelled bigint, can_finish boolean)
 AS 'MODULE_PATHNAME', 'jobq_workflow_status'
-LANGUAGE C STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, pg_temp
 SET jit = off;
 COMMENT ON FUNCTION jobq.workflow_status(bigint) IS

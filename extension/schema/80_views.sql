@@ -36,30 +36,100 @@ COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, 
  * Queues
  * ------------------------------------------------------------------- */
 
+-- The names of the queues the querying role may use through capabilities
+-- on them, for a role that may not use every queue (for one that may:
+-- nothing).  A role's read costs its own queues, each found by one descent
+-- of an index, not every queue of the database (0.3.5 asked
+-- jobq.may_use_queue of each: 200,000 buffers beside another tenant's
+-- 20,000 queues), whatever the statistics say.
+--
+-- asker is the role jobq.may_use_queue asks about, as SQL sees it: the
+-- current user, or, where that is a superuser or jobq's owner (inside a
+-- SECURITY DEFINER function of theirs), the role the session acts as; roles
+-- are the roles whose privileges it has (its memberships, from
+-- pg_auth_members by member, that pg_has_role grants).  walk goes through
+-- their capabilities role by role, each step the next queue of the role
+-- (permission_role_idx); a queue an earlier role holds too is left out.
+-- Where the asker is a superuser all the same (inside a handler, where
+-- jobq.may_use_queue asks about the handler's role), every queue is walked
+-- in name order instead.  Both are walks from one row, so the planner's
+-- estimate stays small, and jobq.may_use_queue has the last word on each
+-- queue.  Granted to no one: the views read it with their owner's rights.
+CREATE VIEW jobq.granted_queue WITH (security_barrier) AS
+WITH RECURSIVE asker(oid, super) AS (
+    SELECT a.oid, a.rolsuper
+      FROM pg_catalog.pg_roles u
+      JOIN pg_catalog.pg_roles a
+        ON a.rolname OPERATOR(pg_catalog.=) CASE
+               WHEN u.rolsuper OR u.oid OPERATOR(pg_catalog.=)
+                    (SELECT c.relowner FROM pg_catalog.pg_class c
+                      WHERE c.oid OPERATOR(pg_catalog.=) 'jobq.job'::pg_catalog.regclass)
+               THEN COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), SESSION_USER)
+               ELSE u.rolname END
+     WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER
+), member_of(oid) AS (
+    SELECT a.oid FROM asker a
+  UNION
+    SELECT m.roleid FROM pg_catalog.pg_auth_members m
+      JOIN member_of r ON m.member OPERATOR(pg_catalog.=) r.oid
+), roles(a) AS (
+    SELECT ARRAY(SELECT r.oid FROM member_of r, asker a
+                  WHERE pg_catalog.pg_has_role(a.oid, r.oid, 'USAGE')
+                  ORDER BY r.oid)
+), walk(i, queue) AS (
+    SELECT 1, ''::text COLLATE "C"
+     WHERE NOT jobq.may_use_queue('*') AND NOT (SELECT a.super FROM asker a)
+  UNION ALL
+    SELECT CASE WHEN n.queue IS NULL THEN w.i OPERATOR(pg_catalog.+) 1 ELSE w.i END,
+           COALESCE(n.queue, ''::text COLLATE "C")
+      FROM walk w
+      LEFT JOIN LATERAL (SELECT p.queue FROM jobq.permission p
+                          WHERE p.role OPERATOR(pg_catalog.=) (SELECT r.a[w.i] FROM roles r)
+                            AND p.queue OPERATOR(pg_catalog.>) w.queue
+                          ORDER BY p.queue LIMIT 1) n ON true
+     WHERE w.i OPERATOR(pg_catalog.<=) (SELECT pg_catalog.cardinality(r.a) FROM roles r)
+), every(name) AS (
+    SELECT (SELECT q.name FROM jobq.queue q ORDER BY q.name LIMIT 1)
+     WHERE NOT jobq.may_use_queue('*') AND (SELECT a.super FROM asker a)
+  UNION ALL
+    SELECT (SELECT q.name FROM jobq.queue q
+             WHERE q.name OPERATOR(pg_catalog.>) e.name
+             ORDER BY q.name LIMIT 1)
+      FROM every e
+     WHERE e.name IS NOT NULL
+)
+SELECT w.queue AS name
+  FROM walk w
+ WHERE w.queue OPERATOR(pg_catalog.<>) ''
+   AND NOT EXISTS (SELECT FROM jobq.permission p, roles r
+                    WHERE p.queue OPERATOR(pg_catalog.=) w.queue
+                      AND p.role OPERATOR(pg_catalog.=) ANY (r.a[1:w.i OPERATOR(pg_catalog.-) 1]))
+   AND jobq.may_use_queue(w.queue)
+UNION ALL
+SELECT e.name
+  FROM every e
+ WHERE e.name IS NOT NULL
+   AND jobq.may_use_queue(e.name);
+COMMENT ON VIEW jobq.granted_queue IS
+    'the names of the queues the querying role may use, for a role that may not use every queue (for jobq''s views; granted to no one)';
+
 -- The rows of jobq.queue the querying role may use, for the views below:
 -- every queue for a role that may use all (a superuser, the owner, a
--- capability on '*'); else the queues of the capabilities held by the
--- roles whose privileges it has, read by role (permission_role_idx) and
--- looked up one by one, so that a role's read costs its own queues, not
--- every queue of the database (0.3.5 asked jobq.may_use_queue of each:
--- 200,000 buffers beside another tenant's 20,000 queues).  Inside jobq's
--- SECURITY DEFINER functions the current user is the owner, whose
--- privileges take in every role: jobq.may_use_queue, which asks about the
--- session's role there, has the last word.  Granted to no one: the views
--- read it with their owner's rights.
+-- capability on '*'), else those of jobq.granted_queue, each looked up by
+-- name.  The LIMIT of the first, which the planner cannot read, makes it
+-- count a tenth of the queues, so that a tenant's jobq.queue_stats, which
+-- never reads them, is not planned as a read of every queue and compiled
+-- with JIT (0.3.5: 200 ms beside 20,000 queues).  Granted to no one.
 CREATE VIEW jobq.usable_queue WITH (security_barrier) AS
-SELECT q.* FROM jobq.queue q
- WHERE jobq.may_use_queue('*')
+SELECT q.*
+  FROM (SELECT * FROM jobq.queue q
+         WHERE jobq.may_use_queue('*')
+         LIMIT (SELECT 9223372036854775807)) q
 UNION ALL
 SELECT q.*
-  FROM (SELECT DISTINCT p.queue FROM jobq.permission p
-         WHERE p.role OPERATOR(pg_catalog.=) ANY (ARRAY(
-                   SELECT r.oid FROM pg_catalog.pg_roles r
-                    WHERE pg_catalog.pg_has_role(r.oid, 'USAGE')))) v
+  FROM jobq.granted_queue g
  CROSS JOIN LATERAL (SELECT * FROM jobq.queue q
-                      WHERE q.name OPERATOR(pg_catalog.=) v.queue OFFSET 0) q
- WHERE NOT jobq.may_use_queue('*')
-   AND jobq.may_use_queue(v.queue);
+                      WHERE q.name OPERATOR(pg_catalog.=) g.name OFFSET 0) q;
 COMMENT ON VIEW jobq.usable_queue IS
     'the queues the querying role may use (for jobq''s views; granted to no one)';
 
@@ -189,75 +259,69 @@ COMMENT ON VIEW jobq.app_workers IS
  * Workflows
  * ------------------------------------------------------------------- */
 
--- The roots, in one walk over the queues the querying role may use (walk:
--- the roles whose capabilities it has, NULL when it may use every queue;
--- the queue at hand, '' before the first; the last parent found in it, 0
--- when none yet).  In a queue, each step is the next parent, one descent
--- of jobq.dependency's index by queue and parent; past the queue's last,
--- the next queue: for a role that may use every queue, the next queue that
--- has parents (a loose scan of the same index); else the least queue above
--- the one at hand among the capabilities of its roles, one descent of
--- jobq.permission's index by role each.  A parent is kept that is no one's
--- child (no row in jobq.dependent) and is kept.  So a tenant's read costs
--- its own queues and their parents, whatever other tenants keep (until
--- 0.3.5 it walked every parent of the database; 0.3.5 carried the list of
--- the role's queues in every row of the walk, which for 20,000 queues
--- wrote 4 GB of temporary files).  Every step is a probe whatever the
--- statistics say: the next parent is the least (queue, parent) above the
--- last one and not past the queue, an order and bounds only that index
--- gives, so no plan can read the primary key or the whole table for it,
--- and the scan stops at the queue's last edge (not in the next queue's
--- entries, dead or uncommitted); the child test and the job are
--- primary-key look-ups; LIMIT and OFFSET keep the planner from turning the
--- subqueries into joins.  The walk starts from one row, so the planner's
--- estimate of the view stays small (one start row per queue made it
--- estimate 17 million rows and compile the read with JIT, 200 ms on a
--- stock server).  Inside jobq's SECURITY DEFINER functions the current
--- user's roles are every role: jobq.may_use_queue has the last word.
+-- The roots, queue by queue: for a role that may use every queue, the
+-- queues that have parents (a loose scan of jobq.dependency's index by
+-- queue and parent, one descent each); else the queues it may use
+-- (jobq.granted_queue: its own, one descent each).  In each queue a walk
+-- over its parents (the last found, 0 when none yet), one descent of that
+-- index per parent, each parent kept that is no one's child (no row in
+-- jobq.dependent) and is kept.  So a tenant's read costs its own queues and
+-- their parents, whatever other tenants keep (until 0.3.5 it walked every
+-- parent of the database; 0.3.5 carried the list of the role's queues in
+-- every row of one walk, which for 20,000 queues wrote 4 GB of temporary
+-- files, and stepped from queue to queue by every role the caller is a
+-- member of).  Every step is a probe whatever the statistics say: the next
+-- parent is the least (queue, parent) above the last one and not past the
+-- queue, an order and bounds only that index gives, so no plan can read the
+-- primary key or the whole table for it, and the scan stops at the queue's
+-- last edge (not in the next queue's entries, dead or uncommitted); the
+-- child test and the job are primary-key look-ups; LIMIT and OFFSET keep
+-- the planner from turning the subqueries into joins.  The walks start from
+-- one row, so the planner's estimate stays small (one start row per queue
+-- of jobq.queue made it estimate 17 million rows and compile the read with
+-- JIT, 200 ms on a stock server; the parents are ids above 0, which the
+-- planner counts as a third of a walk, not all of it).
 CREATE VIEW jobq.workflows WITH (security_barrier) AS
-WITH RECURSIVE walk(roles, queue, id) AS (
-    SELECT CASE WHEN NOT jobq.may_use_queue('*')
-                THEN ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
-                            WHERE pg_catalog.pg_has_role(r.oid, 'USAGE'))
-           END,
-           ''::text COLLATE "C", 0::bigint
+WITH RECURSIVE every_queue(name) AS (
+    SELECT (SELECT d.parent_queue FROM jobq.dependency d
+             WHERE d.parent_queue IS NOT NULL
+             ORDER BY d.parent_queue LIMIT 1)
+     WHERE jobq.may_use_queue('*')
   UNION ALL
-    SELECT w.roles,
-           CASE WHEN n.parent_id IS NOT NULL THEN w.queue
-                WHEN w.roles IS NULL
-                THEN (SELECT d.parent_queue FROM jobq.dependency d
-                       WHERE d.parent_queue OPERATOR(pg_catalog.>) w.queue
-                       ORDER BY d.parent_queue LIMIT 1)
-                ELSE (SELECT pg_catalog.min(m.queue)
-                        FROM pg_catalog.unnest(w.roles) r(oid)
-                       CROSS JOIN LATERAL (SELECT p.queue FROM jobq.permission p
-                                            WHERE p.role OPERATOR(pg_catalog.=) r.oid
-                                              AND p.queue OPERATOR(pg_catalog.>) w.queue
-                                            ORDER BY p.queue LIMIT 1) m)
-           END,
-           COALESCE(n.parent_id, 0)
-      FROM walk w
-      LEFT JOIN LATERAL (SELECT d.parent_id FROM jobq.dependency d
-                          WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>)
-                                (w.queue, w.id)
-                            AND (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.<=)
-                                (w.queue, 9223372036854775807::bigint)
-                          ORDER BY d.parent_queue, d.parent_id LIMIT 1) n ON true
-     WHERE w.queue IS NOT NULL
+    SELECT (SELECT d.parent_queue FROM jobq.dependency d
+             WHERE d.parent_queue OPERATOR(pg_catalog.>) q.name
+             ORDER BY d.parent_queue LIMIT 1)
+      FROM every_queue q
+     WHERE q.name IS NOT NULL
+), queues(name) AS (
+    SELECT q.name FROM every_queue q WHERE q.name IS NOT NULL
+  UNION ALL
+    SELECT g.name FROM jobq.granted_queue g
 )
 SELECT r.job_id AS root, r.queue, r.kind, r.created_at,
        s.total, s.blocked, s.pending, s.running, s.completed, s.failed, s.cancelled,
        s.can_finish
-  FROM walk w
+  FROM queues q
+ CROSS JOIN LATERAL (
+       WITH RECURSIVE walk(id) AS (
+           SELECT 0::bigint
+         UNION ALL
+           SELECT (SELECT d.parent_id FROM jobq.dependency d
+                    WHERE (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.>) (q.name, w.id)
+                      AND (d.parent_queue, d.parent_id) OPERATOR(pg_catalog.<=)
+                          (q.name, 9223372036854775807::bigint)
+                    ORDER BY d.parent_queue, d.parent_id LIMIT 1)
+             FROM walk w
+            WHERE w.id IS NOT NULL
+       )
+       SELECT w.id FROM walk w WHERE w.id OPERATOR(pg_catalog.>) 0) w
  CROSS JOIN LATERAL (SELECT j.job_id, j.queue, j.kind, j.created_at
                        FROM jobq.job j
                       WHERE j.job_id OPERATOR(pg_catalog.=) w.id
-                        AND j.queue OPERATOR(pg_catalog.=) w.queue
+                        AND j.queue OPERATOR(pg_catalog.=) q.name
                         AND (SELECT t.job_id FROM jobq.dependent t
                               WHERE t.job_id OPERATOR(pg_catalog.=) w.id) IS NULL
                      OFFSET 0) r
- CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s
- WHERE w.id OPERATOR(pg_catalog.<>) 0
-   AND jobq.may_use_queue(w.queue);
+ CROSS JOIN LATERAL jobq.workflow_status(r.job_id) s;
 COMMENT ON VIEW jobq.workflows IS
     'one row per workflow root still kept (a job with dependents and no parents): its jobs by status and can_finish';

@@ -509,7 +509,7 @@ jobq_app_worker_rows(PG_FUNCTION_ARGS)
 	 */
 	asker = jobq_asking_role();
 	jobq_owner_begin(&saved);
-	usable = jobq_usable_queues(asker);
+	usable = jobq_usable_queues(asker, 0);
 	sees_all = usable == NULL;
 	if (usable != NULL)
 	{

@@ -29,7 +29,7 @@
 -- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
-SELECT plan(486);
+SELECT plan(487);
 
 SET LOCAL client_min_messages = warning;
 
@@ -478,6 +478,8 @@ SELECT is((SELECT count(*) FROM jobq.queues), :nqueues::bigint,
 RESET ROLE;
 SELECT pg_temp.try('priv_mem', 'SELECT count(*) >= 0 FROM jobq.usable_queue', false, false,
                    'jobq.usable_queue is granted to no one (42501)');
+SELECT pg_temp.try('priv_mem', 'SELECT count(*) >= 0 FROM jobq.granted_queue', false, false,
+                   'jobq.granted_queue is granted to no one (42501)');
 
 --
 -- a role with no grant: 42501 on everything, views included

@@ -72,13 +72,16 @@ is($node->safe_psql('shared', 'SELECT count(DISTINCT parent_id) FROM jobq.depend
 
 # shared buffers a read of the view by $role takes in $db (the top plan
 # node's, which include its children's and the functions' they call), its
-# time, and whether it was compiled by JIT
+# time, whether it was compiled by JIT, and the temporary blocks it wrote;
+# read once before in the same session, so that what a new session reads
+# of the catalogs to plan jobq's own statements is not counted
 sub view_cost
 {
 	my ($db, $role, $view) = @_;
 	$view //= 'jobq.workflows';
 	my $json = $node->safe_psql($db, qq{
 		SET ROLE $role;
+		SELECT count(*) FROM (SELECT * FROM $view) v;
 		EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM $view});
 	my ($hit) = $json =~ /"Shared Hit Blocks": (\d+)/;
 	my ($read) = $json =~ /"Shared Read Blocks": (\d+)/;
@@ -127,7 +130,64 @@ foreach my $view (qw(jobq.queues jobq.queue_stats jobq.jobs))
 	# not 10 buffers more per queue of the other tenant's
 	cmp_ok($b, '<=', $view eq 'jobq.queues' ? 2 * $a + 20 : $su + 2 * $a + 100,
 		"the tenant's read of $view costs its own queue beside another's 5,002 ($b buffers, $a alone)");
+	my (undef, undef, $jit) = view_cost('shared', 'vic', $view);
+	is($jit, 0, "the tenant's read of $view is not compiled by JIT");
 }
+
+# what is not the tenant's does not count either: 2,000 more roles in the
+# cluster (0.3.6's first version read every role for each statement), and
+# the tenant's own roles: one that holds 100 queues through 50 roles it is
+# a member of costs what one that holds them itself does (the first
+# version probed every role at each queue), and a superuser's SECURITY
+# DEFINER function that reads the views for the tenant costs the tenant's
+# queues (the first version walked every role's queues there)
+$node->safe_psql('postgres', q{
+	DO $$BEGIN
+	    FOR i IN 1..2000 LOOP EXECUTE format('CREATE ROLE extra%s', i); END LOOP;
+	    FOR i IN 1..50 LOOP EXECUTE format('CREATE ROLE part%s', i); END LOOP;
+	END$$;
+	CREATE ROLE flat;
+	CREATE ROLE flat_via;
+	DO $$BEGIN FOR i IN 1..50 LOOP EXECUTE format('GRANT part%s TO flat_via', i); END LOOP; END$$;
+});
+$node->safe_psql('shared', q{
+	SELECT count(jobq.grant('p' || i || '.' || k, ('part' || i)::regrole, 'work')),
+	       count(jobq.grant('p' || i || '.' || k, 'flat', 'work'))
+	  FROM generate_series(1, 50) i, generate_series(1, 2) k;
+	SELECT count(*) FROM generate_series(1, 50) i, generate_series(1, 2) k,
+	       LATERAL jobq.enqueue('p.kid', '{}', 'p' || i || '.' || k,
+	           depends_on => ARRAY(SELECT job_id FROM jobq.enqueue('p.root', '{}', 'p' || i || '.' || k)));
+	CREATE FUNCTION public.wf_count() RETURNS bigint LANGUAGE sql SECURITY DEFINER
+	    SET search_path = pg_catalog AS $$ SELECT count(*) FROM jobq.workflows $$;
+	CREATE FUNCTION public.queue_count() RETURNS bigint LANGUAGE sql SECURITY DEFINER
+	    SET search_path = pg_catalog AS $$ SELECT count(*) FROM jobq.queues $$;
+	GRANT EXECUTE ON FUNCTION public.wf_count(), public.queue_count() TO PUBLIC;
+	ANALYZE;
+});
+is($node->safe_psql('shared', q{SET ROLE flat_via; SELECT count(*) FROM jobq.workflows}), '100',
+	'a member of 50 roles sees their 100 workflows');
+my ($now_a) = view_cost('shared', 'vic', 'jobq.queues');
+my ($alone_q) = view_cost('alone', 'vic', 'jobq.queues');
+cmp_ok($now_a, '<=', 2 * $alone_q + 20,
+	"2,000 more roles in the cluster leave the tenant's read of jobq.queues at its cost ($now_a buffers, $alone_q alone)");
+foreach my $view (qw(jobq.workflows jobq.queues))
+{
+	my ($flat) = view_cost('shared', 'flat', $view);
+	my ($via) = view_cost('shared', 'flat_via', $view);
+	note("$view of 100 queues: held by the role $flat buffers, through 50 roles $via");
+	cmp_ok($via, '<=', 2 * $flat + 200,
+		"$view through 50 roles costs what it costs held directly ($via buffers, $flat)");
+}
+foreach my $f (qw(wf_count queue_count))
+{
+	my ($direct) = view_cost('shared', 'vic', $f eq 'wf_count' ? 'jobq.workflows' : 'jobq.queues');
+	my ($definer) = view_cost('shared', 'vic', "public.$f()");
+	note("public.$f(), a superuser's SECURITY DEFINER function, for the tenant: $definer buffers; the view read directly $direct");
+	cmp_ok($definer, '<=', 2 * $direct + 100,
+		"a superuser's SECURITY DEFINER function reading the view costs the tenant's queues ($definer buffers, $direct directly)");
+}
+is($node->safe_psql('shared', q{SET ROLE vic; SELECT public.wf_count() || ' ' || public.queue_count()}),
+	'10 1', "and shows the tenant's rows only");
 
 # a role's own many queues are walked one at a time: the list of them is
 # not carried in every row of the walk (0.3.5: temporary files that grew
