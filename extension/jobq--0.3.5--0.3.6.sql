@@ -36,17 +36,28 @@ ALTER FUNCTION jobq.workflow_status(bigint) ROWS 1;
 CREATE VIEW jobq.granted_queue WITH (security_barrier) AS
 WITH RECURSIVE asker(oid, super) AS (
     SELECT a.oid, a.rolsuper
-      FROM pg_catalog.pg_roles u
-      JOIN pg_catalog.pg_roles a
-        ON a.rolname OPERATOR(pg_catalog.=) CASE
-               WHEN u.rolsuper OR u.oid OPERATOR(pg_catalog.=)
-                    (SELECT c.relowner FROM pg_catalog.pg_class c
-                      WHERE c.oid OPERATOR(pg_catalog.=) 'jobq.job'::pg_catalog.regclass)
-               THEN COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), SESSION_USER)
-               ELSE u.rolname END
-     WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER
+      FROM pg_catalog.pg_roles a
+     WHERE a.oid OPERATOR(pg_catalog.=) (
+           SELECT CASE
+                  WHEN u.rolsuper OR u.oid OPERATOR(pg_catalog.=)
+                       (SELECT c.relowner FROM pg_catalog.pg_class c
+                         WHERE c.oid OPERATOR(pg_catalog.=) 'jobq.job'::pg_catalog.regclass)
+                  THEN COALESCE(NULLIF(pg_catalog.current_setting('jobq.handler_role', true), '')::pg_catalog.oid,
+                                (SELECT o.oid FROM pg_catalog.pg_roles o
+                                  WHERE o.rolname OPERATOR(pg_catalog.=)
+                                        COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'),
+                                                 SESSION_USER)))
+                  ELSE u.oid END
+             FROM pg_catalog.pg_roles u
+            WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
 ), member_of(oid) AS (
     SELECT a.oid FROM asker a
+  UNION
+    -- the database's owner has the privileges of pg_database_owner, which no
+    -- row of pg_auth_members says
+    SELECT o.oid FROM asker a, pg_catalog.pg_roles o
+     WHERE o.rolname OPERATOR(pg_catalog.=) 'pg_database_owner'
+       AND pg_catalog.pg_has_role(a.oid, o.oid, 'USAGE')
   UNION
     SELECT m.roleid FROM pg_catalog.pg_auth_members m
       JOIN member_of r ON m.member OPERATOR(pg_catalog.=) r.oid

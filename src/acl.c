@@ -578,16 +578,19 @@ jobq_usable_queues(Oid role, int limit)
 	/*
 	 * The roles whose privileges it has: the roles it is a member of,
 	 * directly or not (pg_auth_members by member, not every role of the
-	 * cluster), that pg_has_role says it has the privileges of.  Then their
-	 * capabilities, by the index on jobq.permission by role: a role's own
-	 * queues, whatever the others' (0.3.5 read every capability of the
-	 * database).  The second statement is planned for the roles at hand:
-	 * where another role holds nearly every capability, a plan for any roles
-	 * reads the whole table.
+	 * cluster), and pg_database_owner for the database's owner (no row of
+	 * pg_auth_members says so), that pg_has_role says it has the privileges
+	 * of.  Then their capabilities, by the index on jobq.permission by role:
+	 * a role's own queues, whatever the others' (0.3.5 read every capability
+	 * of the database).  The second statement is planned for the roles at
+	 * hand: where another role holds nearly every capability, a plan for any
+	 * roles reads the whole table.
 	 */
 	values[0] = ObjectIdGetDatum(role);
 	jobq_spi_exec(jobq_plan(&plan_usable_roles,
 							"WITH RECURSIVE m(oid) AS (SELECT $1"
+							" UNION SELECT 'pg_database_owner'::pg_catalog.regrole::pg_catalog.oid"
+							" WHERE pg_catalog.pg_has_role($1, 'pg_database_owner', 'USAGE')"
 							" UNION SELECT a.roleid FROM pg_catalog.pg_auth_members a"
 							" JOIN m ON a.member = m.oid)"
 							" SELECT pg_catalog.array_agg(m.oid) FROM m"

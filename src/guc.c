@@ -62,6 +62,9 @@ int			jobq_misfire_max_fires = 100;
 /* Background processes (bgw/launcher.c, bgw/worker.c, bgw/handler_proc.c) */
 int			jobq_executors = 2;
 char	   *jobq_databases = NULL;
+
+/* the role of the job handler running in this executor, as an oid; '' outside */
+char	   *jobq_handler_role = NULL;
 int			jobq_naptime_ms = 1000;
 int			jobq_settle_lock_wait_ms = 10;
 int			jobq_pass_budget_ms = 200;
@@ -209,6 +212,12 @@ jobq_guc_init(void)
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
+	DefineCustomStringVariable("jobq.handler_role",
+							   "The role the job handler running in this process acts as (an oid; set by jobq).",
+							   "Empty outside a handler.  jobq's views read it to ask about the handler's role inside a superuser's SECURITY DEFINER function the handler calls.",
+							   &jobq_handler_role, "",
+							   PGC_INTERNAL, GUC_NOT_IN_SAMPLE | GUC_DISALLOW_IN_FILE,
+							   NULL, NULL, NULL);
 	DefineCustomStringVariable("jobq.databases",
 							   "Databases the jobq background workers serve, comma-separated.",
 							   "Empty: every database where the jobq extension is installed.",

@@ -29,6 +29,7 @@ extern int	jobq_pass_budget_ms;
 extern int	jobq_misfire_max_fires;
 extern int	jobq_executors;
 extern char *jobq_databases;
+extern char *jobq_handler_role;
 extern int	jobq_naptime_ms;
 extern int	jobq_reap_batch;
 extern int	jobq_prune_interval_s;

@@ -45,30 +45,43 @@ COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, 
 --
 -- asker is the role jobq.may_use_queue asks about, as SQL sees it: the
 -- current user, or, where that is a superuser or jobq's owner (inside a
--- SECURITY DEFINER function of theirs), the role the session acts as; roles
--- are the roles whose privileges it has (its memberships, from
--- pg_auth_members by member, that pg_has_role grants).  walk goes through
+-- SECURITY DEFINER function of theirs), the role of the job handler running
+-- (jobq.handler_role) or else the role the session acts as; roles are the
+-- roles whose privileges it has (its memberships, from pg_auth_members by
+-- member, and pg_database_owner for the database's owner, that pg_has_role
+-- grants).  walk goes through
 -- their capabilities role by role, each step the next queue of the role
 -- (permission_role_idx); a queue an earlier role holds too is left out.
--- Where the asker is a superuser all the same (inside a handler, where
--- jobq.may_use_queue asks about the handler's role), every queue is walked
--- in name order instead.  Both are walks from one row, so the planner's
+-- Where the asker is a superuser all the same and may not use every queue
+-- (which jobq.may_use_queue, asking about another role, would say), every
+-- queue is walked in name order instead.  Both are walks from one row, so the planner's
 -- estimate stays small, and jobq.may_use_queue has the last word on each
 -- queue.  Granted to no one: the views read it with their owner's rights.
 CREATE VIEW jobq.granted_queue WITH (security_barrier) AS
 WITH RECURSIVE asker(oid, super) AS (
     SELECT a.oid, a.rolsuper
-      FROM pg_catalog.pg_roles u
-      JOIN pg_catalog.pg_roles a
-        ON a.rolname OPERATOR(pg_catalog.=) CASE
-               WHEN u.rolsuper OR u.oid OPERATOR(pg_catalog.=)
-                    (SELECT c.relowner FROM pg_catalog.pg_class c
-                      WHERE c.oid OPERATOR(pg_catalog.=) 'jobq.job'::pg_catalog.regclass)
-               THEN COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), SESSION_USER)
-               ELSE u.rolname END
-     WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER
+      FROM pg_catalog.pg_roles a
+     WHERE a.oid OPERATOR(pg_catalog.=) (
+           SELECT CASE
+                  WHEN u.rolsuper OR u.oid OPERATOR(pg_catalog.=)
+                       (SELECT c.relowner FROM pg_catalog.pg_class c
+                         WHERE c.oid OPERATOR(pg_catalog.=) 'jobq.job'::pg_catalog.regclass)
+                  THEN COALESCE(NULLIF(pg_catalog.current_setting('jobq.handler_role', true), '')::pg_catalog.oid,
+                                (SELECT o.oid FROM pg_catalog.pg_roles o
+                                  WHERE o.rolname OPERATOR(pg_catalog.=)
+                                        COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'),
+                                                 SESSION_USER)))
+                  ELSE u.oid END
+             FROM pg_catalog.pg_roles u
+            WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
 ), member_of(oid) AS (
     SELECT a.oid FROM asker a
+  UNION
+    -- the database's owner has the privileges of pg_database_owner, which no
+    -- row of pg_auth_members says
+    SELECT o.oid FROM asker a, pg_catalog.pg_roles o
+     WHERE o.rolname OPERATOR(pg_catalog.=) 'pg_database_owner'
+       AND pg_catalog.pg_has_role(a.oid, o.oid, 'USAGE')
   UNION
     SELECT m.roleid FROM pg_catalog.pg_auth_members m
       JOIN member_of r ON m.member OPERATOR(pg_catalog.=) r.oid

@@ -464,6 +464,7 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 	long		secs;
 	int			usecs;
 	bool		completed = true;
+	char		role_oid[16];
 
 	if (superuser_arg(h->run_as) && !h->allow_superuser)
 		ereport(ERROR,
@@ -478,6 +479,10 @@ RunHandler(const JobqHandler *h, const JobqExecJob *job)
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	/* for jobq.granted_queue (a view can ask no C function who asks) */
+	snprintf(role_oid, sizeof(role_oid), "%u", h->run_as);
+	(void) set_config_option("jobq.handler_role", role_oid,
+							 PGC_INTERNAL, PGC_S_OVERRIDE, GUC_ACTION_SAVE, true, 0, false);
 	TimestampDifference(GetCurrentTimestamp(), job->lease_expires_at, &secs, &usecs);
 	snooze_requested = false;
 	jobq_bgw_executor_set_job(job->job_id, job->lease_expires_at);

@@ -29,7 +29,7 @@
 -- stale permission cache) are fixed; their tests are ordinary ones now.
 --
 BEGIN;
-SELECT plan(487);
+SELECT plan(489);
 
 SET LOCAL client_min_messages = warning;
 
@@ -476,6 +476,21 @@ SET LOCAL ROLE priv_starmem;
 SELECT is((SELECT count(*) FROM jobq.queues), :nqueues::bigint,
           'a member of a holder of * sees every queue');
 RESET ROLE;
+-- the database's owner has the capabilities of pg_database_owner, which no
+-- row of pg_auth_members says: they count past the first 8 queues asked
+-- about one by one too (a review's find in 0.3.6's second version)
+CREATE ROLE priv_dbowner;
+SELECT count(*) FROM generate_series(101, 112) i, LATERAL jobq.grant('many.' || i, 'priv_dbowner', 'work') \gset
+SELECT count(*) FROM generate_series(201, 205) i, LATERAL jobq.grant('many.' || i, 'pg_database_owner', 'work') \gset
+SELECT current_database() AS db \gset
+ALTER DATABASE :"db" OWNER TO priv_dbowner;
+SET LOCAL ROLE priv_dbowner;
+SELECT is((SELECT count(*) FROM jobq.queues WHERE queue LIKE 'many.20_'), 5::bigint,
+          'the database''s owner sees the queues granted to pg_database_owner in jobq.queues');
+SELECT is((SELECT count(*) FROM jobq.jobs WHERE queue LIKE 'many.1__' OR queue LIKE 'many.20_'), 17::bigint,
+          'and their jobs beside its own in jobq.jobs');
+RESET ROLE;
+ALTER DATABASE :"db" OWNER TO CURRENT_USER;
 SELECT pg_temp.try('priv_mem', 'SELECT count(*) >= 0 FROM jobq.usable_queue', false, false,
                    'jobq.usable_queue is granted to no one (42501)');
 SELECT pg_temp.try('priv_mem', 'SELECT count(*) >= 0 FROM jobq.granted_queue', false, false,

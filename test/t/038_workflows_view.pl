@@ -189,6 +189,41 @@ foreach my $f (qw(wf_count queue_count))
 is($node->safe_psql('shared', q{SET ROLE vic; SELECT public.wf_count() || ' ' || public.queue_count()}),
 	'10 1', "and shows the tenant's rows only");
 
+# the same function called by the tenant's job handler, where the current
+# user is the executor's superuser: it asks about the handler's role
+# (jobq.handler_role), as jobq.may_use_queue does (the second version of
+# 0.3.6 walked every queue of the database there: 40,000 buffers for 3)
+$node->safe_psql('shared', q{
+	CREATE FUNCTION public.queue_cost() RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+	    SET search_path = pg_catalog AS $$
+	DECLARE p jsonb;
+	BEGIN
+	    PERFORM count(*) FROM jobq.queues;
+	    EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM jobq.queues' INTO p;
+	    RETURN (p->0->'Plan'->>'Shared Hit Blocks')::bigint + (p->0->'Plan'->>'Shared Read Blocks')::bigint;
+	END $$;
+	GRANT EXECUTE ON FUNCTION public.queue_cost() TO PUBLIC;
+	CREATE SCHEMA vicapp AUTHORIZATION vic;
+	SET ROLE vic;
+	CREATE FUNCTION vicapp.look(payload jsonb) RETURNS jsonb LANGUAGE sql AS $$
+	    SELECT jsonb_build_object('queues', public.queue_count(), 'workflows', public.wf_count(),
+	                              'cost', public.queue_cost()) $$;
+	SELECT jobq.register_handler('v.look', 'vicapp.look(jsonb)', 'v');
+	SELECT jobq.enqueue('v.look', '{}', 'v');
+});
+ok($node->poll_query_until('shared', q{
+	SELECT status = 'completed' FROM jobq.jobs WHERE kind = 'v.look'}), 'the handler ran');
+my ($look) = $node->safe_psql('shared', q{
+	SELECT (result->>'queues') || ' ' || (result->>'workflows') || ' ' || (result->>'cost')
+	  FROM jobq.jobs WHERE kind = 'v.look'});
+my ($hq, $hw, $hcost) = split / /, $look;
+my ($direct_q) = view_cost('shared', 'vic', 'jobq.queues');
+note("inside the tenant's handler, a superuser's SECURITY DEFINER function: $hq queue, $hw workflows, "
+	  . "jobq.queues read with $hcost buffers (the tenant's own read: $direct_q)");
+is("$hq $hw", '1 10', "inside the tenant's handler, it shows the tenant's rows only");
+cmp_ok($hcost, '<=', 2 * $direct_q + 100,
+	"and reads the tenant's queues, not every queue ($hcost buffers, $direct_q directly)");
+
 # a role's own many queues are walked one at a time: the list of them is
 # not carried in every row of the walk (0.3.5: temporary files that grew
 # with the square of the number of queues)
