@@ -49,14 +49,14 @@ COMMENT ON VIEW jobq.dead_letter IS 'failed jobs: retries spent, not retryable, 
 -- (jobq.handler_role) or else the role the session acts as; roles are the
 -- roles whose privileges it has (its memberships, from pg_auth_members by
 -- member, and pg_database_owner for the database's owner, that pg_has_role
--- grants).  walk goes through
--- their capabilities role by role, each step the next queue of the role
--- (permission_role_idx); a queue an earlier role holds too is left out.
--- Where the asker is a superuser all the same and may not use every queue
--- (which jobq.may_use_queue, asking about another role, would say), every
--- queue is walked in name order instead.  Both are walks from one row, so the planner's
--- estimate stays small, and jobq.may_use_queue has the last word on each
--- queue.  Granted to no one: the views read it with their owner's rights.
+-- grants).  walk goes through their capabilities role by role, each step
+-- the next queue of the role (permission_role_idx); a queue an earlier role
+-- holds too is left out.  Where the asker is a superuser all the same and
+-- may not use every queue (which jobq.may_use_queue, asking about another
+-- role, would say), every queue is walked in name order instead.  Both are
+-- walks from one row, so the planner's estimate stays small, and
+-- jobq.may_use_queue has the last word on each queue.  Granted to no one:
+-- the views read it with their owner's rights.
 CREATE VIEW jobq.granted_queue WITH (security_barrier) AS
 WITH RECURSIVE asker(oid, super) AS (
     SELECT a.oid, a.rolsuper
