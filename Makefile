@@ -36,7 +36,7 @@ $(OBJS) $(OBJS:.o=.bc): $(HDRS)
 # object, which carries a database of release A to B in place.  A schema
 # change goes into the sources and into the upgrade script of the version
 # under way; test/t/060_upgrade.pl checks that a fresh install and an
-# upgraded database have the same schema.  0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.3.2, 0.3.3, 0.3.4 and 0.3.5 databases are
+# upgraded database have the same schema.  0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.3.2, 0.3.3, 0.3.4, 0.3.5 and 0.3.6 databases are
 # upgraded in place, so every upgrade script and jobq--0.1.0.sql are
 # installed with the generated script.
 EXTVERSION = $(shell sed -n "s/^default_version = '\\(.*\\)'/\\1/p" jobq.control)

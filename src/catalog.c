@@ -66,6 +66,8 @@ static const char *const rel_names[JOBQ_NUM_RELS] = {
 	[JOBQ_IDX_SETTLE_DEFERRED_PKEY] = "settle_deferred_pkey",
 	[JOBQ_IDX_SETTLE_DEFERRED_QUEUE] = "settle_deferred_queue_idx",
 	[JOBQ_IDX_DEPENDENCY_PARENT_QUEUE] = "dependency_parent_queue_idx",
+	[JOBQ_IDX_JOB_FINISHED_QUEUE] = "job_finished_queue_idx",
+	[JOBQ_IDX_ATTEMPT_FAILURE] = "attempt_failure_idx",
 	[JOBQ_SEQ_JOB_ID] = "job_id_seq",
 };
 
@@ -232,6 +234,28 @@ bool
 jobq_edges_name_queue(void)
 {
 	return OidIsValid(jobq_relid(JOBQ_IDX_DEPENDENCY_PARENT_QUEUE));
+}
+
+/*
+ * Are the finished jobs indexed by queue and status (0.3.7 on: pruning
+ * walks each queue's own)?  A database still at 0.3.6 or before indexes
+ * them by finish time alone, and is pruned by one walk in that order.
+ */
+bool
+jobq_finished_by_queue(void)
+{
+	return OidIsValid(jobq_relid(JOBQ_IDX_JOB_FINISHED_QUEUE));
+}
+
+/*
+ * Does an attempt name its job's queue (0.3.7 on: jobq.kind_stats reads the
+ * failures of the querying role's queues only)?  A database still at 0.3.6
+ * or before has no such column.
+ */
+bool
+jobq_attempt_names_queue(void)
+{
+	return OidIsValid(jobq_relid(JOBQ_IDX_ATTEMPT_FAILURE));
 }
 
 /* The OID of the jobq extension here, or InvalidOid (read every time). */

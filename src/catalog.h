@@ -36,6 +36,8 @@ typedef enum JobqRelId
 	JOBQ_IDX_SETTLE_DEFERRED_PKEY,
 	JOBQ_IDX_SETTLE_DEFERRED_QUEUE, /* from 0.3.3 */
 	JOBQ_IDX_DEPENDENCY_PARENT_QUEUE,	/* from 0.3.5 */
+	JOBQ_IDX_JOB_FINISHED_QUEUE,	/* from 0.3.7 */
+	JOBQ_IDX_ATTEMPT_FAILURE,	/* from 0.3.7 */
 	/* sequences */
 	JOBQ_SEQ_JOB_ID,
 	JOBQ_NUM_RELS
@@ -49,6 +51,8 @@ extern AttrNumber jobq_attnum(JobqRelId rel, const char *column);
 extern bool jobq_depend_installed(void);
 extern bool jobq_settle_by_queue(void);
 extern bool jobq_edges_name_queue(void);
+extern bool jobq_finished_by_queue(void);
+extern bool jobq_attempt_names_queue(void);
 extern Oid	jobq_extension_oid(void);
 extern char *jobq_schema_version(void);
 

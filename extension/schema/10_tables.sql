@@ -158,12 +158,15 @@ CREATE TABLE jobq.attempt (
     outcome     text NOT NULL,
     error       text,
     details     text,
+    queue       text COLLATE "C",
     PRIMARY KEY (job_id, attempt)
 );
 COMMENT ON TABLE jobq.attempt IS
     'a job''s history: its attempts that failed (failed, lease expired, cancelled) and its edits by jobq.update_job (outcome edited, numbered -1, -2, ...); a successful attempt is on the job row';
 COMMENT ON COLUMN jobq.attempt.details IS
     'the longer story of the attempt: a stack trace, given to jobq.fail as details (at most jobq.max_details_length bytes); for an edit, what changed';
+COMMENT ON COLUMN jobq.attempt.queue IS
+    'the job''s queue, for an attempt that ended otherwise than by a cancel or an edit (0.3.7 on; NULL for those): jobq.kind_stats reads a queue''s failures';
 
 /* ---------------------------------------------------------------------
  * Access control: capabilities of roles on queues

@@ -103,28 +103,49 @@ BEGIN
     RETURN QUERY
 WITH w AS (
     SELECT pg_catalog.now() OPERATOR(pg_catalog.-) kind_stats.period AS since
+), qs AS (
+    -- the queue asked about, or every queue the role may use
+    SELECT q.name
+      FROM jobq.queue q
+     WHERE kind_stats.queue IS NOT NULL
+       AND q.name OPERATOR(pg_catalog.=) kind_stats.queue
+       AND jobq.may_use_queue(q.name)
+    UNION ALL
+    SELECT u.name
+      FROM jobq.usable_queue u
+     WHERE kind_stats.queue IS NULL
 ), ev AS (
-    -- jobs that finished in the window, completed or failed for good
+    -- jobs that finished in the window, completed or failed for good: per
+    -- queue and status from job_finished_queue_idx, so a role's read costs
+    -- its own queues' jobs (0.3.7 on)
     SELECT j.kind, 'job' AS src, j.status AS what, false AS retried,
            j.finished_at OPERATOR(pg_catalog.-) j.claimed_at AS duration
-      FROM jobq.job j, w
-     WHERE j.finished_at OPERATOR(pg_catalog.>=) w.since
-       AND j.status OPERATOR(pg_catalog.=) ANY (ARRAY['completed', 'failed']::text[])
-       AND (kind_stats.queue IS NULL OR j.queue OPERATOR(pg_catalog.=) kind_stats.queue)
-       AND jobq.may_use_queue(j.queue)
+      FROM qs
+     CROSS JOIN w
+     CROSS JOIN LATERAL (VALUES ('completed'::text), ('failed'::text)) s(status)
+     CROSS JOIN LATERAL (SELECT j.kind, j.status, j.finished_at, j.claimed_at
+                           FROM jobq.job j
+                          WHERE j.queue OPERATOR(pg_catalog.=) qs.name
+                            AND j.status OPERATOR(pg_catalog.=) s.status
+                            AND j.finished_at OPERATOR(pg_catalog.>=) w.since
+                         OFFSET 0) j
     UNION ALL
-    -- attempts that ended in a failure or an expired lease in the window;
-    -- retried unless it was the last attempt of a job that is failed now
+    -- attempts that ended in a failure or an expired lease in the window,
+    -- per queue from attempt_failure_idx (0.3.7 on); retried unless it was
+    -- the last attempt of a job that is failed now
     SELECT j.kind, 'attempt', a.outcome,
            NOT (j.status OPERATOR(pg_catalog.=) 'failed'
                 AND j.attempts OPERATOR(pg_catalog.=) a.attempt),
            NULL::interval
-      FROM jobq.attempt a
-      JOIN jobq.job j ON j.job_id OPERATOR(pg_catalog.=) a.job_id, w
-     WHERE a.finished_at OPERATOR(pg_catalog.>=) w.since
-       AND a.outcome OPERATOR(pg_catalog.=) ANY (ARRAY['failed', 'lease expired']::text[])
-       AND (kind_stats.queue IS NULL OR j.queue OPERATOR(pg_catalog.=) kind_stats.queue)
-       AND jobq.may_use_queue(j.queue)
+      FROM qs
+     CROSS JOIN w
+     CROSS JOIN LATERAL (SELECT a.job_id, a.attempt, a.outcome
+                           FROM jobq.attempt a
+                          WHERE a.queue OPERATOR(pg_catalog.=) qs.name
+                            AND a.outcome OPERATOR(pg_catalog.=) ANY ('{failed,lease expired}'::text[])
+                            AND a.finished_at OPERATOR(pg_catalog.>=) w.since
+                         OFFSET 0) a
+      JOIN jobq.job j ON j.job_id OPERATOR(pg_catalog.=) a.job_id
 )
 SELECT ev.kind,
        pg_catalog.count(*) FILTER (WHERE ev.src OPERATOR(pg_catalog.=) 'job'

@@ -129,14 +129,19 @@ COMMENT ON VIEW jobq.granted_queue IS
 -- The rows of jobq.queue the querying role may use, for the views below:
 -- every queue for a role that may use all (a superuser, the owner, a
 -- capability on '*'), else those of jobq.granted_queue, each looked up by
--- name.  The LIMIT of the first, which the planner cannot read, makes it
--- count a tenth of the queues, so that a tenant's jobq.queue_stats, which
--- never reads them, is not planned as a read of every queue and compiled
--- with JIT (0.3.5: 200 ms beside 20,000 queues).  Granted to no one.
+-- name.  The first branch's range of created_at, which holds every queue
+-- but whose bounds the planner cannot read, and its LIMIT make the planner
+-- count a two-thousandth of the queues, so that a tenant's
+-- jobq.queue_stats, which never reads them, is not planned as a read of
+-- every queue and compiled with JIT (0.3.5: 200 ms beside 20,000 queues;
+-- 0.3.6 counted a tenth, which 0.3.7's counts per queue made dear enough).
+-- Granted to no one.
 CREATE VIEW jobq.usable_queue WITH (security_barrier) AS
 SELECT q.*
   FROM (SELECT * FROM jobq.queue q
          WHERE jobq.may_use_queue('*')
+           AND q.created_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+           AND q.created_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)
          LIMIT (SELECT 9223372036854775807)) q
 UNION ALL
 SELECT q.*
@@ -158,25 +163,25 @@ SELECT q.name AS queue, q.paused,
 COMMENT ON VIEW jobq.queues IS
     'one row per queue: every setting of jobq.configure, paused, and the circuit breaker''s state';
 
--- Each column is counted where it is cheapest: pending (ready and
--- delayed) from jobq.ready and jobq.scheduled, which hold one row per
--- pending job with its run_at; running from the index of running leases;
--- failed from job_failed_idx; the last hour from job_finished_idx, all per
--- queue.  Only completed, cancelled and blocked count every kept job (in
--- one scan by status), and a query that selects none of them does not pay
--- for it: the planner drops the join of a column nobody reads.  Those joins
--- match q.name || '', not q.name: with q.name a query filtered by queue
--- (WHERE queue = 'x') turns the join clause into two filters on a constant,
--- and PostgreSQL 17 and 18 then cannot prove one grouped row per queue and
--- keep both scans of jobq.job however few columns are read (15 drops them;
--- fixed in 0.3.1).
+-- Each column is counted where it is cheapest, per queue, by an index of
+-- that queue's jobs: pending (ready and delayed) from jobq.ready and
+-- jobq.scheduled, which hold one row per pending job with its run_at;
+-- running from the index of running leases; failed from job_failed_idx;
+-- completed, cancelled and the last hour from job_finished_idx (queue,
+-- status, finish time; 0.3.7 on); blocked from job_blocked_idx.  So a
+-- role's read costs its own queues' jobs, never another tenant's kept jobs
+-- (until 0.3.7 completed, cancelled and blocked read every kept job of the
+-- database, and the last hour every queue's).  Each count a query may leave
+-- out is a LEFT JOIN LATERAL of one aggregate: the planner drops the join
+-- of a column nobody reads, so a query that selects none of them does not
+-- pay for it.
 CREATE VIEW jobq.queue_stats WITH (security_barrier) AS
 SELECT q.name AS queue,
        r.ready OPERATOR(pg_catalog.+) s.due OPERATOR(pg_catalog.+) s.later AS pending,
        x.running,
-       COALESCE(f.completed, 0) AS completed,
+       fc.completed,
        d.failed,
-       COALESCE(f.cancelled, 0) AS cancelled,
+       fx.cancelled,
        -- a job made ready after this transaction's now() (another session's,
        -- under READ COMMITTED) has waited 0, not a negative time
        CASE WHEN r.oldest IS NOT NULL OR s.oldest_due IS NOT NULL
@@ -185,12 +190,12 @@ SELECT q.name AS queue,
        q.paused,
        r.ready OPERATOR(pg_catalog.+) s.due AS ready,
        s.later AS delayed,
-       COALESCE(h.completed, 0) AS completed_last_hour,
-       COALESCE(h.failed, 0) AS failed_last_hour,
+       hc.completed AS completed_last_hour,
+       hf.failed AS failed_last_hour,
        q.breaker_state,
        q.max_concurrency, q.max_per_key, q.rate_limit, q.rate_period,
        q.breaker_threshold,
-       COALESCE(f.blocked, 0) AS blocked
+       fb.blocked
   FROM jobq.usable_queue q
  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS ready, pg_catalog.min(r.run_at) AS oldest
                        FROM jobq.ready r
@@ -207,19 +212,30 @@ SELECT q.name AS queue,
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
                         AND j.status OPERATOR(pg_catalog.=) 'failed') d
-  LEFT JOIN (SELECT j.queue,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'cancelled') AS cancelled,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'blocked') AS blocked
-               FROM jobq.job j
-              WHERE j.status OPERATOR(pg_catalog.=) ANY ('{completed,cancelled,blocked}'::text[])
-              GROUP BY j.queue) f ON f.queue OPERATOR(pg_catalog.=) (q.name OPERATOR(pg_catalog.||) '')
-  LEFT JOIN (SELECT j.queue,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'completed') AS completed,
-                    pg_catalog.count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed
-               FROM jobq.job j
-              WHERE j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
-              GROUP BY j.queue) h ON h.queue OPERATOR(pg_catalog.=) (q.name OPERATOR(pg_catalog.||) '');
+  LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS completed
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.status OPERATOR(pg_catalog.=) 'completed'
+                        AND j.finished_at IS NOT NULL) fc ON true
+  LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS cancelled
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.status OPERATOR(pg_catalog.=) 'cancelled'
+                        AND j.finished_at IS NOT NULL) fx ON true
+  LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS blocked
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.status OPERATOR(pg_catalog.=) 'blocked') fb ON true
+  LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS completed
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.status OPERATOR(pg_catalog.=) 'completed'
+                        AND j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)) hc ON true
+  LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS failed
+                       FROM jobq.job j
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.status OPERATOR(pg_catalog.=) 'failed'
+                        AND j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)) hf ON true;
 COMMENT ON VIEW jobq.queue_stats IS
     'per queue: jobs by status, age of the oldest due pending job, paused; ready and delayed split pending; completed and failed in the last hour; breaker state and limits; blocked jobs waiting for their parents';
 

@@ -232,7 +232,7 @@ WorkerEndStep(void)
  * while the worker's statements work on its schema, which the upgrade test
  * checks for each one.
  */
-static const char *const WorkerServedVersions[] = {"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.3.2", "0.3.3", "0.3.4", "0.3.5", JOBQ_VERSION};
+static const char *const WorkerServedVersions[] = {"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.3.2", "0.3.3", "0.3.4", "0.3.5", "0.3.6", JOBQ_VERSION};
 
 /* Does this library's worker serve a database at extension version v? */
 static bool

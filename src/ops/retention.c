@@ -45,6 +45,8 @@ PG_FUNCTION_INFO_V1(jobq_prune);
 static SPIPlanPtr plan_prune_queues;
 static SPIPlanPtr plan_prune_victims;
 static SPIPlanPtr plan_prune_victims_depend;
+static SPIPlanPtr plan_prune_by_time;
+static SPIPlanPtr plan_prune_by_time_depend;
 static SPIPlanPtr plan_prune_after;
 static SPIPlanPtr plan_prune_after_depend;
 static SPIPlanPtr plan_prune_keys;
@@ -69,25 +71,62 @@ typedef struct JobqPruneUnit
  * Pruning takes two statements with the rows' deletion between them.  The
  * first picks the victims; victim holds more conditions on a job pruned.
  * c holds each queue's two cutoffs (a retention that is NULL keeps for
- * ever), all computed before any job is read, so a queue whose cutoff
- * cannot be computed fails the statement whatever its jobs.  The scan walks
- * job_finished_idx up to the latest cutoff; the status picks the cutoff
- * that applies to each job, in finish time order after ($4, $5): the
- * index holds equal times in row order, which $5 continues.
+ * ever), all computed before any job is read (the one-time filter), so a
+ * queue whose cutoff cannot be computed fails the statement whatever its
+ * jobs.  Then p walks the (queue, status) pairs that have finished jobs,
+ * one descent of job_finished_queue_idx (queue, status, finish time) each,
+ * and for each the scan walks that queue's jobs of that status up to the
+ * status's cutoff and no further: the jobs still kept are never read, a
+ * queue with no finished job costs nothing, and one queue's jobs cost
+ * nothing to another's pruning (0.3.7 on; until then one walk by finish
+ * time over every queue read each job finished before the latest cutoff:
+ * every queue's failed jobs kept 30 days, on each pass).  The walk goes on
+ * after ($4, $5, $6, $7): queue, status, finish time and row, in the order
+ * the statement returns them (p's pairs in index order, each one's jobs in
+ * index order); the index holds equal times in row order, which $7
+ * continues.
  * It takes no row lock: the rows are deleted without waiting
  * (jobq_delete_rows_nowait), which passes over a row another transaction
  * holds or changed, as FOR UPDATE SKIP LOCKED would.
  */
 #define JOBQ_PRUNE_VICTIMS_SQL(victim) \
+	"WITH RECURSIVE c AS MATERIALIZED (SELECT name, $1 - retention_completed AS done_before," \
+	" $1 - retention_failed AS failed_before FROM jobq.queue WHERE name = ANY ($3))," \
+	" p(queue, status) AS ((SELECT j.queue, j.status FROM jobq.job j" \
+	" WHERE j.finished_at IS NOT NULL AND (j.queue, j.status) >= ($4, $5)" \
+	" ORDER BY j.queue, j.status LIMIT 1)" \
+	" UNION ALL SELECT n.queue, n.status FROM p CROSS JOIN LATERAL (SELECT j.queue, j.status" \
+	" FROM jobq.job j WHERE j.finished_at IS NOT NULL AND (j.queue, j.status) > (p.queue, p.status)" \
+	" ORDER BY j.queue, j.status LIMIT 1) n)" \
+	" SELECT v.ctid, v.job_id, v.kind, v.idempotency_key, v.finished_at, p.queue, p.status" \
+	" FROM p CROSS JOIN LATERAL (SELECT CASE WHEN p.status = 'failed' THEN $1 - q.retention_failed" \
+	" WHEN p.status IN ('completed', 'cancelled') THEN $1 - q.retention_completed END AS before" \
+	" FROM jobq.queue q WHERE q.name = p.queue AND q.name = ANY ($3)) b" \
+	" CROSS JOIN LATERAL (SELECT j.ctid, j.job_id, j.kind, j.idempotency_key, j.finished_at" \
+	" FROM jobq.job j WHERE j.queue = p.queue AND j.status = p.status AND j.finished_at < b.before" \
+	" AND j.finished_at >= CASE WHEN p.queue = $4 AND p.status = $5 THEN $6" \
+	" ELSE '-infinity'::timestamptz END" \
+	" AND (p.queue <> $4 OR p.status <> $5 OR j.finished_at > $6 OR j.ctid > $7)" victim \
+	" ORDER BY j.finished_at, j.ctid LIMIT $2) v" \
+	" WHERE (SELECT count(*) FROM c) >= 0" \
+	" LIMIT $2"
+
+/*
+ * The same for a database before 0.3.7, whose job_finished_idx holds the
+ * finished jobs by finish time alone: one walk in that order up to the
+ * latest cutoff, the status picking the cutoff that applies to each job,
+ * after ($6, $7).  $4 and $5 are there for the parameters' sake.
+ */
+#define JOBQ_PRUNE_VICTIMS_BY_TIME_SQL(victim) \
 	"WITH c AS MATERIALIZED (SELECT name, $1 - retention_completed AS done_before," \
 	" $1 - retention_failed AS failed_before" \
 	" FROM jobq.queue WHERE name = ANY ($3))" \
-	" SELECT j.ctid, j.job_id, j.kind, j.idempotency_key, j.finished_at" \
+	" SELECT j.ctid, j.job_id, j.kind, j.idempotency_key, j.finished_at, $4::text, $5::text" \
 	" FROM jobq.job j JOIN c ON c.name = j.queue" \
 	" WHERE j.finished_at < (SELECT max(greatest(done_before, failed_before)) FROM c)" \
 	" AND ((j.status IN ('completed', 'cancelled') AND j.finished_at < c.done_before)" \
 	" OR (j.status = 'failed' AND j.finished_at < c.failed_before))" victim \
-	" AND j.finished_at >= $4 AND (j.finished_at > $4 OR j.ctid > $5)" \
+	" AND j.finished_at >= $6 AND (j.finished_at > $6 OR j.ctid > $7)" \
 	" ORDER BY j.finished_at LIMIT $2"
 
 /*
@@ -144,13 +183,16 @@ PruneAfter(Datum **cols, bool **colnulls, int n, bool depend)
 }
 
 /*
- * Where a prune's walk is, in (time, row) order: the last row it saw.  Rows
- * that another transaction holds are passed over and the walk goes on past
- * them, as SKIP LOCKED would: rows a tenant keeps locked cannot stop the
- * pruning of the others.
+ * Where a prune's walk is, in (time, row) order, and for the jobs in
+ * (queue, status, time, row) order: the last row it saw.  Rows that another
+ * transaction holds are passed over and the walk goes on past them, as SKIP
+ * LOCKED would: rows a tenant keeps locked cannot stop the pruning of the
+ * others.
  */
 typedef struct PruneWalk
 {
+	text	   *queue;			/* the jobs' walk only */
+	text	   *status;
 	TimestampTz after;
 	ItemPointerData after_tid;
 } PruneWalk;
@@ -158,25 +200,32 @@ typedef struct PruneWalk
 static void
 WalkStart(PruneWalk *w)
 {
+	w->queue = cstring_to_text("");
+	w->status = cstring_to_text("");
 	w->after = DT_NOBEGIN;
 	ItemPointerSet(&w->after_tid, 0, 0);
 }
 
 /*
  * Move w past the rows of the last SPI statement (ctid first, the walk's
- * time in column 1 + tcol).
+ * time in column 1 + tcol, for the jobs' walk the queue and status after
+ * it).
  */
 static void
-WalkPast(PruneWalk *w, int tcol)
+WalkPast(PruneWalk *w, int tcol, bool jobs)
 {
 	HeapTuple	last = SPI_tuptable->vals[SPI_processed - 1];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
 	bool		isnull;
 
-	w->after = DatumGetTimestampTz(SPI_getbinval(last, SPI_tuptable->tupdesc, tcol + 1,
-												 &isnull));
-	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(last, SPI_tuptable->tupdesc,
-																1, &isnull)),
+	w->after = DatumGetTimestampTz(SPI_getbinval(last, desc, tcol + 1, &isnull));
+	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(last, desc, 1, &isnull)),
 					&w->after_tid);
+	if (jobs)
+	{
+		w->queue = DatumGetTextPCopy(SPI_getbinval(last, desc, tcol + 2, &isnull));
+		w->status = DatumGetTextPCopy(SPI_getbinval(last, desc, tcol + 3, &isnull));
+	}
 }
 
 /* Delete up to u->limit finished jobs of u->queues past retention. */
@@ -184,9 +233,11 @@ static void
 PruneQueues(void *arg)
 {
 	JobqPruneUnit *u = (JobqPruneUnit *) arg;
-	Oid			types[5] = {TIMESTAMPTZOID, INT4OID, TEXTARRAYOID, TIMESTAMPTZOID, TIDOID};
-	Datum		values[5];
+	Oid			types[7] = {TIMESTAMPTZOID, INT4OID, TEXTARRAYOID, TEXTOID, TEXTOID,
+	TIMESTAMPTZOID, TIDOID};
+	Datum		values[7];
 	bool		depend = jobq_depend_installed();	/* 0.2.0 on */
+	bool		by_queue = jobq_finished_by_queue();	/* 0.3.7 on */
 	PruneWalk	w;
 
 	u->deleted = 0;
@@ -200,19 +251,28 @@ PruneQueues(void *arg)
 		int			ndeleted;
 		Datum	   *cols[4];
 		bool	   *colnulls[4];
+		SPIPlanPtr	plan;
 
 		values[1] = Int32GetDatum(want);
-		values[3] = TimestampTzGetDatum(w.after);
-		values[4] = PointerGetDatum(&w.after_tid);
-		jobq_spi_exec(jobq_plan(depend ? &plan_prune_victims_depend : &plan_prune_victims,
-								depend ? JOBQ_PRUNE_VICTIMS_SQL(JOBQ_PRUNE_VICTIM_DEPEND)
-								: JOBQ_PRUNE_VICTIMS_SQL(""),
-								5, types),
-					  values, NULL, SPI_OK_SELECT);
+		values[3] = PointerGetDatum(w.queue);
+		values[4] = PointerGetDatum(w.status);
+		values[5] = TimestampTzGetDatum(w.after);
+		values[6] = PointerGetDatum(&w.after_tid);
+		if (!by_queue)
+			plan = jobq_plan(depend ? &plan_prune_by_time_depend : &plan_prune_by_time,
+							 depend ? JOBQ_PRUNE_VICTIMS_BY_TIME_SQL(JOBQ_PRUNE_VICTIM_DEPEND)
+							 : JOBQ_PRUNE_VICTIMS_BY_TIME_SQL(""),
+							 7, types);
+		else
+			plan = jobq_plan(depend ? &plan_prune_victims_depend : &plan_prune_victims,
+							 depend ? JOBQ_PRUNE_VICTIMS_SQL(JOBQ_PRUNE_VICTIM_DEPEND)
+							 : JOBQ_PRUNE_VICTIMS_SQL(""),
+							 7, types);
+		jobq_spi_exec(plan, values, NULL, SPI_OK_SELECT);
 		n = SPI_processed;
 		if (n == 0)
 			break;
-		WalkPast(&w, 4);
+		WalkPast(&w, 4, true);
 		ndeleted = jobq_delete_returned(JOBQ_REL_JOB, 4, cols, colnulls);
 		if (ndeleted > 0)
 			PruneAfter(cols, colnulls, ndeleted, depend);
@@ -253,7 +313,7 @@ PruneKeys(void *arg)
 		n = SPI_processed;
 		if (n == 0)
 			break;
-		WalkPast(&w, 1);
+		WalkPast(&w, 1, false);
 		u->deleted += jobq_delete_returned(JOBQ_REL_IDEMPOTENCY_KEY, 0, NULL, NULL);
 		if (n < (uint64) want)
 			break;				/* no more expired */

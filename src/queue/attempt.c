@@ -37,6 +37,7 @@
 #include "acl.h"
 #include "args.h"
 #include "backoff.h"
+#include "catalog.h"
 #include "guc.h"
 #include "spi.h"
 #include "queue/attempt.h"
@@ -65,6 +66,7 @@ static SPIPlanPtr plan_breaker_success;
 static SPIPlanPtr plan_fail_lock;
 static SPIPlanPtr plan_attempt_details;
 static SPIPlanPtr plan_end_attempt;
+static SPIPlanPtr plan_end_attempt_queue;
 static SPIPlanPtr plan_extend;
 static SPIPlanPtr plan_checkpoint;
 
@@ -364,6 +366,22 @@ jobq_attempt_from_tuple(HeapTuple tup, TupleDesc desc, JobqAttempt *a)
 }
 
 /*
+ * The attempt's row and the job's update; 0.3.7 on, the row names the
+ * job's queue (qcol, qval: jobq.kind_stats reads a queue's failures).
+ */
+#define JOBQ_END_ATTEMPT_SQL(qcol, qval) \
+	"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id," \
+	" started_at, finished_at, outcome, error" qcol ")" \
+	" VALUES ($1, $2, $3, $4, $5, $11, $6" qval "))" \
+	" UPDATE jobq.job SET status = $7, retry_count = $8," \
+	" run_at = COALESCE($9, run_at)," \
+	" last_error = CASE WHEN $11 IN ('snoozed', 'released') THEN last_error ELSE $6 END," \
+	" finished_at = $10, updated_at = $5, lease_expires_at = NULL," \
+	" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END," \
+	" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END" \
+	" WHERE job_id = $1"
+
+/*
  * End an attempt that did not succeed: record it in jobq.attempt, then
  * re-queue the job with retry_count + 1 (after retry_in, or the queue's
  * backoff) while it is retryable and has retries left, else fail it for
@@ -375,10 +393,10 @@ const char *
 jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 				 const Interval *retry_in, const char *outcome, TimestampTz now)
 {
-	Oid			types[11] = {INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
-	Datum		values[11];
-	char		nulls[11];
+	Oid			types[12] = {INT8OID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TEXTOID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID};
+	Datum		values[12];
+	char		nulls[12];
 
 	/* a snooze or a hand-back re-queues without spending a retry */
 	bool		snooze = strcmp(outcome, "snoozed") == 0 ||
@@ -412,19 +430,14 @@ jobq_end_attempt(const JobqAttempt *a, text *error, bool retryable,
 	values[9] = TimestampTzGetDatum(now);
 	nulls[9] = retry ? 'n' : ' ';
 	values[10] = CStringGetTextDatum(outcome);
-	jobq_spi_exec(jobq_plan_generic(&plan_end_attempt,
-									"WITH a AS (INSERT INTO jobq.attempt (job_id, attempt, worker_id,"
-									" started_at, finished_at, outcome, error)"
-									" VALUES ($1, $2, $3, $4, $5, $11, $6))"
-									" UPDATE jobq.job SET status = $7, retry_count = $8,"
-									" run_at = COALESCE($9, run_at),"
-									" last_error = CASE WHEN $11 IN ('snoozed', 'released') THEN last_error ELSE $6 END,"
-									" finished_at = $10, updated_at = $5, lease_expires_at = NULL,"
-									" claimed_at = CASE WHEN $7 = 'pending' THEN NULL ELSE claimed_at END,"
-									" worker_id = CASE WHEN $7 = 'pending' THEN NULL ELSE worker_id END"
-									" WHERE job_id = $1",
-									11, types),
-				  values, nulls, SPI_OK_UPDATE);
+	values[11] = CStringGetTextDatum(a->queue);
+	if (jobq_attempt_names_queue())
+		jobq_spi_exec(jobq_plan_generic(&plan_end_attempt_queue,
+										JOBQ_END_ATTEMPT_SQL(", queue", ", $12"), 12, types),
+					  values, nulls, SPI_OK_UPDATE);
+	else
+		jobq_spi_exec(jobq_plan_generic(&plan_end_attempt, JOBQ_END_ATTEMPT_SQL("", ""), 11, types),
+					  values, nulls, SPI_OK_UPDATE);
 	if (retry)
 		jobq_requeue(a->job_id, a->queue, a->kind, a->priority, a->concurrency_key,
 					 run_at, now);

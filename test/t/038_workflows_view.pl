@@ -63,6 +63,31 @@ $node->safe_psql('shared', q{
 	       LATERAL jobq.enqueue('z.kid', '{}', 'z' || g,
 	           depends_on => ARRAY(SELECT job_id FROM jobq.enqueue('z.root', '{}', 'z' || g)));
 });
+# and it keeps finished jobs in its queue a: 100,000 completed, 1,000
+# cancelled, 5,000 failed for good.  0.3.6 counted them in every tenant's
+# jobq.queue_stats (a scan of every kept job) and jobq.kind_stats (every
+# queue's last hour, and every attempt).
+$node->safe_psql('shared', q{
+	SET ROLE atk;
+	SELECT count(*) FROM jobq.enqueue_many('a.done', array_fill('{}'::jsonb, ARRAY[106000]), queue => 'a');
+	DO $$
+	BEGIN
+	    FOR i IN 1..100 LOOP
+	        PERFORM jobq.complete_many(array_agg(job_id), array_agg(lease_token))
+	           FROM jobq.claim('a', batch => 1000, kinds => ARRAY['a.done']);
+	    END LOOP;
+	    FOR i IN 1..5 LOOP
+	        PERFORM count(jobq.fail(job_id, lease_token, 'boom', retryable => false))
+	           FROM jobq.claim('a', batch => 1000, kinds => ARRAY['a.done']);
+	    END LOOP;
+	END
+	$$;
+	SELECT count(jobq.cancel(job_id)) FROM jobq.jobs WHERE kind = 'a.done' AND status = 'pending';
+});
+is($node->safe_psql('shared', q{
+	SELECT string_agg(status || ' ' || n, ',' ORDER BY status)
+	  FROM (SELECT status, count(*) AS n FROM jobq.job WHERE kind = 'a.done' GROUP BY status) s}),
+	'cancelled 1000,completed 100000,failed 5000', "shared: the other tenant's finished jobs");
 foreach my $db (qw(alone shared))
 {
 	$node->safe_psql($db, 'ANALYZE');
@@ -118,20 +143,46 @@ is($alone_jit + $shared_jit, 0, 'the read is not compiled by JIT (its estimate s
 # other tenant's 5,002 (0.3.5 asked jobq.may_use_queue of every queue of
 # the database, 10 buffers each; jobq.jobs asked it again whenever more
 # than 256 queues had been seen)
-foreach my $view (qw(jobq.queues jobq.queue_stats jobq.jobs))
+foreach my $view (qw(jobq.queues jobq.queue_stats jobq.jobs jobq.kind_stats))
 {
 	view_cost($_, 'vic', $view) foreach qw(alone shared);    # warm
 	my ($a) = view_cost('alone', 'vic', $view);
 	my ($b) = view_cost('shared', 'vic', $view);
 	my ($su) = view_cost('shared', $node->safe_psql('shared', 'SELECT current_user'), $view);
 	note("the tenant's read of $view: alone $a buffers, beside the other tenant $b; a superuser's $su");
-	# jobq.jobs and jobq.queue_stats read every job of the database (no
-	# index by queue): a tenant's read may cost what a superuser's does,
-	# not 10 buffers more per queue of the other tenant's
-	cmp_ok($b, '<=', $view eq 'jobq.queues' ? 2 * $a + 20 : $su + 2 * $a + 100,
+	# jobq.jobs reads every job of the database (no index by queue): a
+	# tenant's read may cost what a superuser's does, not 10 buffers more
+	# per queue of the other tenant's; every count of jobq.queue_stats and
+	# jobq.kind_stats reads the tenant's own queue's jobs (0.3.7; 0.3.6
+	# read the other tenant's 106,000 kept jobs)
+	cmp_ok($b, '<=', $view eq 'jobq.jobs' ? $su + 2 * $a + 100 : 2 * $a + 20,
 		"the tenant's read of $view costs its own queue beside another's 5,002 ($b buffers, $a alone)");
 	my (undef, undef, $jit) = view_cost('shared', 'vic', $view);
 	is($jit, 0, "the tenant's read of $view is not compiled by JIT");
+}
+
+# pruning: a pass costs the database's worker the jobs past retention and
+# a descent per queue and status that has finished jobs, not the jobs kept:
+# not the other tenant's 106,000, nor its 5,000 failed jobs once they are
+# two days old (kept 30 days, past the completed jobs' day), which 0.3.6
+# walked on each pass, whatever their queue
+{
+	my $su = $node->safe_psql('shared', 'SELECT current_user');
+	view_cost($_, $su, 'jobq.prune()') foreach qw(alone shared);    # warm
+	my ($a) = view_cost('alone', $su, 'jobq.prune()');
+	my ($b) = view_cost('shared', $su, 'jobq.prune()');
+	$node->safe_psql('shared',
+		q{UPDATE jobq.job SET finished_at = now() - interval '2 days' WHERE queue = 'a' AND status = 'failed'});
+	view_cost('shared', $su, 'jobq.prune()');    # warm
+	my ($aged) = view_cost('shared', $su, 'jobq.prune()');
+	note("a pruning pass with nothing to prune: alone $a buffers, beside the other tenant's kept jobs $b,"
+		  . " its failed jobs two days old $aged");
+	cmp_ok($b, '<=', 2 * $a + 500,
+		"a pruning pass does not read the other tenant's 106,000 kept jobs ($b buffers, $a alone)");
+	cmp_ok($aged, '<=', $b + 50,
+		"nor its 5,000 failed jobs kept past the completed jobs' cutoff ($aged buffers, $b before)");
+	is($node->safe_psql('shared', q{SELECT count(*) FROM jobq.job WHERE kind = 'a.done'}), '106000',
+		'and prunes none of them (within retention)');
 }
 
 # what is not the tenant's does not count either: 10,000 more roles in the

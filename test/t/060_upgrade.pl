@@ -36,7 +36,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # every release users may have installed, oldest first
-my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2', '0.3.3', '0.3.4', '0.3.5');
+my @released = ('0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.3.2', '0.3.3', '0.3.4', '0.3.5', '0.3.6');
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
@@ -312,6 +312,30 @@ my $status_query = q{
 };
 
 # ALTER EXTENSION jobq UPDATE, timed by psql (\timing: the statement alone)
+# In $db: a job of kind $kind completed in queue pruned (retention 1 hour)
+# and finished 2 hours ago goes with jobq.prune(); p.kept, completed there
+# now, and every other job stay.
+sub prune_check
+{
+	my ($db, $what, $kind) = @_;
+	$node->safe_psql($db, qq{
+		SELECT jobq.configure('pruned', retention_completed => '1 hour');
+		SELECT jobq.enqueue('p.kept', '{}', 'pruned') WHERE NOT EXISTS (SELECT FROM jobq.job WHERE kind = 'p.kept');
+		SELECT jobq.complete(job_id, lease_token) FROM jobq.claim('pruned');
+		SELECT jobq.enqueue('$kind', '{}', 'pruned');
+	});
+	my $others = $node->safe_psql($db, qq{SELECT count(*) FROM jobq.job WHERE kind <> '$kind'});
+	$node->safe_psql($db, q{
+		SELECT jobq.complete(job_id, lease_token) FROM jobq.claim('pruned');
+		UPDATE jobq.job SET finished_at = now() - interval '2 hours' WHERE queue = 'pruned' AND kind <> 'p.kept';
+		SELECT jobq.prune();
+	});
+	is($node->safe_psql($db, qq{
+		SELECT count(*) FILTER (WHERE kind = '$kind') || ' ' || count(*) FILTER (WHERE kind <> '$kind')
+		  FROM jobq.job}),
+		"0 $others", "$what: jobq.prune() removes the finished job past its queue's retention, and no other");
+}
+
 sub update_extension
 {
 	my ($db) = @_;
@@ -461,6 +485,12 @@ for my $old (@released)
 		q{SELECT status = 'pending' AND retry_count = 1 FROM jobq.jobs WHERE kind = 'p.expiring'}),
 		"$old: the worker reaps an expired lease before the upgrade");
 
+	# the current library prunes a database still at the old version (its
+	# finished jobs are indexed by finish time alone before 0.3.7) and the
+	# upgraded one (queue by queue): the finished job past its queue's
+	# retention goes, every other job stays
+	prune_check($db, "$old, before the upgrade", 'p.pruned.before');
+
 	my $before = $node->safe_psql($db, $state_query);
 	my $effects_before = $node->safe_psql($db, 'SELECT count(*) FROM app.effects');
 	my $statuses_before = $node->safe_psql($db, $status_query);
@@ -527,6 +557,15 @@ for my $old (@released)
 		"1\ncancelled parent job " . $node->safe_psql($db, q{SELECT job_id FROM jobq.jobs WHERE kind = 'p.failed'})
 		  . " did not complete",
 		"$old: jobs from before are parents (a failed one cancels the new dependent)");
+
+	prune_check($db, "$old, after the upgrade", 'p.pruned.after');
+	is($node->safe_psql($db, q{
+		SELECT completed || ' ' || cancelled || ' ' || blocked || ' ' || completed_last_hour
+		  FROM jobq.queue_stats WHERE queue = 'pruned'}),
+		'1 0 0 1', "$old: jobq.queue_stats counts a queue's finished jobs after the upgrade");
+	is($node->safe_psql($db, q{
+		SELECT kind || ' ' || completed FROM jobq.kind_stats(queue => 'pruned')}),
+		'p.kept 1', "$old: and jobq.kind_stats");
 
 	# the worker and the executors serve the upgraded database
 	$node->safe_psql($db, q{

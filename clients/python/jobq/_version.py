@@ -1,3 +1,3 @@
 """The library's version."""
 
-__version__ = "0.3.6"
+__version__ = "0.3.7"
