@@ -14,7 +14,8 @@
 
 -- jobq.job before anything else (0.3.7): an update that goes on to 0.3.7
 -- rebuilds an index of jobq.job, and a worker that holds a job while it
--- waits for a table this script changes would otherwise deadlock with it.
+-- waits for a table or view this script changes would otherwise deadlock
+-- with it.
 LOCK TABLE jobq.job IN ACCESS EXCLUSIVE MODE;
 
 /* ---------------------------------------------------------------------

@@ -6,8 +6,8 @@
  * What 0.3.7 changes in a 0.3.6 database, by object.  The schema as it is,
  * which a fresh install gets, is in extension/schema/; test/t/060_upgrade.pl
  * checks that this script brings a database to it.  Nothing is granted here:
- * jobq.usable_queue, jobq.queue_stats and jobq.kind_stats are replaced in
- * place, which keeps their grants.
+ * jobq.granted_queue, jobq.usable_queue, jobq.queue_stats and
+ * jobq.kind_stats are replaced in place, which keeps their grants.
  *
  * jobq.job is locked first, in ACCESS EXCLUSIVE mode (dropping one of its
  * indexes needs it), until the update commits: every statement that reads
@@ -52,7 +52,8 @@ COMMENT ON INDEX jobq.job_finished_queue_idx IS
     'finished jobs per queue and status by finish time, for pruning and the counts of finished jobs';
 
 -- The jobs waiting for their parents, per queue.
-CREATE INDEX job_blocked_idx ON jobq.job (queue)
+CREATE INDEX job_blocked_idx ON jobq.job (queue, job_id)
+    WITH (deduplicate_items = off)
     WHERE status OPERATOR(pg_catalog.=) 'blocked';
 COMMENT ON INDEX jobq.job_blocked_idx IS 'jobs waiting for their parents, per queue, for queue_stats';
 
@@ -137,7 +138,13 @@ WITH w AS (
                             AND a.outcome OPERATOR(pg_catalog.=) ANY ('{failed,lease expired}'::text[])
                             AND a.finished_at OPERATOR(pg_catalog.>=) w.since
                          OFFSET 0) a
-      JOIN jobq.job j ON j.job_id OPERATOR(pg_catalog.=) a.job_id
+     -- each attempt's job by its key: estimated from the statistics, a
+     -- queue's attempts are the average queue's, and where another tenant
+     -- keeps most of them a join would be planned as a read of every job
+     CROSS JOIN LATERAL (SELECT j.kind, j.status, j.attempts
+                           FROM jobq.job j
+                          WHERE j.job_id OPERATOR(pg_catalog.=) a.job_id
+                         OFFSET 0) j
 )
 SELECT ev.kind,
        pg_catalog.count(*) FILTER (WHERE ev.src OPERATOR(pg_catalog.=) 'job'
@@ -166,15 +173,89 @@ $$;
  * Views
  * ------------------------------------------------------------------- */
 
--- Every queue, for a role that may use all, counted as a few
+-- The queues a role may use, counted by the planner as a few
 -- (extension/schema/80_views.sql).
+CREATE OR REPLACE VIEW jobq.granted_queue WITH (security_barrier) AS
+WITH RECURSIVE asker(oid, super) AS (
+    SELECT a.oid, a.rolsuper
+      FROM pg_catalog.pg_roles a
+     WHERE a.oid OPERATOR(pg_catalog.=) (
+           SELECT CASE
+                  WHEN u.rolsuper OR u.oid OPERATOR(pg_catalog.=)
+                       (SELECT c.relowner FROM pg_catalog.pg_class c
+                         WHERE c.oid OPERATOR(pg_catalog.=) 'jobq.job'::pg_catalog.regclass)
+                  THEN COALESCE(NULLIF(pg_catalog.current_setting('jobq.handler_role', true), '')::pg_catalog.oid,
+                                (SELECT o.oid FROM pg_catalog.pg_roles o
+                                  WHERE o.rolname OPERATOR(pg_catalog.=)
+                                        COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'),
+                                                 SESSION_USER)))
+                  ELSE u.oid END
+             FROM pg_catalog.pg_roles u
+            WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
+), member_of(oid) AS (
+    SELECT a.oid FROM asker a
+  UNION
+    -- the database's owner has the privileges of pg_database_owner, which no
+    -- row of pg_auth_members says
+    SELECT o.oid FROM asker a, pg_catalog.pg_roles o
+     WHERE o.rolname OPERATOR(pg_catalog.=) 'pg_database_owner'
+       AND pg_catalog.pg_has_role(a.oid, o.oid, 'USAGE')
+  UNION
+    SELECT m.roleid FROM pg_catalog.pg_auth_members m
+      JOIN member_of r ON m.member OPERATOR(pg_catalog.=) r.oid
+), roles(a) AS (
+    SELECT ARRAY(SELECT r.oid FROM member_of r, asker a
+                  WHERE pg_catalog.pg_has_role(a.oid, r.oid, 'USAGE')
+                  ORDER BY r.oid)
+), walk(i, queue) AS (
+    SELECT 1, ''::text COLLATE "C"
+     WHERE NOT jobq.may_use_queue('*') AND NOT (SELECT a.super FROM asker a)
+  UNION ALL
+    SELECT CASE WHEN n.queue IS NULL THEN w.i OPERATOR(pg_catalog.+) 1 ELSE w.i END,
+           COALESCE(n.queue, ''::text COLLATE "C")
+      FROM walk w
+      LEFT JOIN LATERAL (SELECT p.queue FROM jobq.permission p
+                          WHERE p.role OPERATOR(pg_catalog.=) (SELECT r.a[w.i] FROM roles r)
+                            AND p.queue OPERATOR(pg_catalog.>) w.queue
+                          ORDER BY p.queue LIMIT 1) n ON true
+     WHERE w.i OPERATOR(pg_catalog.<=) (SELECT pg_catalog.cardinality(r.a) FROM roles r)
+), every(name, i) AS (
+    SELECT (SELECT q.name FROM jobq.queue q ORDER BY q.name LIMIT 1), 1
+     WHERE NOT jobq.may_use_queue('*') AND (SELECT a.super FROM asker a)
+  UNION ALL
+    SELECT (SELECT q.name FROM jobq.queue q
+             WHERE q.name OPERATOR(pg_catalog.>) e.name
+             ORDER BY q.name LIMIT 1), e.i OPERATOR(pg_catalog.+) 1
+      FROM every e
+     WHERE e.name IS NOT NULL
+)
+SELECT w.queue AS name
+  FROM walk w
+ WHERE w.queue OPERATOR(pg_catalog.<>) ''
+   AND NOT EXISTS (SELECT FROM jobq.permission p, roles r
+                    WHERE p.queue OPERATOR(pg_catalog.=) w.queue
+                      AND p.role OPERATOR(pg_catalog.=) ANY (r.a[1:w.i OPERATOR(pg_catalog.-) 1]))
+   AND jobq.may_use_queue(w.queue)
+   -- every step, in a range the planner cannot read: it counts a queue or
+   -- two, not dozens (0.3.7; see jobq.usable_queue)
+   AND w.i OPERATOR(pg_catalog.>=) (SELECT 0)
+   AND w.i OPERATOR(pg_catalog.<=) (SELECT 2147483647)
+UNION ALL
+SELECT e.name
+  FROM every e
+ WHERE e.name IS NOT NULL
+   AND jobq.may_use_queue(e.name)
+   AND e.i OPERATOR(pg_catalog.>=) (SELECT 0)
+   AND e.i OPERATOR(pg_catalog.<=) (SELECT 2147483647);
+
 CREATE OR REPLACE VIEW jobq.usable_queue WITH (security_barrier) AS
 SELECT q.*
-  FROM (SELECT * FROM jobq.queue q
-         WHERE jobq.may_use_queue('*')
-           AND q.created_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
-           AND q.created_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)
-         LIMIT (SELECT 9223372036854775807)) q
+  FROM jobq.queue q
+ WHERE jobq.may_use_queue('*')
+   AND q.created_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+   AND q.created_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)
+   AND q.updated_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+   AND q.updated_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)
 UNION ALL
 SELECT q.*
   FROM jobq.granted_queue g
@@ -207,40 +288,54 @@ SELECT q.name AS queue,
   FROM jobq.usable_queue q
  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS ready, pg_catalog.min(r.run_at) AS oldest
                        FROM jobq.ready r
-                      WHERE r.queue OPERATOR(pg_catalog.=) q.name) r
+                      WHERE r.queue OPERATOR(pg_catalog.=) q.name
+                        AND r.run_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+                        AND r.run_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) r
  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
                             pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS later,
                             pg_catalog.min(s.run_at) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
                        FROM jobq.scheduled s
-                      WHERE s.queue OPERATOR(pg_catalog.=) q.name) s
+                      WHERE s.queue OPERATOR(pg_catalog.=) q.name
+                        AND s.run_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+                        AND s.run_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) s
  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS running
                        FROM jobq.job j
-                      WHERE j.queue OPERATOR(pg_catalog.=) q.name AND j.lease_expires_at IS NOT NULL) x
+                      WHERE j.queue OPERATOR(pg_catalog.=) q.name
+                        AND j.lease_expires_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+                        AND j.lease_expires_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) x
  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS failed
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
-                        AND j.status OPERATOR(pg_catalog.=) 'failed') d
+                        AND j.status OPERATOR(pg_catalog.=) 'failed'
+                        AND j.job_id OPERATOR(pg_catalog.>=) (SELECT '-9223372036854775808'::bigint)
+                        AND j.job_id OPERATOR(pg_catalog.<=) (SELECT 9223372036854775807::bigint)) d
   LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS completed
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
                         AND j.status OPERATOR(pg_catalog.=) 'completed'
-                        AND j.finished_at IS NOT NULL) fc ON true
+                        AND j.finished_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+                        AND j.finished_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) fc ON true
   LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS cancelled
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
                         AND j.status OPERATOR(pg_catalog.=) 'cancelled'
-                        AND j.finished_at IS NOT NULL) fx ON true
+                        AND j.finished_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+                        AND j.finished_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) fx ON true
   LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS blocked
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
-                        AND j.status OPERATOR(pg_catalog.=) 'blocked') fb ON true
+                        AND j.status OPERATOR(pg_catalog.=) 'blocked'
+                        AND j.job_id OPERATOR(pg_catalog.>=) (SELECT '-9223372036854775808'::bigint)
+                        AND j.job_id OPERATOR(pg_catalog.<=) (SELECT 9223372036854775807::bigint)) fb ON true
   LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS completed
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
                         AND j.status OPERATOR(pg_catalog.=) 'completed'
-                        AND j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)) hc ON true
+                        AND j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
+                        AND j.finished_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) hc ON true
   LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS failed
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
                         AND j.status OPERATOR(pg_catalog.=) 'failed'
-                        AND j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)) hf ON true;
+                        AND j.finished_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) '1 hour'::interval)
+                        AND j.finished_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) hf ON true;

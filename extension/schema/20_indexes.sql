@@ -49,7 +49,8 @@ COMMENT ON INDEX jobq.job_failed_idx IS
 
 -- The jobs waiting for their parents (0.3.7 on), for the blocked count of
 -- jobq.queue_stats.  Only a workflow's children ever have an entry.
-CREATE INDEX job_blocked_idx ON jobq.job (queue)
+CREATE INDEX job_blocked_idx ON jobq.job (queue, job_id)
+    WITH (deduplicate_items = off)
     WHERE status OPERATOR(pg_catalog.=) 'blocked';
 COMMENT ON INDEX jobq.job_blocked_idx IS 'jobs waiting for their parents, per queue, for queue_stats';
 

@@ -76,15 +76,21 @@ typedef struct JobqPruneUnit
  * jobs.  Then p walks the (queue, status) pairs that have finished jobs,
  * one descent of job_finished_queue_idx (queue, status, finish time) each,
  * and for each the scan walks that queue's jobs of that status up to the
- * status's cutoff and no further: the jobs still kept are never read, a
+ * status's cutoff (looked up by the queue's name: a join with jobq.queue
+ * could be hashed, and would return the pairs out of order) and no further: the jobs still kept are never read, a
  * queue with no finished job costs nothing, and one queue's jobs cost
  * nothing to another's pruning (0.3.7 on; until then one walk by finish
  * time over every queue read each job finished before the latest cutoff:
  * every queue's failed jobs kept 30 days, on each pass).  The walk goes on
  * after ($4, $5, $6, $7): queue, status, finish time and row, in the order
- * the statement returns them (p's pairs in index order, each one's jobs in
- * index order); the index holds equal times in row order, which $7
- * continues.
+ * the statement returns them, which its shape fixes whatever the plan: p's
+ * pairs in index order (a recursive walk), each one's jobs in index order
+ * (a lateral scan with a LIMIT, which can only be joined by a nested loop
+ * under p); the index holds equal times in row order, which $7 continues.
+ * A walk that saw a pair out of order would end the pass early, leaving
+ * the pairs before it to the next pass (0.3.7's first version, whose plan
+ * after five passes hashed the cutoffs' join: a tenant holding its own
+ * due jobs stopped the pruning of every queue named before its own).
  * It takes no row lock: the rows are deleted without waiting
  * (jobq_delete_rows_nowait), which passes over a row another transaction
  * holds or changed, as FOR UPDATE SKIP LOCKED would.
@@ -99,11 +105,11 @@ typedef struct JobqPruneUnit
 	" FROM jobq.job j WHERE j.finished_at IS NOT NULL AND (j.queue, j.status) > (p.queue, p.status)" \
 	" ORDER BY j.queue, j.status LIMIT 1) n)" \
 	" SELECT v.ctid, v.job_id, v.kind, v.idempotency_key, v.finished_at, p.queue, p.status" \
-	" FROM p CROSS JOIN LATERAL (SELECT CASE WHEN p.status = 'failed' THEN $1 - q.retention_failed" \
-	" WHEN p.status IN ('completed', 'cancelled') THEN $1 - q.retention_completed END AS before" \
-	" FROM jobq.queue q WHERE q.name = p.queue AND q.name = ANY ($3)) b" \
-	" CROSS JOIN LATERAL (SELECT j.ctid, j.job_id, j.kind, j.idempotency_key, j.finished_at" \
-	" FROM jobq.job j WHERE j.queue = p.queue AND j.status = p.status AND j.finished_at < b.before" \
+	" FROM p CROSS JOIN LATERAL (SELECT j.ctid, j.job_id, j.kind, j.idempotency_key, j.finished_at" \
+	" FROM jobq.job j WHERE j.queue = p.queue AND j.status = p.status" \
+	" AND j.finished_at < (SELECT CASE WHEN p.status = 'failed' THEN $1 - q.retention_failed" \
+	" WHEN p.status IN ('completed', 'cancelled') THEN $1 - q.retention_completed END" \
+	" FROM jobq.queue q WHERE q.name = p.queue) AND p.queue = ANY ($3)" \
 	" AND j.finished_at >= CASE WHEN p.queue = $4 AND p.status = $5 THEN $6" \
 	" ELSE '-infinity'::timestamptz END" \
 	" AND (p.queue <> $4 OR p.status <> $5 OR j.finished_at > $6 OR j.ctid > $7)" victim \

@@ -185,6 +185,48 @@ foreach my $view (qw(jobq.queues jobq.queue_stats jobq.jobs jobq.kind_stats))
 		'and prunes none of them (within retention)');
 }
 
+# one queue that holds nearly every job: the planner's estimate of a count
+# of the tenant's queue is the average queue's, here half the table, and
+# 0.3.7's first version compiled the tenant's jobq.queue_stats with JIT
+# (850 ms of it beside 1,000,000 jobs) and, a review found, with 1,000,000
+# failed attempts in the other queue planned its jobq.kind_stats as a read
+# of every job (not seen here with 100,000); and it read every queue for a
+# superuser's jobq.queue_stats filtered by queue (the review's too)
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE lopsided');
+	$node->safe_psql('lopsided', q{
+		CREATE EXTENSION jobq;
+		SELECT jobq.grant('v', 'vic', 'administer');
+		SELECT count(*) FROM jobq.enqueue_many('big', array_fill('{}'::jsonb, ARRAY[200000]), queue => 'big');
+		DELETE FROM jobq.ready WHERE queue = 'big';
+		VACUUM jobq.ready;
+		UPDATE jobq.job SET status = 'completed', claimed_at = now(), finished_at = now() WHERE queue = 'big';
+		INSERT INTO jobq.attempt (job_id, attempt, finished_at, outcome, error, queue)
+		SELECT job_id, 1, now(), 'failed', 'boom', queue FROM jobq.job WHERE queue = 'big' AND job_id % 2 = 0;
+		SET ROLE vic;
+		SELECT count(*) FROM jobq.enqueue_many('small', array_fill('{}'::jsonb, ARRAY[10]), queue => 'v');
+		SELECT jobq.complete(job_id, lease_token) FROM jobq.claim('v');
+		RESET ROLE;
+		VACUUM ANALYZE;
+	});
+	foreach my $view ('jobq.queue_stats', 'jobq.kind_stats')
+	{
+		view_cost('lopsided', 'vic', $view);    # warm
+		my ($cost, $ms, $jit) = view_cost('lopsided', 'vic', $view);
+		note("the tenant's read of $view beside a queue of 200,000 jobs: $cost buffers, $ms ms, JIT $jit");
+		is($jit, 0, "the tenant's read of $view beside a queue of 200,000 jobs is not compiled by JIT");
+		cmp_ok($cost, '<=', 200, "and reads its own queue's jobs ($cost buffers)");
+	}
+	is($node->safe_psql('lopsided', q{
+		SET ROLE vic; SELECT completed || ' ' || pending FROM jobq.queue_stats}),
+		'1 9', "the tenant's counts");
+	my $su = $node->safe_psql('shared', 'SELECT current_user');
+	view_cost('shared', $su, q{jobq.queue_stats WHERE queue = 'v'});    # warm
+	my ($one) = view_cost('shared', $su, q{jobq.queue_stats WHERE queue = 'v'});
+	cmp_ok($one, '<=', 100,
+		"a superuser's jobq.queue_stats of one queue reads that queue, not the 5,003 others ($one buffers)");
+}
+
 # what is not the tenant's does not count either: 10,000 more roles in the
 # cluster (0.3.6's first version read every role for each statement), and
 # the tenant's own roles: one that holds 100 queues through 50 roles it is
