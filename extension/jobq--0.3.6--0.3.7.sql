@@ -54,7 +54,7 @@ COMMENT ON INDEX jobq.job_finished_queue_idx IS
 -- The jobs waiting for their parents, per queue.
 CREATE INDEX job_blocked_idx ON jobq.job (queue, job_id)
     WITH (deduplicate_items = off)
-    WHERE status OPERATOR(pg_catalog.=) 'blocked';
+    WHERE status OPERATOR(pg_catalog.=) 'blocked' AND finished_at IS NULL;
 COMMENT ON INDEX jobq.job_blocked_idx IS 'jobs waiting for their parents, per queue, for queue_stats';
 
 -- Failed attempts and expired leases per queue by time, for
@@ -325,6 +325,7 @@ SELECT q.name AS queue,
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
                         AND j.status OPERATOR(pg_catalog.=) 'blocked'
+                        AND j.finished_at IS NULL
                         AND j.job_id OPERATOR(pg_catalog.>=) (SELECT '-9223372036854775808'::bigint)
                         AND j.job_id OPERATOR(pg_catalog.<=) (SELECT 9223372036854775807::bigint)) fb ON true
   LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS completed

@@ -48,10 +48,16 @@ COMMENT ON INDEX jobq.job_failed_idx IS
     'failed jobs (the dead letter) per queue and kind, for the dead letter, retry_failed and queue_stats';
 
 -- The jobs waiting for their parents (0.3.7 on), for the blocked count of
--- jobq.queue_stats.  Only a workflow's children ever have an entry.
+-- jobq.queue_stats.  Only a workflow's children ever have an entry.  Its
+-- predicate names finished_at, which a blocked job never has, so that no
+-- statement about blocked jobs by id (a cascade's, which name the status
+-- and the ids) can be planned on it: one that was, with the statistics of
+-- a database analyzed while it had few blocked jobs, read every blocked
+-- job for each job of a cascade (this change's first version: a 500-job
+-- cancellation read 134,000 buffers instead of 56,000).
 CREATE INDEX job_blocked_idx ON jobq.job (queue, job_id)
     WITH (deduplicate_items = off)
-    WHERE status OPERATOR(pg_catalog.=) 'blocked';
+    WHERE status OPERATOR(pg_catalog.=) 'blocked' AND finished_at IS NULL;
 COMMENT ON INDEX jobq.job_blocked_idx IS 'jobs waiting for their parents, per queue, for queue_stats';
 
 /* ---------------------------------------------------------------------

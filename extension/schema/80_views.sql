@@ -253,6 +253,7 @@ SELECT q.name AS queue,
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
                         AND j.status OPERATOR(pg_catalog.=) 'blocked'
+                        AND j.finished_at IS NULL
                         AND j.job_id OPERATOR(pg_catalog.>=) (SELECT '-9223372036854775808'::bigint)
                         AND j.job_id OPERATOR(pg_catalog.<=) (SELECT 9223372036854775807::bigint)) fb ON true
   LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS completed
