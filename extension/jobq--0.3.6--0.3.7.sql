@@ -289,8 +289,8 @@ SELECT q.name AS queue,
  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) AS ready, pg_catalog.min(r.run_at) AS oldest
                        FROM jobq.ready r
                       WHERE r.queue OPERATOR(pg_catalog.=) q.name
-                        AND r.run_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
-                        AND r.run_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) r
+                        AND r.neg_priority OPERATOR(pg_catalog.>=) (SELECT -2147483648)
+                        AND r.neg_priority OPERATOR(pg_catalog.<=) (SELECT 2147483647)) r
  CROSS JOIN LATERAL (SELECT pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS due,
                             pg_catalog.count(*) FILTER (WHERE s.run_at OPERATOR(pg_catalog.>) pg_catalog.now()) AS later,
                             pg_catalog.min(s.run_at) FILTER (WHERE s.run_at OPERATOR(pg_catalog.<=) pg_catalog.now()) AS oldest_due
@@ -307,8 +307,8 @@ SELECT q.name AS queue,
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
                         AND j.status OPERATOR(pg_catalog.=) 'failed'
-                        AND j.job_id OPERATOR(pg_catalog.>=) (SELECT '-9223372036854775808'::bigint)
-                        AND j.job_id OPERATOR(pg_catalog.<=) (SELECT 9223372036854775807::bigint)) d
+                        AND j.finished_at OPERATOR(pg_catalog.>=) (SELECT '-infinity'::timestamptz)
+                        AND j.finished_at OPERATOR(pg_catalog.<=) (SELECT 'infinity'::timestamptz)) d
   LEFT JOIN LATERAL (SELECT pg_catalog.count(*) AS completed
                        FROM jobq.job j
                       WHERE j.queue OPERATOR(pg_catalog.=) q.name
