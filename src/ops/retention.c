@@ -64,8 +64,21 @@ typedef struct JobqPruneUnit
 	Datum		queues;			/* text[]: the queues to prune */
 	int			limit;			/* most rows to delete */
 	TimestampTz now;
+	bool		take_turns;		/* start after the pair the last batch ended
+								 * in */
 	int64		deleted;		/* out: rows deleted */
 } JobqPruneUnit;
+
+/*
+ * The (queue, status) pair where the last batch of the queues pruned
+ * together ran out of its limit (in TopMemoryContext; NULL: it ran out of
+ * rows).  The next batch starts after it and comes round to it last, so
+ * the pairs take turns: one queue's backlog of due jobs is pruned a batch
+ * at a time, with every other queue's due jobs between two of its batches,
+ * instead of to its end before the queues named after it (0.3.7).
+ */
+static char *turn_queue = NULL;
+static char *turn_status = NULL;
 
 /*
  * Pruning takes two statements with the rows' deletion between them.  The
@@ -216,6 +229,32 @@ WalkStart(PruneWalk *w)
 	ItemPointerSet(&w->after_tid, 0, 0);
 }
 
+/* Start the jobs' walk after every job of the pair (queue, status). */
+static void
+WalkStartAfter(PruneWalk *w, const char *queue, const char *status)
+{
+	WalkStart(w);
+	w->queue = cstring_to_text(queue);
+	w->status = cstring_to_text(status);
+	w->after = DT_NOEND;
+}
+
+/* Remember where a batch that ran out of its limit ended (NULL: it did not). */
+static void
+SetTurn(PruneWalk *w)
+{
+	if (turn_queue != NULL)
+		pfree(turn_queue);
+	if (turn_status != NULL)
+		pfree(turn_status);
+	turn_queue = turn_status = NULL;
+	if (w != NULL)
+	{
+		turn_queue = MemoryContextStrdup(TopMemoryContext, text_to_cstring(w->queue));
+		turn_status = MemoryContextStrdup(TopMemoryContext, text_to_cstring(w->status));
+	}
+}
+
 /*
  * Move w past the rows of the last SPI statement (ctid first, the walk's
  * time in column 1 + tcol, for the jobs' walk the queue and status after
@@ -248,10 +287,15 @@ PruneQueues(void *arg)
 	Datum		values[7];
 	bool		depend = jobq_depend_installed();	/* 0.2.0 on */
 	bool		by_queue = jobq_finished_by_queue();	/* 0.3.7 on */
+	bool		wrapped;
 	PruneWalk	w;
 
 	u->deleted = 0;
 	WalkStart(&w);
+	/* by time (before 0.3.7) there are no pairs to take turns */
+	wrapped = !(u->take_turns && by_queue && turn_queue != NULL);
+	if (!wrapped)
+		WalkStartAfter(&w, turn_queue, turn_status);
 	values[0] = TimestampTzGetDatum(u->now);
 	values[2] = u->queues;
 	while (u->deleted < u->limit)
@@ -288,8 +332,16 @@ PruneQueues(void *arg)
 			PruneAfter(cols, colnulls, ndeleted, depend);
 		u->deleted += ndeleted;
 		if (n < (uint64) want)
-			break;				/* no more past retention */
+		{
+			/* no more past retention after the turn's pair: round to it */
+			if (wrapped)
+				break;
+			wrapped = true;
+			WalkStart(&w);
+		}
 	}
+	if (u->take_turns)
+		SetTurn(u->deleted >= u->limit ? &w : NULL);
 }
 
 /* Delete up to u->limit idempotency keys past their expiry. */
@@ -405,6 +457,7 @@ PruneOneQueue(char *queue, int limit, TimestampTz now, List **failing)
 	u.queues = NameArray(&queue, 1);
 	u.limit = limit;
 	u.now = now;
+	u.take_turns = false;
 	u.deleted = 0;
 	if (!jobq_run_unit(unit, PruneQueues, &u))
 		*failing = lappend(*failing, MemoryContextStrdup(TopMemoryContext, queue));
@@ -458,6 +511,7 @@ jobq_prune_finished(int batch, bool *more)
 	u.queues = NameArray(healthy, nhealthy);
 	u.limit = batch;
 	u.now = now;
+	u.take_turns = true;
 	u.deleted = 0;
 	if (nhealthy > 0 && jobq_try_units(PruneQueues, &u))
 		jobs = u.deleted;

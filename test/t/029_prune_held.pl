@@ -144,5 +144,32 @@ $holder->query_safe('COMMIT');
 $holder->quit;
 is($node->safe_psql('postgres', q{SELECT jobq.prune(1000)}), '600', 'let go, the held jobs go too');
 
+# one queue's backlog of due jobs does not hold up the pruning of the
+# queues named after it: the (queue, status) pairs take turns, a batch
+# each (until 0.3.7 every batch started at the first queue, and aa_big's
+# 3,000 due jobs went before zz_small's 10: three batches here)
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure(q, retention_completed => '0')
+	  FROM unnest(ARRAY['aa_big', 'zz_small']) q;
+	SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[3000]), queue => 'aa_big');
+	SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[10]), queue => 'zz_small');
+	DO $$
+	BEGIN
+	    FOR i IN 1..4 LOOP
+	        PERFORM jobq.complete_many(array_agg(job_id), array_agg(lease_token))
+	           FROM jobq.claim(CASE WHEN i < 4 THEN 'aa_big' ELSE 'zz_small' END, batch => 1000);
+	    END LOOP;
+	END
+	$$;
+});
+is( $node->safe_psql('postgres', q{
+	SELECT jobq.prune(1000);
+	SELECT jobq.prune(1000);
+	SELECT count(*) FILTER (WHERE queue = 'zz_small') || ',' || count(*) FROM jobq.job}),
+	"1000\n1000\n0,1010",
+	'the second batch prunes the small queue named after the big backlog, then the backlog');
+is( $node->safe_psql('postgres', q{SELECT jobq.prune(5000)}),
+	'1010', 'another session prunes the rest');
+
 $node->stop;
 done_testing();
