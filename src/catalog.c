@@ -35,6 +35,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -263,6 +264,26 @@ Oid
 jobq_extension_oid(void)
 {
 	return get_extension_oid("jobq", true);
+}
+
+/*
+ * Take the lock on the jobq extension that a background step holds while it
+ * uses jobq's tables, so that DROP EXTENSION (which locks the extension
+ * first) waits for the step to end, or the step for the drop, instead of
+ * each holding some of the tables the other wants next (a deadlock).
+ * Returns false when the extension is not (or, after the wait, no longer)
+ * installed here.
+ */
+bool
+jobq_lock_extension(void)
+{
+	Oid			extoid = jobq_extension_oid();
+
+	if (!OidIsValid(extoid))
+		return false;
+	LockDatabaseObject(ExtensionRelationId, extoid, 0, AccessShareLock);
+	/* it may have been dropped while we waited */
+	return jobq_extension_oid() == extoid;
 }
 
 /* The installed version of the jobq extension here, or NULL. */

@@ -54,6 +54,7 @@ extern bool jobq_edges_name_queue(void);
 extern bool jobq_finished_by_queue(void);
 extern bool jobq_attempt_names_queue(void);
 extern Oid	jobq_extension_oid(void);
+extern bool jobq_lock_extension(void);
 extern char *jobq_schema_version(void);
 
 #endif							/* JOBQ_CATALOG_H */

@@ -660,12 +660,15 @@ ExecRunJob(const JobqHandler *h, const JobqExecJob *job, MemoryContext cxt)
 
 	PG_TRY();
 	{
-		bool		ok;
+		bool		ok = false;
 
 		ExecBegin(psprintf("jobq executor: running job %lld (%s)", (long long) job->job_id, job->kind));
-		SPI_connect();
-		ok = RunHandler(h, job);
-		SPI_finish();
+		if (jobq_lock_extension())
+		{
+			SPI_connect();
+			ok = RunHandler(h, job);
+			SPI_finish();
+		}
 		ExecEnd(ok);
 	}
 	PG_CATCH();
@@ -680,9 +683,12 @@ ExecRunJob(const JobqHandler *h, const JobqExecJob *job, MemoryContext cxt)
 		PG_TRY();
 		{
 			ExecBegin(psprintf("jobq executor: failing job %lld", (long long) job->job_id));
-			SPI_connect();
-			ExecFail(job, edata);
-			SPI_finish();
+			if (jobq_lock_extension())
+			{
+				SPI_connect();
+				ExecFail(job, edata);
+				SPI_finish();
+			}
 			ExecEnd(true);
 		}
 		PG_CATCH();
@@ -723,7 +729,7 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 	int			ran = 0;
 
 	ExecBegin("jobq executor: loading handlers");
-	if (!OidIsValid(jobq_extension_oid()))
+	if (!jobq_lock_extension())
 	{
 		ExecEnd(true);
 		return -1;
@@ -780,9 +786,12 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 		PG_TRY();
 		{
 			ExecBegin("jobq executor: claiming");
-			SPI_connect();
-			got = ExecClaim(queue, role, handlers, &job, round_cxt);
-			SPI_finish();
+			if (jobq_lock_extension())
+			{
+				SPI_connect();
+				got = ExecClaim(queue, role, handlers, &job, round_cxt);
+				SPI_finish();
+			}
 			ExecEnd(true);
 		}
 		PG_CATCH();

@@ -196,25 +196,6 @@ WorkerBeginStep(const char *activity)
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
 
-/*
- * Take a share lock on the jobq extension object for the rest of this
- * step, and tell whether the extension (still) exists.  DROP EXTENSION
- * locks that object before anything it drops, so with this lock taken
- * before any of jobq's tables, a step and a DROP EXTENSION queue up behind
- * each other instead of deadlocking.
- */
-static bool
-WorkerLockExtension(void)
-{
-	Oid			extoid = jobq_extension_oid();
-
-	if (!OidIsValid(extoid))
-		return false;
-	LockDatabaseObject(ExtensionRelationId, extoid, 0, AccessShareLock);
-	/* it may have been dropped while we waited */
-	return jobq_extension_oid() == extoid;
-}
-
 /* Commit one step of work. */
 static void
 WorkerEndStep(void)
@@ -323,7 +304,7 @@ WorkerOrphansEnded(void)
 		return true;
 
 	WorkerBeginStep("jobq: ending the leases of executors gone with the server");
-	if (!WorkerLockExtension())
+	if (!jobq_lock_extension())
 	{
 		WorkerEndStep();
 		jobq_budget_end();
@@ -379,7 +360,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 	do
 	{
 		WorkerBeginStep("jobq: firing schedules");
-		if (!WorkerLockExtension())
+		if (!jobq_lock_extension())
 		{
 			WorkerEndStep();
 			jobq_budget_end();
@@ -417,7 +398,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 	do
 	{
 		WorkerBeginStep("jobq: reaping expired leases");
-		if (!WorkerLockExtension())
+		if (!jobq_lock_extension())
 		{
 			WorkerEndStep();
 			jobq_budget_end();
@@ -440,7 +421,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 		TimestampTz next_retry;
 
 		WorkerBeginStep("jobq: settling deferred dependents");
-		if (!WorkerLockExtension())
+		if (!jobq_lock_extension())
 		{
 			WorkerEndStep();
 			jobq_budget_end();
@@ -466,7 +447,7 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 		do
 		{
 			WorkerBeginStep("jobq: pruning finished jobs");
-			if (!WorkerLockExtension())
+			if (!jobq_lock_extension())
 			{
 				WorkerEndStep();
 				jobq_budget_end();
@@ -519,7 +500,7 @@ WorkerNoteNextDue(TimestampTz last_prune, TimestampTz next_fire, uint64 lease_se
 	if (next_fire != 0 && next_fire < next)
 		next = next_fire;
 	WorkerBeginStep("jobq: looking ahead");
-	if (WorkerLockExtension())
+	if (jobq_lock_extension())
 	{
 		Datum		d;
 
@@ -730,7 +711,7 @@ WorkerStartExecutors(void)
 		bool		isnull;
 
 		WorkerBeginStep("jobq: looking for handler jobs");
-		if (WorkerLockExtension())
+		if (jobq_lock_extension())
 		{
 			SPI_connect();
 			jobq_spi_exec_sql("SELECT h.queue, EXISTS (SELECT FROM jobq.ready r WHERE r.queue = h.queue)"

@@ -236,5 +236,28 @@ for my $how ('complete', 'cancel')
 		qr/a handler cannot call jobq\.$how on its own job/, "with an error that says why ($how)");
 }
 
+# DROP EXTENSION while a handler runs: it waits for the job's step to end
+# (its completion included), and neither is a deadlock's victim.  The
+# executor's steps took no lock on the extension: the drop locked jobq's
+# tables one by one as it found them, waited for the handler check's, and
+# the completion then waited for the drop's (deadlock detected, every time
+# here before the fix)
+my $log_from = -s $node->logfile;
+my $slow = $node->safe_psql('postgres',
+	q{SELECT job_id FROM jobq.enqueue('work', '{"note": "slow", "sleep": 2}')});
+ok($node->poll_query_until('postgres', qq{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE backend_type = 'jobq executor' AND query LIKE 'jobq executor: running job $slow %'}),
+	'a handler is running');
+is($node->psql('postgres', 'DROP EXTENSION jobq CASCADE'), 0,
+	'DROP EXTENSION during a handler succeeds');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM app.effects WHERE note = 'slow'}),
+	'1', "the handler's effects committed before the drop");
+unlike(slurp_file($node->logfile, $log_from), qr/deadlock detected/,
+	'no deadlock between the drop and the executor');
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type IN ('jobq executor', 'jobq worker')}),
+	'the executors and the worker leave the database');
+
 $node->stop;
 done_testing();
