@@ -89,6 +89,7 @@ cleanup() {
 	   DELETE FROM jobq.schedule WHERE starts_with(name, '$P');
 	   DELETE FROM jobq.app_worker WHERE starts_with(worker_id, '$P');
 	   DELETE FROM jobq.queue WHERE starts_with(name, '$P');" >/dev/null 2>&1
+	q "DROP OWNED BY ${P}tenant; DROP ROLE ${P}tenant" >/dev/null 2>&1
 }
 
 # --- set up ----------------------------------------------------------------
@@ -246,6 +247,18 @@ check "resume a queue that is not paused" rc_and_has 0 "was not paused"
 run resume "${P}nosuch"
 check "resume a queue that does not exist: 1, not created" rc_and_has 1 "no queue \"${P}nosuch\""
 check "the unknown queue was not created" [ -z "$(q "SELECT 1 FROM jobq.queue WHERE name = '${P}nosuch'")" ]
+# a tenant that administers its queue (no superuser, no read of jobq's tables)
+q "CREATE ROLE ${P}tenant; SELECT jobq.grant('${P}tq', '${P}tenant', 'administer');
+   SELECT jobq.pause('${P}tq'), jobq.resume('${P}tq')" >/dev/null
+export PGOPTIONS="-c role=${P}tenant"
+run pause "${P}tq"
+check "a tenant pauses its queue" rc_and_has 0 "queue \"${P}tq\" paused"
+run resume "${P}tq"
+check "a tenant resumes its queue" rc_and_line 0 "queue \"${P}tq\" resumed"
+run resume "${P}q"
+check "a tenant cannot resume another's queue: 1, it sees no such queue" rc_and_has 1 "no queue \"${P}q\""
+unset PGOPTIONS
+check "the tenant's queue is not paused" [ "$(q "SELECT paused FROM jobq.queues WHERE queue = '${P}tq'")" = f ]
 run pause "${P}new"
 check "pause of an unknown queue: 1" rc_and_has 1 "no queue \"${P}new\""
 check "and the queue was not created" [ -z "$(q "SELECT 1 FROM jobq.queue WHERE name = '${P}new'")" ]
