@@ -109,17 +109,27 @@ while (time - $t1 < 180)
 	select(undef, undef, undef, 0.05);
 }
 ok(defined $left, "the victim's dependent is settled");
-cmp_ok($left // 0, '>=', int($backlog_then / 2),
-	"the victim's dependent is settled while most of the other tenant's backlog still waits");
-note sprintf("the victim's dependent was pending %.2f s after its hold ended; of the other tenant's %d deferred"
-	  . " parents %d were still deferred then (%s of them when the victim's parent was deferred, %.2f s after"
-	  . " the backlog's hold ended)", $waited // -1, $nheld, $left // -1, $backlog_then, $t1 - $t0);
+note sprintf("the victim's dependent was seen pending %.2f s after its hold ended; of the other tenant's %d"
+	  . " deferred parents %d were still deferred then (%s of them when the victim's parent was deferred, %.2f s"
+	  . " after the backlog's hold ended)", $waited // -1, $nheld, $left // -1, $backlog_then, $t1 - $t0);
 
 ok($node->poll_query_until('postgres', q{
 		SELECT (SELECT count(*) FROM jobq.jobs WHERE kind = 'child' AND status = 'pending') = } . $nheld . q{
 		   AND NOT EXISTS (SELECT FROM jobq.settle_deferred)}),
 	'then every held dependent is pending, and nothing is left deferred');
 note sprintf('the whole backlog was settled %.2f s after its hold ended', time - $t0);
+
+# how much of the backlog was settled after the victim's dependent, from
+# the time each settling wrote (the worker's clock), not from when this
+# script saw it: on a loaded machine the poll above sees the victim late,
+# and the worker settles more of the backlog meanwhile (CI under load:
+# 4,503 of 12,000 seen left)
+my $after = $node->safe_psql('postgres', q{
+	SELECT count(*) FROM jobq.job c
+	 WHERE c.kind = 'child' AND c.updated_at > (SELECT updated_at FROM jobq.job WHERE kind = 'vchild')});
+cmp_ok($after, '>=', int($backlog_then / 2),
+	"the victim's dependent is settled while most of the other tenant's backlog still waits");
+note "$after of the backlog's dependents were settled after the victim's";
 
 $hold->quit;
 
