@@ -483,6 +483,14 @@ def tests():
     check("a non-loopback bind without a password is refused (exit 2)",
           r.returncode == 2 and "JOBQ_WEB_PASSWORD" in r.stderr, r.stderr)
 
+    empty = os.path.join(a.work, "empty-password")
+    with open(empty, "w") as fh:
+        fh.write("\nsecond line\n")
+    r = subprocess.run([JOBQ, "web", "--port", "0", "--password-file", empty], capture_output=True,
+                       text=True, env=env, timeout=30)
+    check("a password file whose first line is empty is refused (exit 2), not a dashboard without one",
+          r.returncode == 2 and "first line is empty" in r.stderr, (r.returncode, r.stderr))
+
     admin = Web(a.work, "admin")
     check("jobq web prints its URL", admin.banner.startswith(f"jobq web: serving http://127.0.0.1:{admin.port}/"),
           admin.banner)
@@ -600,7 +608,7 @@ def statuses(reply):
 
 def session_get(web, path, sid):
     """GET path with a given session cookie; the status."""
-    req = urllib.request.Request(web.url + path, headers={"Cookie": f"jobq_session={sid}"})
+    req = urllib.request.Request(web.url + path, headers={"Cookie": f"jobq_session_{web.port}={sid}"})
     try:
         with urllib.request.build_opener(NoRedirect).open(req, timeout=30) as r:
             return r.status
@@ -681,9 +689,23 @@ def hostile_http(a, db, ids, admin, pw):
     for sck in stalled:
         sck.close()
 
+    # input outside ASCII: refused, never a server error
+    with urllib.request.build_opener(NoRedirect).open(admin.url + "/", timeout=30) as r:
+        cookie = r.headers.get("Set-Cookie", "")
+    check("the session cookie is named for the dashboard's port (two dashboards on one host keep theirs)",
+          cookie.startswith(f"jobq_session_{admin.port}="), cookie)
+    for path in ("/job/%C2%B2", "/workflow/%C2%B2", "/job/%D9%A3"):
+        st = admin.get(path)[0]
+        check(f"GET {path} (a digit outside ASCII): 404", st == 404, st)
+    st = admin.post("/action", {"op": "retry", "job_id": "\u00b2", "csrf": admin.csrf("/") or "", "back": "/"})[0]
+    check("an action on job \u00b2: no server error", st in (303, 400), st)
+    st = admin.post("/action", {"op": "pause", "queue": "reports", "csrf": "t\u00f6ken", "back": "/"})[0]
+    check("a CSRF token outside ASCII: 403", st == 403, st)
+    check("the dashboard logged no traceback", "Traceback" not in open(log).read())
+
     # anonymous traffic cannot evict a session
     ok = pw.post("/login", {"csrf": pw.csrf("/login") or "", "password": "s3cret pass"})[0] == 303
-    sid = next((c.value for c in pw.jar if c.name == "jobq_session"), None)
+    sid = next((c.value for c in pw.jar if c.name == f"jobq_session_{pw.port}"), None)
     check("password: log in over HTTP", ok and session_get(pw, "/", sid) == 200, (ok, sid))
     seen = flood(pw, 10002)
     check("10,002 requests without a cookie (each a new session id)", seen == {303: 10002}, seen)

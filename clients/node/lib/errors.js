@@ -60,9 +60,14 @@ class HandedBack extends Error {
 }
 
 // A finite, non-negative number of seconds, or a TypeError naming `what`.
+// the longest delay jobq accepts (retry_in, snooze): 1000 years
+const MAX_SECONDS = 1000 * 365.25 * 86400
+
 function checkSeconds (s, what) {
-  const n = Number(s)
-  if (!Number.isFinite(n) || n < 0) throw new TypeError(`${what} must be a non-negative number, got ${s}`)
+  const n = typeof s === 'symbol' ? NaN : Number(s)
+  if (!Number.isFinite(n) || n < 0 || n > MAX_SECONDS) {
+    throw new TypeError(`${what} must be a number from 0 to ${MAX_SECONDS} seconds (1000 years), got ${String(s)}`)
+  }
   return n
 }
 

@@ -583,7 +583,7 @@ class Worker {
     try {
       fn(...args)
     } catch (e) {
-      this.log.warn(`${this.workerId}: hook ${name} threw: ${e.message}`)
+      this.log.warn(`${this.workerId}: hook ${name} threw: ${errorText(e)}`)
     }
   }
 
@@ -1039,12 +1039,35 @@ function describe (v) {
     const s = JSON.stringify(v)
     if (s !== undefined) return s
   } catch (e) {}
-  return util.inspect(v, { depth: 4, breakLength: Infinity }) // BigInt, circular: as Node shows them
+  try {
+    return util.inspect(v, { depth: 4, breakLength: Infinity }) // BigInt, circular: as Node shows them
+  } catch (e) {
+    return '(a value that cannot be shown)'
+  }
+}
+
+// v as text, whatever it is: a handler's error may carry a Symbol, or an
+// object whose toString throws, where a string is expected.
+function text (v) {
+  try {
+    return String(v)
+  } catch (e) {
+    return describe(v)
+  }
+}
+
+// A property of a handler's error; undefined when its getter throws.
+function prop (e, name) {
+  try {
+    return e[name]
+  } catch (x) {
+    return undefined
+  }
 }
 
 // What a failed attempt leaves in last_error: the error's class and message.
 function errorText (e) {
-  if (e instanceof Error) return `${e.name || 'Error'}: ${e.message}`
+  if (e instanceof Error) return `${text(prop(e, 'name') || 'Error')}: ${text(prop(e, 'message'))}`
   return `thrown: ${describe(e)}`
 }
 
@@ -1052,11 +1075,11 @@ function errorText (e) {
 // stacks of its causes, at most DETAILS_MAX_BYTES bytes, cut on a
 // character boundary.
 function detailsOf (e) {
-  let s = e instanceof Error ? String(e.stack || errorText(e)) : errorText(e)
-  let c = e instanceof Error ? e.cause : undefined
+  let s = e instanceof Error ? text(prop(e, 'stack') || errorText(e)) : errorText(e)
+  let c = e instanceof Error ? prop(e, 'cause') : undefined
   for (let depth = 0; c !== undefined && c !== null && depth < 5; depth++) {
-    s += '\nCaused by: ' + (c instanceof Error ? String(c.stack || errorText(c)) : describe(c))
-    c = c instanceof Error ? c.cause : undefined
+    s += '\nCaused by: ' + (c instanceof Error ? text(prop(c, 'stack') || errorText(c)) : describe(c))
+    c = c instanceof Error ? prop(c, 'cause') : undefined
     if (s.length > 4 * DETAILS_MAX_BYTES) break
   }
   return fitBytes(s, DETAILS_MAX_BYTES)

@@ -859,6 +859,9 @@ class Worker:
             job._thread = threading.get_ident()
             try:
                 value, ok = fn(job), True
+            except (SystemExit, KeyboardInterrupt) as e:
+                value, ok = _HandlerExit(e), False
+                value.__cause__ = e
             except BaseException as e:      # handed to the loop, re-raised there
                 value, ok = e, False
             try:
@@ -884,7 +887,7 @@ class Worker:
                             " is SQL_ASCII, and a client wrote it in another encoding"
                             % (what, value.error))
                 if reg.is_async:
-                    fut = asyncio.ensure_future(reg.fn(job))    # type: ignore[arg-type]
+                    fut = asyncio.ensure_future(_guarded(reg.fn(job)))  # type: ignore[arg-type]
                 else:
                     fut = self._in_thread(reg.fn, job)          # type: ignore[arg-type]
                 if reg.timeout is not None:
@@ -917,6 +920,8 @@ class Worker:
                 out = await self._snooze(job, e.seconds)
             except LeaseLost:
                 out = _Outcome("lost")
+            except _HandlerExit as e:
+                out = await self._fail(job, str(e), details=_trace(e.__cause__ or e))
             except Exception as e:
                 log.debug("%s: job %d raised", self.worker_id, job.id, exc_info=True)
                 out = await self._fail(job, _describe(e), details=_trace(e))
@@ -1400,6 +1405,24 @@ class _TimedOut(Exception):
 
 class _Unreadable(Exception):
     """A claimed job whose payload or checkpoint cannot be decoded."""
+
+
+class _HandlerExit(Exception):
+    """A handler raised SystemExit or KeyboardInterrupt (a library that
+    calls sys.exit, say): its job fails by it, and the worker goes on with
+    its other jobs.  Raised into the worker's loop, either would have ended
+    run() at once and left every job in hand until its lease expired."""
+
+    def __init__(self, e: BaseException) -> None:
+        super().__init__(_describe(e))
+
+
+async def _guarded(coro: Awaitable[Any]) -> Any:
+    """An async handler's run, with SystemExit and KeyboardInterrupt as _HandlerExit."""
+    try:
+        return await coro
+    except (SystemExit, KeyboardInterrupt) as e:
+        raise _HandlerExit(e) from e
 
 
 @dataclass

@@ -326,6 +326,51 @@ test('outcomes: Permanent to the dead letter, thrown errors retried with backoff
   assert.ok(!line('error', ids.flaky, '503'), 'a retried failure is not an error line')
 })
 
+test('errors that cannot be printed plainly (a Symbol name, a throwing getter, a Symbol thrown) fail their job alone; the worker goes on', async () => {
+  const queue = queueName('odd_errors')
+  await q("SELECT jobq.configure($1, max_retries => 0)", [queue])
+  const w = worker(queue, { concurrency: 4 })
+    .handle('symbol_name', async () => { const e = new Error('boom'); e.name = Symbol('weird'); throw e })
+    .handle('getter', async () => {
+      const e = new Error('hidden')
+      // the stack first: V8 formats it (reading the message) when it is redefined
+      Object.defineProperty(e, 'stack', { get () { throw new Error('no stack either') } })
+      Object.defineProperty(e, 'message', { get () { throw new Error('no message for you') } })
+      Object.defineProperty(e, 'cause', { get () { throw new Error('no cause') } })
+      throw e
+    })
+    .handle('thrown_symbol', async () => { throw Symbol('odd') })
+    .handle('slow', async () => { await sleep(1500); return { ok: 1 } })
+  const ids = {}
+  for (const kind of ['slow', 'symbol_name', 'getter', 'thrown_symbol']) ids[kind] = (await producer.enqueue(kind, {}, { queue })).jobId
+  const done = w.run()
+  await drained(queue, null, 30000)
+  const later = (await producer.enqueue('slow', {}, { queue })).jobId
+  await drained(queue, null, 30000)
+  await w.stop()
+  await done
+  assert.equal((await statusOf(ids.slow)).status, 'completed')
+  assert.equal((await statusOf(later)).status, 'completed', 'the worker went on')
+  const sym = await statusOf(ids.symbol_name)
+  assert.deepEqual([sym.status, sym.last_error], ['failed', 'Symbol(weird): boom'])
+  const g = await statusOf(ids.getter)
+  assert.deepEqual([g.status, g.last_error], ['failed', 'Error: undefined'])
+  const t = await statusOf(ids.thrown_symbol)
+  assert.equal(t.status, 'failed')
+  assert.match(t.last_error, /^thrown: /)
+})
+
+test('RetryIn and Snooze refuse a delay jobq would refuse when they are made', () => {
+  for (const Cls of [jobq.RetryIn, jobq.Snooze]) {
+    for (const bad of [-5, NaN, Infinity, 1e300, 1000 * 366 * 86400, 'soon', Symbol('s')]) {
+      assert.throws(() => new Cls(bad), TypeError, `${Cls.name} ${String(bad)}`)
+    }
+    assert.equal(new Cls(0).seconds, 0)
+    assert.equal(new Cls('2.5').seconds, 2.5)
+    assert.equal(new Cls(999 * 365 * 86400).seconds, 999 * 365 * 86400)
+  }
+})
+
 test('a handler timeout aborts job.signal and fails the attempt, even when the handler ignores the signal', async () => {
   const queue = queueName('timeout')
   let reason = null

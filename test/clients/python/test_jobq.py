@@ -879,6 +879,74 @@ class Failures(Base):
         self.assertTrue(logs.at(logging.WARNING, "one by one", "result is too large"),
                         [r.getMessage() for r in logs.records])
 
+    def test_handler_exit_fails_its_job_alone(self):
+        """a handler that raises SystemExit (sync, on its thread: a library calling sys.exit)
+        or KeyboardInterrupt (async): its job fails by it, and the worker goes on: the job
+        running beside them completes, a job enqueued after runs, run() returns 0 at stop
+        (it used to raise SystemExit at once, leaving every job in hand to its lease)"""
+        w = self.worker(concurrency=3)
+        with connect() as conn:
+            slow = jobq.enqueue(conn, "slow", {}, queue=self.queue).job_id
+            out = jobq.enqueue(conn, "exit", {}, queue=self.queue).job_id
+            intr = jobq.enqueue(conn, "interrupt", {}, queue=self.queue).job_id
+
+        @w.handler("slow")
+        def slow_h(job):
+            time.sleep(1.5)
+            return {"ok": 1}
+
+        @w.handler("exit")
+        def exit_h(job):
+            sys.exit(3)
+
+        @w.handler("interrupt")
+        async def interrupt_h(job):
+            raise KeyboardInterrupt
+
+        with running(w) as codes:
+            self.assertTrue(poll(lambda: self.status(out)[0] == "failed"
+                                 and self.status(intr)[0] == "failed", 30),
+                            (self.status(out), self.status(intr)))
+            self.assertTrue(poll(lambda: self.status(slow)[0] == "completed", 30), self.status(slow))
+            with connect() as conn:
+                later = jobq.enqueue(conn, "slow", {}, queue=self.queue).job_id
+            self.assertTrue(poll(lambda: self.status(later)[0] == "completed", 30), self.status(later))
+        self.assertEqual(codes, [0])
+        self.assertEqual(self.status(out), ("failed", 2, "SystemExit: 3", None))
+        self.assertEqual(self.status(intr), ("failed", 2, "KeyboardInterrupt", None))
+        self.assertEqual(q1("SELECT count(*) FROM jobq.attempt WHERE job_id = ANY (%s)"
+                            " AND outcome <> 'failed'", ([out, intr],)), 0)
+
+    def test_dashboard_connections_leave_no_session_state(self):
+        """the dashboard's connection pool (jobq.web.db.Pool) sets its statement_timeout as a
+        startup option, not a SET: through PgBouncer in transaction mode a SET stayed on the
+        server connection, and the next client there (LIFO) had the dashboard's 30 s timeout.
+        Directly, the dashboard's own connections still have it"""
+        from jobq.web.db import Pool
+        pool = Pool(size=1, conninfo=DSN)
+        conn = pool.connect()
+        try:
+            mine = conn.execute("SHOW statement_timeout").fetchone()[0]
+        finally:
+            conn.close()
+        self.assertEqual(mine, "0" if POOLER else "30s")
+        with connect() as other:
+            self.assertEqual(other.execute("SHOW statement_timeout").fetchone()[0], "0")
+
+    def test_bad_delays_refused_when_raised(self):
+        """RetryIn and Snooze refuse a delay jobq would refuse (negative, NaN, infinite,
+        over 1000 years) when they are made, so the handler's own error fails the job; a
+        delay the server refused after the handler ended left the job to its lease"""
+        for cls in (jobq.RetryIn, jobq.Snooze):
+            for bad in (-5, float("nan"), float("inf"), 1e300, 1000 * 366 * 86400):
+                with self.assertRaises(ValueError, msg=(cls, bad)):
+                    cls(bad)
+            with self.assertRaises(TypeError):
+                cls("soon")
+            self.assertEqual(cls(0).seconds, 0.0)
+            self.assertEqual(cls("2.5").seconds, 2.5)
+            self.assertEqual(cls(999 * 365 * 86400).seconds, 999 * 365 * 86400)
+
     def test_failures_logged_with_their_error(self):
         """failures are logged with their error, at WARNING when retried and ERROR when dead;
         Event.error has it; the stack trace is kept as the attempt's details, at most 16 kB

@@ -11,7 +11,7 @@ import json
 import psycopg
 
 from .db import Db, db_message
-from .render import Refused
+from .render import Refused, digits
 
 # actions asked about first (a page with the same form, confirmed): what
 # changes many jobs, and what deletes; the answer's button label
@@ -27,7 +27,7 @@ class Actions:
         """Ask before an action that changes many jobs or deletes one: the same form again, confirmed."""
         def one(name):
             return (f.get(name) or [""])[-1].strip()
-        ids = sorted({v for v in f.get("job_id", []) if v.isdigit()}, key=int)
+        ids = sorted({v for v in f.get("job_id", []) if digits(v)}, key=int)
         what = {
             "discard": f"Delete job {one('job_id')} and its attempt history for good? "
                        "(Its idempotency key stays reserved for jobq.idempotency_retention.)",
@@ -55,7 +55,7 @@ class Actions:
 
         def job_id():
             v = one("job_id")
-            if not v.isdigit():
+            if not digits(v):
                 raise Refused(400, "a job id is a positive integer")
             return int(v)
         op = one("op")
@@ -72,7 +72,7 @@ class Actions:
                                 ("only failed or cancelled jobs can be retried" if op == "retry"
                                  else "only pending, blocked or running jobs can be cancelled"))
                 elif op == "retry_selected":
-                    ids = [int(v) for v in f.get("job_id", []) if v.isdigit()]
+                    ids = [int(v) for v in f.get("job_id", []) if digits(v)]
                     if not ids:
                         s.flash("error", "no job selected")
                         return
@@ -88,7 +88,7 @@ class Actions:
                         st = db.value("SELECT j.status FROM jobq.jobs j WHERE j.job_id = %s", (j,))
                         s.flash("error", f"job {j} is {st or 'gone'}; only failed or cancelled jobs can be discarded")
                 elif op == "discard_selected":
-                    ids = [int(v) for v in f.get("job_id", []) if v.isdigit()]
+                    ids = [int(v) for v in f.get("job_id", []) if digits(v)]
                     if not ids:
                         s.flash("error", "no job selected")
                         return
@@ -110,7 +110,7 @@ class Actions:
                             s.flash("error", "the payload must be a JSON object")
                             return
                     prio = one("priority") or None
-                    if prio is not None and not prio.lstrip("-").isdigit():
+                    if prio is not None and not digits(prio.removeprefix("-")):
                         prio = db.value("SELECT jobq.priority(%s::text)", (prio,))
                     retries = one("max_retries") or None
                     with db.conn.transaction():

@@ -7,6 +7,7 @@ per-minute counts of finished jobs behind the charts (Minutes).
 """
 
 import datetime
+import os
 import queue as queuelib
 import threading
 import time
@@ -22,22 +23,35 @@ REREAD = 2              # minutes of the chart counted again at every refresh (l
 KEEP = 1440             # minutes of the chart kept (the day)
 
 
-class Pool:
-    """A few autocommit connections, made from the libpq environment."""
+STATEMENT_TIMEOUT = "30s"   # the longest statement of the dashboard's connections
 
-    def __init__(self, size=4):
+
+class Pool:
+    """A few autocommit connections, made from the libpq environment (or conninfo)."""
+
+    def __init__(self, size=4, conninfo=""):
         self.idle = queuelib.LifoQueue()
         self.size = size
+        self.conninfo = conninfo
         self.lock = threading.Lock()
         self.made = 0
 
     def connect(self):
         # no prepared statements: a generic plan of a job_id probe could
-        # be a sequential scan (and a pooler in transaction mode keeps none)
-        conn = psycopg.connect("", autocommit=True, prepare_threshold=None,
-                               application_name="jobq web")
-        conn.execute("SET statement_timeout = '30s'")
-        return conn
+        # be a sequential scan (and a pooler in transaction mode keeps none).
+        # The timeout is a startup option, not a SET: behind a pooler in
+        # transaction mode a SET stays on the server connection and holds
+        # for whichever client gets it next.  A pooler that refuses the
+        # option (PgBouncer does, unless told to ignore it) gets a
+        # connection without it.
+        kw = dict(autocommit=True, prepare_threshold=None, application_name="jobq web")
+        options = (os.environ.get("PGOPTIONS", "") + f" -c statement_timeout={STATEMENT_TIMEOUT}").strip()
+        try:
+            return psycopg.connect(self.conninfo, options=options, **kw)
+        except psycopg.OperationalError as x:
+            if "unsupported startup parameter" not in str(x):
+                raise
+        return psycopg.connect(self.conninfo, **kw)
 
     def get(self):
         try:

@@ -16,7 +16,7 @@ from .db import GROUPS_TTL, STATS_TTL, Db, db_message
 from .queries import (Q_APP_WORKERS, Q_DETAILS, Q_HELD, Q_WF_EDGES, Q_WF_JOBS,
                       Q_WORKFLOWS, keyset_page)
 from .render import (STATUS_FILL, STATUSES, TEMPLATES, WF_MAX_JOBS, Refused, ago,
-                     chart_layout, qs, wf_layout)
+                     chart_layout, digits, qs, wf_layout)
 
 PAYLOAD_EXAMPLE = '{"customer": {"id": 42}}'
 SEARCH_TIMEOUT = "5s"    # statement_timeout of each statement of a Jobs page (a search)
@@ -107,7 +107,7 @@ class Pages:
         if params.get("to"):
             where.append("j.created_at < %s::timestamptz")
             args.append(params["to"])
-        before = int(params["before"]) if params.get("before", "").isdigit() else None
+        before = int(params["before"]) if digits(params.get("before", "")) else None
         select = ("SELECT j.job_id, j.queue, j.kind, j.status, j.priority, j.retry_count, "
                   "j.max_retries, j.idempotency_key, j.run_at, j.created_at, j.finished_at, "
                   "pg_catalog.left(j.last_error, 200) AS last_error FROM jobq.jobs j")
@@ -165,7 +165,7 @@ class Pages:
             if params.get("error"):
                 where.append("pg_catalog.starts_with(COALESCE(j.last_error, ''), %s)")
                 args.append(params["error"])
-            before = int(params["before"]) if params.get("before", "").isdigit() else None
+            before = int(params["before"]) if digits(params.get("before", "")) else None
             jobs, nxt_id = keyset_page(
                 db, "SELECT j.job_id, j.queue, j.kind, j.attempts, j.finished_at, "
                 "pg_catalog.left(j.last_error, 200) AS last_error FROM jobq.jobs j",

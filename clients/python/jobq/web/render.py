@@ -152,6 +152,11 @@ def wf_layout(jobs, edges):
             "edges": lines, "hidden": hidden, "parents": parents}
 
 
+def digits(v):
+    """Is v a number in ASCII digits?  (str.isdigit also takes "²", which int() refuses.)"""
+    return v.isascii() and v.isdigit()
+
+
 class Refused(Exception):
     """A request answered with an HTTP error status."""
 

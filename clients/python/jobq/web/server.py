@@ -30,7 +30,7 @@ from .auth import Sessions, SessionView, Throttle
 from .db import GROUPS_TTL, LIVE_TTL, STATS_TTL, Cached, Db, Minutes, Pool, db_message
 from .pages import Pages
 from .queries import Q_DEAD_GROUPS, Q_QUEUES, Q_RUNNING, Q_STATS
-from .render import HERE, NAV, TEMPLATES, Refused
+from .render import HERE, NAV, TEMPLATES, Refused, digits
 
 STATIC = os.path.join(HERE, "static")
 LIVE_INTERVAL = 5000    # ms between a page's refreshes (static/jobq.js)
@@ -57,6 +57,10 @@ class App:
         # of the index of failed jobs, not every failed job to filter it
         self.dead_groups = Cached(self.pool, Q_DEAD_GROUPS, GROUPS_TTL,
                                   lambda: ([q["queue"] for q in self.queues.get()],))
+        # named for the port once it is known: a browser sends a host's
+        # cookies to each of its ports, and two dashboards on one host (one
+        # per role) must not take each other's sessions
+        self.cookie = "jobq_session"
         self.sessions = Sessions()
         self.throttle = Throttle()
         self.hosts = set()
@@ -143,15 +147,15 @@ class Handler(Pages, Actions):
         if raw:
             try:
                 c = http.cookies.SimpleCookie(raw)
-                if "jobq_session" in c:
-                    sid = c["jobq_session"].value
+                if self.app.cookie in c:
+                    sid = c[self.app.cookie].value
             except http.cookies.CookieError:
                 pass
         self.new_cookie = None
         if not self.app.sessions.valid(sid):
             sid = self.app.sessions.new()
             self.new_cookie = ("Set-Cookie",
-                               f"jobq_session={sid}; Path=/; HttpOnly; SameSite=Strict")
+                               f"{self.app.cookie}={sid}; Path=/; HttpOnly; SameSite=Strict")
         return SessionView(self.app.sessions, sid)
 
     def cookies(self):
@@ -167,7 +171,7 @@ class Handler(Pages, Actions):
         # waitress has checked Content-Length (digits only) and read the
         # whole body, at most MAX_BODY bytes
         n = self.headers.get("Content-Length") or "0"
-        if not n.isdigit():
+        if not digits(n):
             raise Refused(400, "bad Content-Length")
         n = int(n)
         if n > MAX_BODY:
@@ -213,9 +217,9 @@ class Handler(Pages, Actions):
                       "/chart.svg": self.chart}
             if path in routes:
                 return routes[path](s, params)
-            if path.startswith("/job/") and path[5:].isdigit():
+            if path.startswith("/job/") and digits(path[5:]):
                 return self.page_job(s, int(path[5:]))
-            if path.startswith("/workflow/") and path[10:].isdigit():
+            if path.startswith("/workflow/") and digits(path[10:]):
                 return self.page_workflow(s, int(path[10:]))
             raise Refused(404, "no such page")
         except Refused as r:
@@ -230,7 +234,9 @@ class Handler(Pages, Actions):
             s = self.session()
             f = self.form()
             token = (f.get("csrf") or [""])[-1]
-            if self.new_cookie or not hmac.compare_digest(token, s.csrf) or not self.same_origin():
+            # bytes: compare_digest refuses a str that is not ASCII
+            token_ok = hmac.compare_digest(token.encode(), s.csrf.encode())
+            if self.new_cookie or not token_ok or not self.same_origin():
                 raise Refused(403, "refused: this form's CSRF token is missing or wrong (reload the page)")
             if path == "/login":
                 return self.login(s, f)
@@ -297,7 +303,7 @@ class Handler(Pages, Actions):
             # a fresh session id after login (no session fixation)
             sid = self.app.sessions.login()
             return self.redirect("/", [("Set-Cookie",
-                                        f"jobq_session={sid}; Path=/; HttpOnly; SameSite=Strict")])
+                                        f"{self.app.cookie}={sid}; Path=/; HttpOnly; SameSite=Strict")])
         return self.send(403, self.login_page(s, "wrong password"))
 
     def may(self, db, queue, capability):
@@ -326,9 +332,14 @@ def serve(args):
     if args.password_file:
         try:
             with open(args.password_file, encoding="utf-8") as fh:
-                password = fh.readline().rstrip("\r\n") or None
-        except OSError as x:
+                password = fh.readline().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as x:
             print(f"jobq web: cannot read --password-file: {x}", file=sys.stderr)
+            return 2
+        if not password:
+            # a password was asked for: an empty one must not open the dashboard
+            print(f"jobq web: --password-file {args.password_file}: its first line is empty; "
+                  "write the password there", file=sys.stderr)
             return 2
     if not loopback(args.bind) and password is None:
         print(f"jobq web: --bind {args.bind} is not a loopback address: set JOBQ_WEB_PASSWORD "
@@ -349,6 +360,7 @@ def serve(args):
         print(f"jobq web: cannot listen on {args.bind}:{args.port}: {x}", file=sys.stderr)
         return 3
     port = sock.getsockname()[1]
+    app.cookie = f"jobq_session_{port}"
     # waitress: bodies buffered whole before a thread sees them, at most
     # MAX_BODY; an idle or stalled connection closed after channel_timeout;
     # no proxy header trusted
