@@ -193,6 +193,22 @@ NoteSuccess(const char *unit)
 				(errmsg("jobq: %s works again", unit)));
 }
 
+/*
+ * Note that unit, run by the caller itself, failed with edata (logged once
+ * per cause, as a contained unit's error), or worked.
+ */
+void
+jobq_unit_failed(const char *unit, ErrorData *edata)
+{
+	NoteFailure(unit, edata);
+}
+
+void
+jobq_unit_worked(const char *unit)
+{
+	NoteSuccess(unit);
+}
+
 /* A unit's call: its function, its argument, its lock timeout (ms). */
 typedef struct JobqContainedCall
 {

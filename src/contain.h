@@ -38,6 +38,8 @@ typedef struct JobqUnitMemory
 } JobqUnitMemory;
 extern void jobq_contain_share(const JobqUnitMemory *memory);
 extern bool jobq_unit_failing(const char *unit);
+extern void jobq_unit_failed(const char *unit, ErrorData *edata);
+extern void jobq_unit_worked(const char *unit);
 extern bool jobq_try_units(JobqUnitFn fn, void *arg);
 extern bool jobq_try_briefly(JobqUnitFn fn, void *arg, int lock_timeout_ms);
 extern void jobq_budget_start(int ms);

@@ -29,6 +29,12 @@
 /* Failing units of background work remembered per database (shm_bgw.h). */
 #define JOBQ_FAILED_UNITS_KEPT	16
 
+/*
+ * Longest wait of the database's worker for a lock (ms): past it the pass
+ * ends and its database is tried again after jobq.naptime (bgw/worker.c).
+ */
+#define JOBQ_WORKER_LOCK_TIMEOUT	100
+
 /* Prefix of the idempotency keys jobq derives itself; clients may not use it. */
 #define JOBQ_INTERNAL_KEY_PREFIX	"jobq:"
 

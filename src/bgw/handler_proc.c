@@ -558,6 +558,22 @@ ExecBegin(const char *activity)
 	pgstat_report_activity(STATE_RUNNING, activity);
 }
 
+/*
+ * ExecBegin for a step of jobq's own (loading handlers, claiming, failing a
+ * job), not a handler's: its lock waits last JOBQ_WORKER_LOCK_TIMEOUT at
+ * most, as the database worker's do, so that a session holding one of
+ * jobq's tables locked does not hold the executor (and its place among
+ * jobq.max_workers) for as long as it holds the lock; the step fails and is
+ * tried again next round.
+ */
+static void
+ExecBeginJobq(const char *activity)
+{
+	ExecBegin(activity);
+	(void) set_config_option("lock_timeout", CppAsString2(JOBQ_WORKER_LOCK_TIMEOUT),
+							 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
 /* Commit (or, when !commit, roll back) one step. */
 static void
 ExecEnd(bool commit)
@@ -682,7 +698,7 @@ ExecRunJob(const JobqHandler *h, const JobqExecJob *job, MemoryContext cxt)
 	{
 		PG_TRY();
 		{
-			ExecBegin(psprintf("jobq executor: failing job %lld", (long long) job->job_id));
+			ExecBeginJobq(psprintf("jobq executor: failing job %lld", (long long) job->job_id));
 			if (jobq_lock_extension())
 			{
 				SPI_connect();
@@ -722,24 +738,43 @@ typedef struct JobqClaimFor
 static int
 ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 {
-	List	   *handlers;
+	List	   *volatile handlers = NIL;
 	List	   *units = NIL;
 	List	   *roles = NIL;
 	ListCell   *lc;
 	int			ran = 0;
+	volatile bool installed = true;
 
-	ExecBegin("jobq executor: loading handlers");
-	if (!jobq_lock_extension())
+	PG_TRY();
 	{
-		ExecEnd(true);
-		return -1;
+		ExecBeginJobq("jobq executor: loading handlers");
+		if (!jobq_lock_extension())
+		{
+			ExecEnd(true);
+			installed = false;
+		}
+		else
+		{
+			SPI_connect();
+			handlers = LoadHandlers(round_cxt);
+			SPI_finish();
+			ExecEnd(true);
+		}
 	}
-	SPI_connect();
-	handlers = LoadHandlers(round_cxt);
-	SPI_finish();
-	ExecEnd(true);
+	PG_CATCH();
+	{
+		ErrorData  *edata = ExecRecover(round_cxt);
+
+		/* a lock held on jobq's tables: nothing this round, and again */
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+		MemoryContextSwitchTo(round_cxt);
+		return 0;
+	}
+	PG_END_TRY();
 	MemoryContextSwitchTo(round_cxt);
-	if (handlers == NIL)
+	if (!installed || handlers == NIL)
 		return -1;
 
 	/* the distinct (queue, role) pairs, and the distinct roles */
@@ -785,7 +820,7 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 			continue;
 		PG_TRY();
 		{
-			ExecBegin("jobq executor: claiming");
+			ExecBeginJobq("jobq executor: claiming");
 			if (jobq_lock_extension())
 			{
 				SPI_connect();

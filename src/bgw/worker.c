@@ -391,8 +391,12 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 		return false;
 
 	/*
-	 * reap expired leases, batch by batch; their cascades get a budget of
-	 * their own
+	 * reap expired leases, batch by batch, within a budget of their own
+	 * (which their cascades share): a tenant's hundred thousand expired
+	 * leases are reaped over several passes, which come at once, and in the
+	 * shared pool the other databases' passes come between them (reaped
+	 * whole, four such tenants held every place of the pool for 10-17 s: a
+	 * review's find)
 	 */
 	jobq_budget_start(jobq_pass_budget_ms);
 	do
@@ -409,7 +413,9 @@ WorkerRound(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished)
 		SPI_finish();
 		WorkerEndStep();
 		CHECK_FOR_INTERRUPTS();
-	} while (more);
+	} while (more && !jobq_budget_spent());
+	if (more)
+		*unfinished = true;
 
 	/* the other duties, within a budget of their own */
 	jobq_budget_start(jobq_pass_budget_ms);
@@ -579,6 +585,80 @@ WorkerSleepMs(void)
 			   (long) jobq_naptime_ms * JOBQ_IDLE_ROUNDS);
 }
 
+/* The name under which a pass that could not take a lock is logged. */
+#define JOBQ_PASS_UNIT	"a pass of the database's worker"
+
+/*
+ * A round (WorkerRound), then the note of when the database is next due
+ * (WorkerNoteNextDue).  A lock it cannot have within the worker's
+ * lock_timeout (JOBQ_WORKER_LOCK_TIMEOUT: a session holds one of jobq's
+ * tables locked, ALTER EXTENSION UPDATE runs, a VACUUM FULL waits behind an
+ * open transaction) ends the round: its work so far is rolled back, the
+ * database is due again after jobq.naptime, and the cause is logged once
+ * (and once more when a pass works again), as a unit's.  Any other error
+ * ends the process, as before.  Returns what WorkerRound returned (true
+ * after a lock).
+ */
+static bool
+WorkerRoundOrWait(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinished,
+				  uint64 lease_seen, TimestampTz looked_at)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool served = true;
+	ErrorData  *edata = NULL;
+
+	PG_TRY();
+	{
+		served = WorkerRound(last_prune, next_due, unfinished);
+		if (served)
+			WorkerNoteNextDue(*last_prune, *unfinished ? looked_at : *next_due, lease_seen,
+							  looked_at);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		HOLD_INTERRUPTS();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		jobq_budget_end();
+		RESUME_INTERRUPTS();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+	if (edata == NULL)
+	{
+		if (served)
+			jobq_unit_worked(JOBQ_PASS_UNIT);
+		return served;
+	}
+
+	/* due again after a naptime: the lease or fire it could not serve too */
+	StartTransactionCommand();
+	jobq_unit_failed(JOBQ_PASS_UNIT, edata);
+	CommitTransactionCommand();
+	FreeErrorData(edata);
+	*unfinished = false;
+	settle_due = 0;
+	{
+		TimestampTz retry = TimestampTzPlusMilliseconds(looked_at, jobq_naptime_ms);
+		JobqDbSlot *slot = &JobqBgw->slots[MySlot];
+		uint64		cur = pg_atomic_read_u64(&slot->lease_due);
+
+		while (cur != 0 && cur < (uint64) retry &&
+			   !pg_atomic_compare_exchange_u64(&slot->lease_due, &cur, (uint64) retry))
+			;
+		LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+		if (slot->next_due_at == 0 || slot->next_due_at < retry)
+			slot->next_due_at = retry;
+		slot->last_cycle_at = GetCurrentTimestamp();
+		LWLockRelease(JobqBgwLock);
+	}
+	return true;
+}
+
 /* Entry point of a per-database worker; main_arg is the database OID. */
 void
 jobq_worker_main(Datum main_arg)
@@ -593,6 +673,7 @@ jobq_worker_main(Datum main_arg)
 	bool		unfinished;
 
 	jobq_bgw_connect(DatumGetObjectId(main_arg), "jobq worker");
+	jobq_bgw_worker_settings();
 
 	memcpy(&one_pass, MyBgworkerEntry->bgw_extra, sizeof(bool));
 	if (!WorkerAttach(one_pass))
@@ -651,7 +732,7 @@ jobq_worker_main(Datum main_arg)
 			proc_exit(0);
 		}
 		lease_seen = pg_atomic_read_u64(&JobqBgw->slots[MySlot].lease_due);
-		if (!WorkerRound(&last_prune, &next_due, &unfinished))
+		if (!WorkerRoundOrWait(&last_prune, &next_due, &unfinished, lease_seen, looked_at))
 		{
 			LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 			JobqBgw->slots[MySlot].no_extension_at = looked_at;
@@ -662,7 +743,6 @@ jobq_worker_main(Datum main_arg)
 			proc_exit(0);
 		}
 		/* work left over: due again at once (after the others, in the pool) */
-		WorkerNoteNextDue(last_prune, unfinished ? looked_at : next_due, lease_seen, looked_at);
 
 		/*
 		 * one pass in the shared pool, or a worker of its own that the pool

@@ -122,6 +122,55 @@ static const struct
 };
 
 /*
+ * Settings of the database's worker (and the shared pool's passes) only,
+ * over what the database gives client sessions (ALTER DATABASE ... SET,
+ * which its owner may do): the worker's statements are planned on
+ * PostgreSQL's defaults (a database whose owner turned index scans off, or
+ * JIT on for everything, made each of the pool's passes there slow, for
+ * every database behind it: a review's find), take no statement timeout,
+ * and wait JOBQ_WORKER_LOCK_TIMEOUT for a lock at most (a session holding
+ * one of jobq's tables locked, or a VACUUM FULL queued behind a tenant's
+ * open transaction, made the pass wait; in the shared pool, as many such
+ * databases as jobq.max_workers stopped the worker for every database).
+ * Executors keep the database's settings: they run its handlers.
+ */
+static const struct
+{
+	const char *name;
+	const char *value;
+}			jobq_worker_settings[] =
+
+{
+	{"lock_timeout", CppAsString2(JOBQ_WORKER_LOCK_TIMEOUT)},
+	{"statement_timeout", "0"},
+	{"jit", "off"},
+	{"enable_bitmapscan", "on"},
+	{"enable_hashagg", "on"},
+	{"enable_hashjoin", "on"},
+	{"enable_incremental_sort", "on"},
+	{"enable_indexscan", "on"},
+	{"enable_indexonlyscan", "on"},
+	{"enable_material", "on"},
+	{"enable_memoize", "on"},
+	{"enable_mergejoin", "on"},
+	{"enable_nestloop", "on"},
+	{"enable_seqscan", "on"},
+	{"enable_sort", "on"},
+	{"enable_tidscan", "on"},
+	{"plan_cache_mode", "auto"},
+};
+
+/* Apply jobq_worker_settings (in the database's worker, after connecting). */
+void
+jobq_bgw_worker_settings(void)
+{
+	for (int i = 0; i < lengthof(jobq_worker_settings); i++)
+		if (GetConfigOption(jobq_worker_settings[i].name, true, false) != NULL)
+			SetConfigOption(jobq_worker_settings[i].name,
+							jobq_worker_settings[i].value, PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/*
  * Start a jobq process: the stock signal handlers, the configuration file
  * (a reload signalled before our handler was in place is lost), a
  * connection to dbid (InvalidOid: none, for the launcher) as the bootstrap

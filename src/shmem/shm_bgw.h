@@ -107,6 +107,7 @@ extern LWLock *JobqBgwLock;
 extern void jobq_bgw_init(void);
 extern void jobq_bgw_init_struct(BackgroundWorker *bgw, const char *function_name);
 extern void jobq_bgw_connect(Oid dbid, const char *appname);
+extern void jobq_bgw_worker_settings(void);
 
 /* executors */
 extern bool jobq_bgw_executor_attach(int index);
