@@ -126,6 +126,26 @@ SELECT * FROM jobq.claim(batch => 1001);
 SELECT * FROM jobq.claim(batch => NULL);
 \echo :SQLSTATE
 
+-- kinds: each element a name (not NULL, not empty, not too long)
+SELECT * FROM jobq.claim(kinds => ARRAY['a', NULL]);
+\echo :SQLSTATE
+SELECT * FROM jobq.claim(kinds => ARRAY['']);
+\echo :SQLSTATE
+SELECT * FROM jobq.claim(kinds => ARRAY[repeat('k', 129)]);
+\echo :SQLSTATE
+SELECT * FROM jobq.claim(kinds => ARRAY[['a'], ['b']]);
+\echo :SQLSTATE
+
+-- the batch of jobq.reap and jobq.prune: 1 or more, not NULL
+SELECT jobq.reap(0);
+\echo :SQLSTATE
+SELECT jobq.reap(NULL);
+\echo :SQLSTATE
+SELECT jobq.prune(-1);
+\echo :SQLSTATE
+SELECT jobq.prune(NULL);
+\echo :SQLSTATE
+
 -- queue must not be NULL or empty
 SELECT * FROM jobq.claim(queue => NULL);
 \echo :SQLSTATE

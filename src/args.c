@@ -354,6 +354,58 @@ jobq_array_arg(ArrayType *arr, Oid elemtype, const char *argname,
 	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, elems, nulls, n);
 }
 
+/*
+ * The elements of a text[] argument argname that names things (kinds,
+ * queues): none NULL, empty or longer than maxlen, as a single name must
+ * not be.  The element's place counts from 1, whatever the array's bounds.
+ */
+void
+jobq_check_name_elements(const Datum *elems, const bool *nulls, int n, const char *argname,
+						 int maxlen)
+{
+	for (int i = 0; i < n; i++)
+	{
+		int			len;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s[%d] must not be null", argname, i + 1),
+					 errhint("Leave %s NULL for no restriction, or name each element.", argname)));
+		len = VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i]));
+		if (len == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s[%d] must not be empty", argname, i + 1),
+					 errhint("Name each element of %s.", argname)));
+		if (len > maxlen)
+			ereport(ERROR,
+					(errcode(ERRCODE_NAME_TOO_LONG),
+					 errmsg("%s[%d] is too long", argname, i + 1),
+					 errdetail("It is %d bytes long; the limit is %d bytes.", len, maxlen),
+					 errhint("The limit is set by jobq.max_name_length.")));
+	}
+}
+
+/*
+ * A batch argument of a maintenance call (jobq.reap, jobq.prune): 1 or more.
+ */
+int32
+jobq_batch_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int32		batch;
+
+	jobq_require_arg(fcinfo, argno, "batch");
+	batch = PG_GETARG_INT32(argno);
+	if (batch < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be a positive integer"),
+				 errdetail("The batch given was %d.", batch),
+				 errhint("Pass the most rows to handle in one call, 1 or more (the default is 1000).")));
+	return batch;
+}
+
 /* Two arrays that must have one element per job. */
 void
 jobq_check_same_length(int n1, const char *name1, int n2, const char *name2)

@@ -52,6 +52,9 @@ extern void jobq_max_retries_arg(FunctionCallInfo fcinfo, int argno, bool *has,
 								 int32 *value);
 extern void jobq_array_arg(ArrayType *arr, Oid elemtype, const char *argname,
 						   Datum **elems, bool **nulls, int *n);
+extern void jobq_check_name_elements(const Datum *elems, const bool *nulls, int n,
+									 const char *argname, int maxlen);
+extern int32 jobq_batch_arg(FunctionCallInfo fcinfo, int argno);
 extern void jobq_check_same_length(int n1, const char *name1, int n2,
 								   const char *name2);
 extern void jobq_client_key_check(const char *key, const char *argname);

@@ -304,14 +304,10 @@ Datum
 jobq_reap(PG_FUNCTION_ARGS)
 {
 	JobqSavedUser saved;
-	int32		batch = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
+	int32		batch = jobq_batch_arg(fcinfo, 0);
 	int64		n;
 	bool		more;
 
-	if (batch < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch must be positive")));
 	jobq_require_writable("jobq.reap()");
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);

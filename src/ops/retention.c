@@ -31,6 +31,7 @@
 
 #include "catalog.h"
 #include "acl.h"
+#include "args.h"
 #include "contain.h"
 #include "guc.h"
 #include "spi.h"
@@ -324,13 +325,14 @@ PruneQueues(void *arg)
 							 7, types);
 		jobq_spi_exec(plan, values, NULL, SPI_OK_SELECT);
 		n = SPI_processed;
-		if (n == 0)
-			break;
-		WalkPast(&w, 4, true);
-		ndeleted = jobq_delete_returned(JOBQ_REL_JOB, 4, cols, colnulls);
-		if (ndeleted > 0)
-			PruneAfter(cols, colnulls, ndeleted, depend);
-		u->deleted += ndeleted;
+		if (n > 0)
+		{
+			WalkPast(&w, 4, true);
+			ndeleted = jobq_delete_returned(JOBQ_REL_JOB, 4, cols, colnulls);
+			if (ndeleted > 0)
+				PruneAfter(cols, colnulls, ndeleted, depend);
+			u->deleted += ndeleted;
+		}
 		if (n < (uint64) want)
 		{
 			/* no more past retention after the turn's pair: round to it */
@@ -568,11 +570,7 @@ jobq_prune(PG_FUNCTION_ARGS)
 	int64		deleted;
 	bool		more;
 
-	if (PG_ARGISNULL(0) || PG_GETARG_INT32(0) < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch must be a positive integer")));
-	batch = PG_GETARG_INT32(0);
+	batch = jobq_batch_arg(fcinfo, 0);
 	jobq_require_writable("jobq.prune()");
 	jobq_owner_begin(&saved);
 	jobq_require(saved.caller, NULL, JOBQ_CAP_ADMINISTER);

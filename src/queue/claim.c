@@ -725,11 +725,13 @@ jobq_claim(PG_FUNCTION_ARGS)
 	args.kinds = NULL;
 	if (!PG_ARGISNULL(4))
 	{
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n;
+
 		args.kinds = PG_GETARG_ARRAYTYPE_P(4);
-		if (ARR_NDIM(args.kinds) > 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("kinds must be a one-dimensional array")));
+		jobq_array_arg(args.kinds, TEXTOID, "kinds", &elems, &nulls, &n);
+		jobq_check_name_elements(elems, nulls, n, "kinds", jobq_max_name_length);
 	}
 	if (!PG_ARGISNULL(5))
 	{
