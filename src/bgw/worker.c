@@ -593,7 +593,8 @@ WorkerSleepMs(void)
  * (WorkerNoteNextDue).  A lock it cannot have within the worker's
  * lock_timeout (JOBQ_WORKER_LOCK_TIMEOUT: a session holds one of jobq's
  * tables locked, ALTER EXTENSION UPDATE runs, a VACUUM FULL waits behind an
- * open transaction) ends the round: its work so far is rolled back, the
+ * open transaction) ends the round: the step it was in is rolled back
+ * (the steps before it stay committed, each its own transaction), the
  * database is due again after jobq.naptime, and the cause is logged once
  * (and once more when a pass works again), as a unit's.  Any other error
  * ends the process, as before.  Returns what WorkerRound returned (true
