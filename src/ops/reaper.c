@@ -50,6 +50,13 @@ static SPIPlanPtr plan_reap_lock;
 static SPIPlanPtr plan_orphans;
 static SPIPlanPtr plan_orphan_end;
 
+/*
+ * Leases of one queue logged one by one in a batch; the rest in one line
+ * (a tenant's hundred thousand expired leases wrote two hundred thousand
+ * lines).
+ */
+#define JOBQ_REAP_LOGGED_EACH	10
+
 /* One queue's reaping, as a unit: what it is given and what it did. */
 typedef struct JobqReapUnit
 {
@@ -120,13 +127,19 @@ ReapQueue(void *arg)
 
 		jobq_attempt_from_tuple(tuptable->vals[i], tuptable->tupdesc, &a);
 		status = jobq_end_attempt(&a, error, true, NULL, "lease expired", u->now);
-		ereport(LOG,
-				(errmsg("jobq: lease of job %lld expired; job is now %s",
-						(long long) a.job_id, status),
-				 errdetail("Queue \"%s\", kind \"%s\", worker \"%s\", retry %d of %d.",
-						   a.queue, a.kind, a.worker_id ? a.worker_id : "",
-						   a.retry_count, a.max_retries)));
+		if (i < JOBQ_REAP_LOGGED_EACH)
+			ereport(LOG,
+					(errmsg("jobq: lease of job %lld expired; job is now %s",
+							(long long) a.job_id, status),
+					 errdetail("Queue \"%s\", kind \"%s\", worker \"%s\", retry %d of %d.",
+							   a.queue, a.kind, a.worker_id ? a.worker_id : "",
+							   a.retry_count, a.max_retries)));
 	}
+	if (n > JOBQ_REAP_LOGGED_EACH)
+		ereport(LOG,
+				(errmsg("jobq: %llu more leases of queue \"%s\" expired",
+						(unsigned long long) (n - JOBQ_REAP_LOGGED_EACH), u->queue),
+				 errdetail("Each one's job and worker are in jobq.attempt (outcome \"lease expired\").")));
 	u->reaped = (int64) n;
 }
 

@@ -133,6 +133,7 @@ foreach my $db (@attackers)
 	$node->safe_psql($db, qq{
 		SELECT count(*) FROM jobq.enqueue_many('mass', array_fill('{}'::jsonb, ARRAY[$nmass]), queue => 't')});
 }
+$log_from = -s $node->logfile;
 my $mass_expires = time + 15;
 foreach my $db (@attackers)
 {
@@ -158,6 +159,12 @@ foreach my $db (@attackers)
 		 WHERE j.kind = 'mass' AND a.outcome = 'lease expired'});
 	$last_mass = $at if $at > $last_mass;
 }
+$log = slurp_file($node->logfile, $log_from);
+my $each = () = $log =~ /jobq: lease of job \d+ expired; job is now pending/g;
+my $summed = 0;
+$summed += $1 while $log =~ /jobq: (\d+) more leases of queue "t" expired/g;
+ok($each + $summed == 2 * $nmass + @victims && $each <= 2 * $nmass / 10,
+	"mass: the reaps are logged, the first of each batch one by one ($each lines), the rest summed ($summed)");
 my @before;
 foreach my $db (@victims)
 {
