@@ -611,31 +611,28 @@ ExecRecover(MemoryContext cxt)
 	return edata;
 }
 
+/* The name under which a queue's failing claims are logged. */
+static char *
+ExecClaimUnit(const char *queue)
+{
+	return psprintf("claiming from queue \"%s\" for its handlers", queue);
+}
+
 /*
- * Log an error of a step that is not a job's own, at most once a minute for
- * the same queue and error code, so a queue that keeps failing does not
- * flood the log.
+ * Log a claim's error once per queue and cause (and when the queue's claims
+ * work again), as a unit of the worker's: a queue that keeps failing does
+ * not flood the log, whatever other queues fail between its rounds (this
+ * remembered the last queue only, and two queues failing in turn, their
+ * rows held by a tenant, logged every round: a review's find).
  */
 static void
-ExecLogError(const char *queue, const ErrorData *edata)
+ExecLogError(const char *queue, ErrorData *edata)
 {
-	static uint32 last_queue = 0;
-	static int	last_code = 0;
-	static TimestampTz last_at = 0;
-	uint32		qh = hash_bytes((const unsigned char *) queue, strlen(queue));
-	TimestampTz now = GetCurrentTimestamp();
+	char	   *unit = ExecClaimUnit(queue);
 
-	if (qh == last_queue && edata->sqlerrcode == last_code &&
-		!TimestampDifferenceExceeds(last_at, now, 60 * 1000))
-		return;
-	last_queue = qh;
-	last_code = edata->sqlerrcode;
-	last_at = now;
-	ereport(LOG,
-			(errmsg("jobq executor: claiming from queue \"%s\" failed: %s",
-					queue, edata->message ? edata->message : ""),
-			 errdetail("SQLSTATE %s. The executor goes on with other queues and tries again.",
-					   unpack_sql_state(edata->sqlerrcode))));
+	jobq_unit_failed(unit, edata);
+	pfree(unit);
+	FreeErrorData(edata);
 }
 
 /*
@@ -828,6 +825,12 @@ ExecutorRound(MemoryContext round_cxt, TimestampTz *next_due)
 				SPI_finish();
 			}
 			ExecEnd(true);
+			{
+				char	   *unit = ExecClaimUnit(queue);
+
+				jobq_unit_worked(unit);
+				pfree(unit);
+			}
 		}
 		PG_CATCH();
 		{

@@ -83,6 +83,12 @@ static void WorkerStartExecutors(void);
 
 static int	MySlot = -1;
 
+/*
+ * The name under which a pass that could not take a lock is logged, with
+ * its database's (made by the first look for the extension).
+ */
+static char *pass_unit = NULL;
+
 /* The failing units of this database's work, kept in its slot. */
 static JobqUnitNoted
 WorkerUnitFailed(uint64 unit, int sqlerrcode)
@@ -239,6 +245,14 @@ WorkerExtensionPresent(bool *usable)
 	bool		present;
 
 	WorkerBeginStep("jobq: checking for the extension");
+	if (pass_unit == NULL)
+	{
+		char	   *dbname = get_database_name(MyDatabaseId);
+
+		pass_unit = MemoryContextStrdup(TopMemoryContext,
+										psprintf("a pass of the worker of database \"%s\"",
+												 dbname ? dbname : "?"));
+	}
 	present = OidIsValid(jobq_extension_oid());
 	*usable = present;
 	if (present)
@@ -585,8 +599,66 @@ WorkerSleepMs(void)
 			   (long) jobq_naptime_ms * JOBQ_IDLE_ROUNDS);
 }
 
-/* The name under which a pass that could not take a lock is logged. */
-#define JOBQ_PASS_UNIT	"a pass of the database's worker"
+
+/*
+ * A round (WorkerRound), then the note of when the database is next due
+ * (WorkerNoteNextDue).  A lock it cannot have within the worker's
+ * lock_timeout (JOBQ_WORKER_LOCK_TIMEOUT: a session holds one of jobq's
+ * tables locked, ALTER EXTENSION UPDATE runs, a VACUUM FULL waits behind an
+ * open transaction) ends the round: the step it was in is rolled back
+ * (the steps before it stay committed, each its own transaction), the
+ * database is due again after jobq.naptime, and the cause is logged once
+ * (and once more when a pass works again), as a unit's.  Any other error
+ * ends the process, as before.  Returns what WorkerRound returned (true
+ * after a lock).
+ */
+/*
+ * In a PG_CATCH: a lock not had within the worker's lock_timeout is
+ * recovered from (the transaction aborted) and returned; any other error
+ * goes on.
+ */
+static ErrorData *
+WorkerRecoverLock(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		PG_RE_THROW();
+	HOLD_INTERRUPTS();
+	FlushErrorState();
+	AbortOutOfAnyTransaction();
+	jobq_budget_end();
+	RESUME_INTERRUPTS();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return edata;
+}
+
+/*
+ * After a lock the pass could not have: log it once (as a unit's failure),
+ * and make the database due again after jobq.naptime, the lease or fire it
+ * could not serve too.
+ */
+static void
+WorkerNoteLocked(ErrorData *edata, TimestampTz looked_at)
+{
+	TimestampTz retry = TimestampTzPlusMilliseconds(looked_at, jobq_naptime_ms);
+	JobqDbSlot *slot = &JobqBgw->slots[MySlot];
+	uint64		cur = pg_atomic_read_u64(&slot->lease_due);
+
+	jobq_unit_failed(pass_unit ? pass_unit : "a pass of the database's worker", edata);
+	FreeErrorData(edata);
+	settle_due = 0;
+	while (cur != 0 && cur < (uint64) retry &&
+		   !pg_atomic_compare_exchange_u64(&slot->lease_due, &cur, (uint64) retry))
+		;
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	if (slot->next_due_at == 0 || slot->next_due_at < retry)
+		slot->next_due_at = retry;
+	slot->last_cycle_at = GetCurrentTimestamp();
+	LWLockRelease(JobqBgwLock);
+}
 
 /*
  * A round (WorkerRound), then the note of when the database is next due
@@ -617,46 +689,45 @@ WorkerRoundOrWait(TimestampTz *last_prune, TimestampTz *next_due, bool *unfinish
 	}
 	PG_CATCH();
 	{
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			PG_RE_THROW();
-		HOLD_INTERRUPTS();
-		FlushErrorState();
-		AbortOutOfAnyTransaction();
-		jobq_budget_end();
-		RESUME_INTERRUPTS();
-		pgstat_report_activity(STATE_IDLE, NULL);
+		edata = WorkerRecoverLock(cxt);
 	}
 	PG_END_TRY();
 	if (edata == NULL)
 	{
-		if (served)
-			jobq_unit_worked(JOBQ_PASS_UNIT);
+		if (served && pass_unit != NULL)
+			jobq_unit_worked(pass_unit);
 		return served;
 	}
-
-	/* due again after a naptime: the lease or fire it could not serve too */
-	StartTransactionCommand();
-	jobq_unit_failed(JOBQ_PASS_UNIT, edata);
-	CommitTransactionCommand();
-	FreeErrorData(edata);
 	*unfinished = false;
-	settle_due = 0;
-	{
-		TimestampTz retry = TimestampTzPlusMilliseconds(looked_at, jobq_naptime_ms);
-		JobqDbSlot *slot = &JobqBgw->slots[MySlot];
-		uint64		cur = pg_atomic_read_u64(&slot->lease_due);
+	WorkerNoteLocked(edata, looked_at);
+	return true;
+}
 
-		while (cur != 0 && cur < (uint64) retry &&
-			   !pg_atomic_compare_exchange_u64(&slot->lease_due, &cur, (uint64) retry))
-			;
-		LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
-		if (slot->next_due_at == 0 || slot->next_due_at < retry)
-			slot->next_due_at = retry;
-		slot->last_cycle_at = GetCurrentTimestamp();
-		LWLockRelease(JobqBgwLock);
+/*
+ * The first look for the extension (WorkerExtensionPresent), under the
+ * same rule: *locked when a lock (on pg_extension, say) was not had in time.
+ */
+static bool
+WorkerFirstLook(bool *usable, bool *locked, TimestampTz looked_at)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool present = false;
+	ErrorData  *edata = NULL;
+
+	*locked = false;
+	PG_TRY();
+	{
+		present = WorkerExtensionPresent(usable);
 	}
+	PG_CATCH();
+	{
+		edata = WorkerRecoverLock(cxt);
+	}
+	PG_END_TRY();
+	if (edata == NULL)
+		return present;
+	*locked = true;
+	WorkerNoteLocked(edata, looked_at);
 	return true;
 }
 
@@ -672,6 +743,7 @@ jobq_worker_main(Datum main_arg)
 	TimestampTz looked_at;
 	uint64		lease_seen;
 	bool		unfinished;
+	bool		locked;
 
 	jobq_bgw_connect(DatumGetObjectId(main_arg), "jobq worker");
 	jobq_bgw_worker_settings();
@@ -682,7 +754,7 @@ jobq_worker_main(Datum main_arg)
 	on_shmem_exit(WorkerDetach, (Datum) 0);
 
 	looked_at = GetCurrentTimestamp();
-	if (!WorkerExtensionPresent(&usable))
+	if (!WorkerFirstLook(&usable, &locked, looked_at))
 	{
 		LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
 		JobqBgw->slots[MySlot].no_extension_at = looked_at;
@@ -690,6 +762,9 @@ jobq_worker_main(Datum main_arg)
 		LWLockRelease(JobqBgwLock);
 		proc_exit(0);
 	}
+	/* a pass of the pool that could not look: the database is due again */
+	if (locked && (one_pass || JobqBgw->pool_mode))
+		proc_exit(0);
 
 	/*
 	 * A database the launcher did not know to have jobq (CREATE EXTENSION

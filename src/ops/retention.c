@@ -39,6 +39,7 @@
 #include "ops/handler_registry.h"
 #include "ops/retention.h"
 #include "queue/job_lease.h"
+#include "shmem/shm_bgw.h"
 #include "workflow/settle.h"
 
 PG_FUNCTION_INFO_V1(jobq_prune);
@@ -72,14 +73,41 @@ typedef struct JobqPruneUnit
 
 /*
  * The (queue, status) pair where the last batch of the queues pruned
- * together ran out of its limit (in TopMemoryContext; NULL: it ran out of
- * rows).  The next batch starts after it and comes round to it last, so
- * the pairs take turns: one queue's backlog of due jobs is pruned a batch
- * at a time, with every other queue's due jobs between two of its batches,
- * instead of to its end before the queues named after it (0.3.7).
+ * together ran out of its limit ("": it ran out of rows).  The next batch
+ * starts after it and comes round to it last, so the pairs take turns: one
+ * queue's backlog of due jobs is pruned a batch at a time, with every other
+ * queue's due jobs between two of its batches, instead of to its end before
+ * the queues named after it (until 0.3.7).  The turn is the database's, in
+ * its slot of shared memory, for the worker's passes (each one a process
+ * of its own in the shared pool) and every session's jobq.prune() alike;
+ * here only when the database has no slot (a review of the first version,
+ * which kept it here: a new session, or the pool's next pass, started at
+ * the first queue again).
  */
-static char *turn_queue = NULL;
-static char *turn_status = NULL;
+static char turn_queue[JOBQ_MAX_NAME_LEN + 1];
+static char turn_status[16];
+
+/* The turn into queue and status; false when there is none. */
+static bool
+GetTurn(char *queue, char *status)
+{
+	int			shared = jobq_bgw_prune_turn(queue, status);
+
+	if (shared >= 0)
+		return shared > 0;
+	strlcpy(queue, turn_queue, sizeof(turn_queue));
+	strlcpy(status, turn_status, sizeof(turn_status));
+	return queue[0] != '\0';
+}
+
+/* Set the turn (queue NULL: none). */
+static void
+PutTurn(const char *queue, const char *status)
+{
+	strlcpy(turn_queue, queue ? queue : "", sizeof(turn_queue));
+	strlcpy(turn_status, status ? status : "", sizeof(turn_status));
+	jobq_bgw_set_prune_turn(queue, status);
+}
 
 /*
  * Pruning takes two statements with the rows' deletion between them.  The
@@ -244,16 +272,10 @@ WalkStartAfter(PruneWalk *w, const char *queue, const char *status)
 static void
 SetTurn(PruneWalk *w)
 {
-	if (turn_queue != NULL)
-		pfree(turn_queue);
-	if (turn_status != NULL)
-		pfree(turn_status);
-	turn_queue = turn_status = NULL;
-	if (w != NULL)
-	{
-		turn_queue = MemoryContextStrdup(TopMemoryContext, text_to_cstring(w->queue));
-		turn_status = MemoryContextStrdup(TopMemoryContext, text_to_cstring(w->status));
-	}
+	if (w == NULL)
+		PutTurn(NULL, NULL);
+	else
+		PutTurn(text_to_cstring(w->queue), text_to_cstring(w->status));
 }
 
 /*
@@ -289,14 +311,16 @@ PruneQueues(void *arg)
 	bool		depend = jobq_depend_installed();	/* 0.2.0 on */
 	bool		by_queue = jobq_finished_by_queue();	/* 0.3.7 on */
 	bool		wrapped;
+	char		tq[JOBQ_MAX_NAME_LEN + 1];
+	char		ts[16];
 	PruneWalk	w;
 
 	u->deleted = 0;
 	WalkStart(&w);
 	/* by time (before 0.3.7) there are no pairs to take turns */
-	wrapped = !(u->take_turns && by_queue && turn_queue != NULL);
+	wrapped = !(u->take_turns && by_queue && GetTurn(tq, ts));
 	if (!wrapped)
-		WalkStartAfter(&w, turn_queue, turn_status);
+		WalkStartAfter(&w, tq, ts);
 	values[0] = TimestampTzGetDatum(u->now);
 	values[2] = u->queues;
 	while (u->deleted < u->limit)
@@ -519,8 +543,28 @@ jobq_prune_finished(int batch, bool *more)
 		jobs = u.deleted;
 	else
 	{
-		for (int i = 0; i < nhealthy && jobs < batch; i++)
-			jobs += PruneOneQueue(healthy[i], (int) (batch - jobs), now, &failing);
+		/*
+		 * one by one, taking turns too: from the queue after the turn's,
+		 * round to it ("~" sorts after every status: the next batch starts at
+		 * the queue after the last one here).  In name order from the first
+		 * (this change's first version), a queue that fails kept the turns
+		 * off for every batch until the batches got to it past every backlog
+		 * named before it (a review's find).
+		 */
+		char		tq[JOBQ_MAX_NAME_LEN + 1];
+		char		ts[16];
+		int			start = 0;
+		int			last = -1;
+
+		if (GetTurn(tq, ts))
+			while (start < nhealthy && strcmp(healthy[start], tq) <= 0)
+				start++;
+		for (int k = 0; k < nhealthy && jobs < batch; k++)
+		{
+			last = (start + k) % nhealthy;
+			jobs += PruneOneQueue(healthy[last], (int) (batch - jobs), now, &failing);
+		}
+		PutTurn(jobs >= batch && last >= 0 ? healthy[last] : NULL, "~");
 	}
 
 	/* the failing ones alone, until they work again */

@@ -379,6 +379,62 @@ jobq_bgw_unit_failing(int index, uint64 unit)
 	return failing;
 }
 
+/* This database's slot (JobqBgwLock held), or NULL. */
+static JobqDbSlot *
+MyDatabaseSlot(void)
+{
+	if (JobqBgw == NULL)
+		return NULL;
+	for (int i = 0; i < JobqBgw->nslots; i++)
+		if (JobqBgw->slots[i].dbid == MyDatabaseId)
+			return &JobqBgw->slots[i];
+	return NULL;
+}
+
+/*
+ * The turn of this database's pruning (queue and status, at most
+ * JOBQ_MAX_NAME_LEN + 1 and 16 bytes): 1 when there is one, 0 when there is
+ * none, -1 when the database has no slot (jobq not preloaded, or a
+ * database the launcher does not know yet: the caller keeps the turn).
+ */
+int
+jobq_bgw_prune_turn(char *queue, char *status)
+{
+	JobqDbSlot *slot;
+	int			found = -1;
+
+	if (JobqBgw == NULL)
+		return -1;
+	LWLockAcquire(JobqBgwLock, LW_SHARED);
+	slot = MyDatabaseSlot();
+	if (slot != NULL)
+	{
+		found = slot->prune_turn_queue[0] != '\0';
+		strlcpy(queue, slot->prune_turn_queue, JOBQ_MAX_NAME_LEN + 1);
+		strlcpy(status, slot->prune_turn_status, 16);
+	}
+	LWLockRelease(JobqBgwLock);
+	return found;
+}
+
+/* Set this database's pruning turn (queue NULL: none); nothing without a slot. */
+void
+jobq_bgw_set_prune_turn(const char *queue, const char *status)
+{
+	JobqDbSlot *slot;
+
+	if (JobqBgw == NULL)
+		return;
+	LWLockAcquire(JobqBgwLock, LW_EXCLUSIVE);
+	slot = MyDatabaseSlot();
+	if (slot != NULL)
+	{
+		strlcpy(slot->prune_turn_queue, queue ? queue : "", JOBQ_MAX_NAME_LEN + 1);
+		strlcpy(slot->prune_turn_status, status ? status : "", 16);
+	}
+	LWLockRelease(JobqBgwLock);
+}
+
 /* Forget that unit failed in the database's slot index; true if it had. */
 bool
 jobq_bgw_unit_works(int index, uint64 unit)

@@ -73,6 +73,14 @@ typedef struct JobqDbSlot
 	TimestampTz failed_overflow_at;
 
 	/*
+	 * Where pruning's last batch ran out of its limit (ops/retention.c): the
+	 * (queue, status) pair the next batch starts after, for the worker's
+	 * passes and jobq.prune() alike ("" : from the first queue).
+	 */
+	char		prune_turn_queue[JOBQ_MAX_NAME_LEN + 1];
+	char		prune_turn_status[16];
+
+	/*
 	 * The executors, by place: each one's pid (0: none runs there) and latch;
 	 * the job it runs (0: none) with that job's lease at claim; when
 	 * jobq.cancel interrupted it (0: not); whether the launcher sent SIGTERM
@@ -124,6 +132,8 @@ extern void jobq_bgw_slot_reset(JobqDbSlot *slot, Oid dbid);
 /* the failing units of a database's background work (contain.c) */
 extern JobqUnitNoted jobq_bgw_unit_failed(int index, uint64 unit, int sqlerrcode);
 extern bool jobq_bgw_unit_works(int index, uint64 unit);
+extern int	jobq_bgw_prune_turn(char *queue, char *status);
+extern void jobq_bgw_set_prune_turn(const char *queue, const char *status);
 extern bool jobq_bgw_unit_failing(int index, uint64 unit);
 
 /* a claim took leases ending at expires */

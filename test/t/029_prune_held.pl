@@ -146,32 +146,58 @@ is($node->safe_psql('postgres', q{SELECT jobq.prune(1000)}), '600', 'let go, the
 
 # one queue's backlog of due jobs does not hold up the pruning of the
 # queues named after it: the (queue, status) pairs take turns, a batch
-# each (until 0.3.7 every batch started at the first queue, and aa_big's
-# 3,000 due jobs went before zz_small's 10: three batches here)
-$node->safe_psql('postgres', q{
-	SELECT jobq.configure(q, retention_completed => '0')
-	  FROM unnest(ARRAY['aa_big', 'zz_small']) q;
-	SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[3000]), queue => 'aa_big');
-	SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[10]), queue => 'zz_small');
-	DO $$
-	BEGIN
-	    FOR i IN 1..4 LOOP
-	        PERFORM jobq.complete_many(array_agg(job_id), array_agg(lease_token))
-	           FROM jobq.claim(CASE WHEN i < 4 THEN 'aa_big' ELSE 'zz_small' END, batch => 1000);
-	    END LOOP;
-	END
-	$$;
-});
-is( $node->safe_psql('postgres', q{
-	SELECT jobq.prune(1000);
-	SELECT jobq.prune(1000);
-	SELECT count(*) FILTER (WHERE queue = 'zz_small') || ',' || count(*) FROM jobq.job;
-	SELECT jobq.prune(1000);
-	SELECT jobq.prune(1000);}),
-	"1000\n1000\n0,1010\n1000\n10",
-	'the second batch prunes the small queue named after the big backlog, then the backlog;'
+# each, whichever session prunes (the turn is the database's, in shared
+# memory: the shared pool's passes are processes of their own; until 0.3.7
+# every batch started at the first queue, and aa_big's 3,000 due jobs went
+# before zz_small's 10: three batches here; the turns' first version kept
+# the turn in the process, and a new session started at aa_big again)
+sub backlog
+{
+	$node->safe_psql('postgres', q{
+		SELECT jobq.configure(q, retention_completed => '0')
+		  FROM unnest(ARRAY['aa_big', 'zz_small']) q;
+		SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[3000]), queue => 'aa_big');
+		SELECT count(*) FROM jobq.enqueue_many('k', array_fill('{}'::jsonb, ARRAY[10]), queue => 'zz_small');
+		DO $$
+		BEGIN
+		    FOR i IN 1..4 LOOP
+		        PERFORM jobq.complete_many(array_agg(job_id), array_agg(lease_token))
+		           FROM jobq.claim(CASE WHEN i < 4 THEN 'aa_big' ELSE 'zz_small' END, batch => 1000);
+		    END LOOP;
+		END
+		$$;
+	});
+}
+sub prune_sessions
+{
+	my @out;
+	foreach (1 .. 4)
+	{
+		push @out, $node->safe_psql('postgres', 'SELECT jobq.prune(1000)');
+		push @out, $node->safe_psql('postgres',
+			q{SELECT count(*) FILTER (WHERE queue = 'zz_small') || ',' || count(*) FROM jobq.job})
+		  if $_ == 2;
+	}
+	return join(' ', @out);
+}
+backlog();
+is(prune_sessions(), '1000 1000 0,1010 1000 10',
+	'the second prune (another session) prunes the small queue named after the big backlog, then the backlog;'
 	  . ' the next ones come round to the backlog from the start (nothing due after it)');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.job}), '0', 'and nothing is left');
+
+# the same while a queue's pruning fails (a retention too large to compute,
+# from before configure checked it): the queues are pruned one by one, and
+# take turns so too (this change's first version went in name order from
+# the first queue until the batches reached the failing one)
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure('zzz_bad');
+	UPDATE jobq.queue SET retention_completed = '200000 years' WHERE name = 'zzz_bad';
+});
+backlog();
+is(prune_sessions(), '1000 1000 0,1010 1000 10', 'with a failing queue too');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM jobq.job}), '0', 'and nothing is left');
+ok($node->log_contains('pruning finished jobs of queue "zzz_bad" failed'), 'the failing queue is logged');
 
 $node->stop;
 done_testing();
