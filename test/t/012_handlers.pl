@@ -236,6 +236,44 @@ for my $how ('complete', 'cancel')
 		qr/a handler cannot call jobq\.$how on its own job/, "with an error that says why ($how)");
 }
 
+# two limited queues whose rows a session holds (an open jobq.configure):
+# the executors' claims there wait 100 ms at most and fail, and each queue's
+# failure is logged once (and once more when it works again), not once a
+# round: the executor remembered the last queue only, and two queues in
+# turn logged every round (a review: 108 lines in 30 s); the jobs run once
+# the rows are let go
+my $held_from = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	SELECT jobq.configure(q, max_concurrency => 5) FROM unnest(ARRAY['hq1', 'hq2']) q;
+});
+$node->safe_psql('postgres', q{
+	SELECT jobq.grant(q, 'app', 'administer') FROM unnest(ARRAY['hq1', 'hq2']) q;
+	SET ROLE app;
+	SELECT jobq.register_handler('k_' || q, 'app.work(jsonb,jsonb)', q) FROM unnest(ARRAY['hq1', 'hq2']) q;
+});
+my %qhold;
+foreach my $q ('hq1', 'hq2')
+{
+	$qhold{$q} = $node->background_psql('postgres', on_error_stop => 1);
+	$qhold{$q}->query_safe('BEGIN');
+	$qhold{$q}->query_safe("SELECT jobq.configure('$q', max_concurrency => 6)");
+}
+$node->safe_psql('postgres', q{
+	SELECT count(*) FROM unnest(ARRAY['hq1', 'hq2']) q,
+	  LATERAL jobq.enqueue_many('k_' || q, array_fill('{"note": "held"}'::jsonb, ARRAY[3]), queue => q)});
+sleep 5;
+$_->query_safe('ROLLBACK') foreach values %qhold;
+$_->quit foreach values %qhold;
+ok($node->poll_query_until('postgres', q{
+		SELECT count(*) = 6 FROM jobq.jobs WHERE queue IN ('hq1', 'hq2') AND status = 'completed'}),
+	'the held queues\' jobs run once the rows are let go');
+my $held_log = slurp_file($node->logfile, $held_from);
+foreach my $q ('hq1', 'hq2')
+{
+	my $n = () = $held_log =~ /claiming from queue "$q" for its handlers failed/g;
+	ok($n >= 1 && $n <= 2, "$q: its failing claims are logged once per executor ($n lines in 5 s)");
+}
+
 # DROP EXTENSION while a handler runs: it waits for the job's step to end
 # (its completion included), and neither is a deadlock's victim.  The
 # executor's steps took no lock on the extension: the drop locked jobq's
