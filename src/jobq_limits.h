@@ -29,6 +29,9 @@
 /* Failing units of background work remembered per database (shm_bgw.h). */
 #define JOBQ_FAILED_UNITS_KEPT	16
 
+/* Room for a job's status and a NUL (pruning's turn keeps one; shm_bgw.h). */
+#define JOBQ_STATUS_SIZE	16
+
 /*
  * Longest wait of the database's worker for a lock (ms): past it the pass
  * ends and its database is tried again after jobq.naptime (bgw/worker.c).

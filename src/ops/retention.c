@@ -85,7 +85,7 @@ typedef struct JobqPruneUnit
  * the first queue again).
  */
 static char turn_queue[JOBQ_MAX_NAME_LEN + 1];
-static char turn_status[16];
+static char turn_status[JOBQ_STATUS_SIZE];
 
 /* The turn into queue and status; false when there is none. */
 static bool
@@ -312,7 +312,7 @@ PruneQueues(void *arg)
 	bool		by_queue = jobq_finished_by_queue();	/* 0.3.7 on */
 	bool		wrapped;
 	char		tq[JOBQ_MAX_NAME_LEN + 1];
-	char		ts[16];
+	char		ts[JOBQ_STATUS_SIZE];
 	PruneWalk	w;
 
 	u->deleted = 0;
@@ -552,7 +552,7 @@ jobq_prune_finished(int batch, bool *more)
 		 * named before it (a review's find).
 		 */
 		char		tq[JOBQ_MAX_NAME_LEN + 1];
-		char		ts[16];
+		char		ts[JOBQ_STATUS_SIZE];
 		int			start = 0;
 		int			last = -1;
 

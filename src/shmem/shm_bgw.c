@@ -393,9 +393,10 @@ MyDatabaseSlot(void)
 
 /*
  * The turn of this database's pruning (queue and status, at most
- * JOBQ_MAX_NAME_LEN + 1 and 16 bytes): 1 when there is one, 0 when there is
- * none, -1 when the database has no slot (jobq not preloaded, or a
- * database the launcher does not know yet: the caller keeps the turn).
+ * JOBQ_MAX_NAME_LEN + 1 and JOBQ_STATUS_SIZE bytes): 1 when there is
+ * one, 0 when there is none, -1 when the database has no slot (jobq not
+ * preloaded, or a database the launcher does not know yet: the caller
+ * keeps the turn).
  */
 int
 jobq_bgw_prune_turn(char *queue, char *status)
@@ -411,7 +412,7 @@ jobq_bgw_prune_turn(char *queue, char *status)
 	{
 		found = slot->prune_turn_queue[0] != '\0';
 		strlcpy(queue, slot->prune_turn_queue, JOBQ_MAX_NAME_LEN + 1);
-		strlcpy(status, slot->prune_turn_status, 16);
+		strlcpy(status, slot->prune_turn_status, JOBQ_STATUS_SIZE);
 	}
 	LWLockRelease(JobqBgwLock);
 	return found;
@@ -430,7 +431,7 @@ jobq_bgw_set_prune_turn(const char *queue, const char *status)
 	if (slot != NULL)
 	{
 		strlcpy(slot->prune_turn_queue, queue ? queue : "", JOBQ_MAX_NAME_LEN + 1);
-		strlcpy(slot->prune_turn_status, status ? status : "", 16);
+		strlcpy(slot->prune_turn_status, status ? status : "", JOBQ_STATUS_SIZE);
 	}
 	LWLockRelease(JobqBgwLock);
 }

@@ -78,7 +78,7 @@ typedef struct JobqDbSlot
 	 * passes and jobq.prune() alike ("" : from the first queue).
 	 */
 	char		prune_turn_queue[JOBQ_MAX_NAME_LEN + 1];
-	char		prune_turn_status[16];
+	char		prune_turn_status[JOBQ_STATUS_SIZE];
 
 	/*
 	 * The executors, by place: each one's pid (0: none runs there) and latch;
